@@ -1,0 +1,38 @@
+# Finds libtorch inside the `torch` wheel of a Python environment and defines the INTERFACE
+# target xllm_kernel_torch (headers, libraries and the ABI flag torch was built with).
+#
+# Input: Python3_EXECUTABLE (defaults to the python3 on PATH).
+# Output: XLLM_TORCH_DIR, XLLM_TORCH_VERSION, target xllm_kernel_torch.
+if(TARGET xllm_kernel_torch)
+  return()
+endif()
+if(NOT Python3_EXECUTABLE)
+  find_program(Python3_EXECUTABLE NAMES python3 python REQUIRED)
+endif()
+execute_process(
+  COMMAND "${Python3_EXECUTABLE}" -c
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+  OUTPUT_VARIABLE _xk_torch_out
+  ERROR_VARIABLE _xk_torch_err
+  RESULT_VARIABLE _xk_torch_rc
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _xk_torch_rc EQUAL 0)
+  message(FATAL_ERROR "xllm_kernel: cannot import torch with ${Python3_EXECUTABLE}: ${_xk_torch_err}\n"
+                      "Run scripts/setup.sh, or pass -DPython3_EXECUTABLE=<python with torch>.")
+endif()
+string(REPLACE "\n" ";" _xk_torch_out "${_xk_torch_out}")
+list(GET _xk_torch_out 0 XLLM_TORCH_DIR)
+list(GET _xk_torch_out 1 XLLM_TORCH_VERSION)
+list(GET _xk_torch_out 2 _xk_torch_abi)
+if(XLLM_TORCH_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "xllm_kernel: needs torch >= 2.4, found ${XLLM_TORCH_VERSION} at ${XLLM_TORCH_DIR}")
+endif()
+message(STATUS "xllm_kernel: torch ${XLLM_TORCH_VERSION} at ${XLLM_TORCH_DIR} (cxx11 abi ${_xk_torch_abi})")
+
+add_library(xllm_kernel_torch INTERFACE IMPORTED GLOBAL)
+target_include_directories(xllm_kernel_torch SYSTEM INTERFACE
+  "${XLLM_TORCH_DIR}/include" "${XLLM_TORCH_DIR}/include/torch/csrc/api/include")
+target_link_libraries(xllm_kernel_torch INTERFACE
+  "${XLLM_TORCH_DIR}/lib/libtorch.so" "${XLLM_TORCH_DIR}/lib/libtorch_cpu.so" "${XLLM_TORCH_DIR}/lib/libc10.so")
+target_compile_definitions(xllm_kernel_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_xk_torch_abi})
+set_target_properties(xllm_kernel_torch PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${XLLM_TORCH_DIR}/lib")

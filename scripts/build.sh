@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and builds into ${BUILD_DIR:-build}. Prints the build dir last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="$(bash scripts/setup.sh | tail -n 1)"
+BUILD_DIR="${BUILD_DIR:-build}"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+  -DPython3_EXECUTABLE="$PYTHON" ${CMAKE_ARGS:-} >&2
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" >&2
+echo "$BUILD_DIR"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the build needs and prints the Python to build with (last line of stdout).
+#   Debian packages: compilers, CMake, Ninja, ccache, Highway, nlohmann-json, CLI11, GoogleTest.
+#   A virtual environment with the pinned torch wheel (reused across clones; pip's cache makes a
+#   reinstall cheap). Override its place with XLLM_KERNEL_VENV.
+set -euo pipefail
+
+TORCH_VERSION="2.14.1"
+VENV="${XLLM_KERNEL_VENV:-${HOME}/.cache/xllm-kernel/venv-torch${TORCH_VERSION}}"
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
+              libhwy-dev nlohmann-json3-dev libcli11-dev libgtest-dev)
+
+log() { echo "[setup] $*" >&2; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >&2
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+PYTHON="${XLLM_KERNEL_PYTHON:-$(command -v python3)}"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating virtual environment $VENV"
+  "$PYTHON" -m venv "$VENV" >&2
+fi
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION into $VENV (large download the first time; pip caches it)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" >&2
+fi
+"$VENV/bin/python" -c "import numpy, pytest" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q "numpy" "pytest" >&2
+log "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
+echo "$VENV/bin/python"

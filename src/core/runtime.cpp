@@ -1,0 +1,516 @@
+#include "xllm_kernel/runtime.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+#include "src/core/strings.h"
+
+namespace xllm_kernel {
+
+using detail::join;
+
+const char* to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kSelected: return "selected";
+    case Verdict::kLowerPriority: return "lower priority";
+    case Verdict::kNotOverridden: return "overridden";
+    case Verdict::kExcluded: return "excluded";
+  }
+  return "unknown";
+}
+
+const PreparedKernel& Bindings::at(const std::string& operation) const {
+  auto it = kernels_.find(operation);
+  if (it == kernels_.end()) {
+    throw std::out_of_range("bindings(" + std::string(to_string(device_)) + "): operation '" + operation +
+                            "' was not initialized; initialized: [" + join(operations(), ", ") + "]");
+  }
+  return *it->second;
+}
+
+std::vector<std::string> Bindings::operations() const {
+  std::vector<std::string> names;
+  for (const auto& [name, kernel] : kernels_) names.push_back(name);
+  return names;
+}
+
+const Candidate* Explanation::selected() const {
+  for (const auto& c : candidates) {
+    if (c.verdict == Verdict::kSelected) return &c;
+  }
+  return nullptr;
+}
+
+std::string Explanation::to_string() const {
+  std::ostringstream out;
+  out << operation << " on " << xllm_kernel::to_string(device) << " (" << xllm_kernel::to_string(mode) << ")";
+  if (!override_target.empty()) out << ", override '" << override_target << "' from " << override_source;
+  out << "\n";
+  size_t width = 4;
+  for (const auto& c : candidates) width = std::max(width, c.name.size());
+  for (const auto& c : candidates) {
+    std::string verdict = xllm_kernel::to_string(c.verdict);
+    if (!c.reason.empty()) verdict += ": " + c.reason;
+    std::string binding = c.binding;
+    if (!c.detail.empty()) binding += " (" + c.detail + ")";
+    out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << "priority " << c.priority
+        << "  " << binding << "  " << verdict << "\n";
+  }
+  if (candidates.empty()) out << "  (no implementation registered for this device)\n";
+  if (!error.empty()) out << "  error: " << error << "\n";
+  return out.str();
+}
+
+namespace {
+
+struct ResolvedOverride {
+  std::string target;
+  std::string source;
+  bool operator==(const ResolvedOverride& o) const { return target == o.target && source == o.source; }
+};
+
+struct Config {
+  std::vector<std::string> operations;  // sorted
+  std::map<std::string, ResolvedOverride> overrides;
+  ExecutionMode mode = ExecutionMode::kEager;
+};
+
+std::string describe_overrides(const std::map<std::string, ResolvedOverride>& overrides) {
+  std::vector<std::string> parts;
+  for (const auto& [op, o] : overrides) parts.push_back(op + "=" + o.target + " (" + o.source + ")");
+  return "{" + join(parts, ", ") + "}";
+}
+
+// Empty when equal; otherwise what differs, for the error message.
+std::string difference(const Config& before, const Config& now) {
+  std::vector<std::string> parts;
+  if (before.operations != now.operations) {
+    parts.push_back("operations [" + join(before.operations, ", ") + "] then [" + join(now.operations, ", ") + "]");
+  }
+  bool overrides_equal = before.overrides.size() == now.overrides.size();
+  if (overrides_equal) {
+    for (const auto& [op, o] : before.overrides) {
+      auto it = now.overrides.find(op);
+      if (it == now.overrides.end() || !(it->second == o)) overrides_equal = false;
+    }
+  }
+  if (!overrides_equal) {
+    parts.push_back("overrides " + describe_overrides(before.overrides) + " then " + describe_overrides(now.overrides));
+  }
+  if (before.mode != now.mode) {
+    parts.push_back(std::string("mode ") + to_string(before.mode) + " then " + to_string(now.mode));
+  }
+  return join(parts, "; ");
+}
+
+bool log_enabled() {
+  const char* level = std::getenv("XLLM_KERNEL_LOG");
+  if (level == nullptr) return true;
+  const std::string value(level);
+  return !(value == "off" || value == "0" || value == "warning" || value == "error");
+}
+
+std::string library_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&library_directory), &info) == 0 || info.dli_fname == nullptr) return ".";
+  std::string path(info.dli_fname);
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+struct Runtime::State {
+  std::mutex mutex;
+  std::optional<Config> configs[kNumDevices];
+  std::shared_ptr<const Bindings> bindings[kNumDevices];
+  std::map<std::string, ProbeResult> probes;  // by module name
+  std::map<std::string, void*> plugins;       // loaded shared libraries by module name
+
+  // Probes (once) and loads the modules of `device`. Missing dependencies are recorded; a plugin
+  // that exists but fails to load throws.
+  void load_modules(Device device, const std::vector<const Group*>& groups) {
+    for (const Group* group : groups) {
+      for (const BackendModule& module : group->modules) {
+        if (module.device != device || probes.count(module.name)) continue;
+        ProbeResult result = module.probe ? module.probe() : ProbeResult::ok();
+        if (result.available && !module.plugin.empty()) {
+          const std::string path = library_directory() + "/" + module.plugin;
+          struct stat st {};
+          if (stat(path.c_str(), &st) != 0) {
+            result = ProbeResult::missing("plugin " + module.plugin + " is not installed beside the library (" + path + ")");
+          } else {
+            void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+            if (handle == nullptr) {
+              const char* message = dlerror();
+              throw std::runtime_error("initialize(" + std::string(to_string(device)) + "): module " + module.name +
+                                       ": plugin " + path + " is present but failed to load: " +
+                                       (message ? message : "unknown error"));
+            }
+            plugins[module.name] = handle;
+          }
+        }
+        probes[module.name] = result;
+      }
+    }
+  }
+};
+
+Runtime::Runtime(Registry& registry, std::vector<const Group*> groups, bool publish_to_operations)
+    : state_(std::make_unique<State>()), registry_(registry), groups_(std::move(groups)), publish_(publish_to_operations) {}
+
+Runtime::~Runtime() = default;
+
+std::vector<const Operation*> Runtime::operations() const {
+  std::vector<const Operation*> out;
+  for (const Group* g : groups_) out.insert(out.end(), g->operations.begin(), g->operations.end());
+  return out;
+}
+
+namespace {
+
+const Operation* find_operation(const std::vector<const Operation*>& operations, const std::string& name) {
+  for (const Operation* op : operations) {
+    if (op->name() == name) return op;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> operation_names(const std::vector<const Operation*>& operations) {
+  std::vector<std::string> names;
+  for (const Operation* op : operations) names.push_back(op->name());
+  return names;
+}
+
+[[noreturn]] void throw_unknown_operation(const std::string& who, const std::string& name,
+                                          const std::vector<const Operation*>& operations) {
+  throw std::invalid_argument(who + ": unknown operation '" + name + "'; closest: " +
+                              join(detail::closest(name, operation_names(operations)), ", ") +
+                              " (catalog: " + join(operation_names(operations), ", ") + ")");
+}
+
+Config resolve(Device device, const InitializeOptions& options, const std::vector<const Operation*>& catalog) {
+  const std::string who = std::string("initialize(") + to_string(device) + ")";
+  Config config;
+  config.mode = options.mode;
+  if (options.operations.empty()) {
+    config.operations = operation_names(catalog);
+  } else {
+    for (const auto& name : options.operations) {
+      if (!find_operation(catalog, name)) throw_unknown_operation(who, name, catalog);
+      config.operations.push_back(name);
+    }
+  }
+  std::sort(config.operations.begin(), config.operations.end());
+  config.operations.erase(std::unique(config.operations.begin(), config.operations.end()), config.operations.end());
+  for (const auto& [op, target] : options.overrides) {
+    if (!find_operation(catalog, op)) throw_unknown_operation(who + ": overrides", op, catalog);
+    if (!std::binary_search(config.operations.begin(), config.operations.end(), op)) {
+      throw std::invalid_argument(who + ": override for '" + op + "', which is not among the requested operations [" +
+                                  join(config.operations, ", ") + "]");
+    }
+    if (target.empty()) throw std::invalid_argument(who + ": override for '" + op + "' is empty");
+    config.overrides[op] = {target, "argument"};
+  }
+  // The environment beats the argument.
+  for (const auto& op : config.operations) {
+    const std::string variable = "XLLM_KERNEL_OVERRIDE_" + detail::upper(op);
+    const char* value = std::getenv(variable.c_str());
+    if (value != nullptr && *value != '\0') config.overrides[op] = {value, "environment " + variable};
+  }
+  return config;
+}
+
+struct Selection {
+  Explanation explanation;
+  std::shared_ptr<const RegisteredKernel> kernel;  // null when selection failed
+};
+
+Selection select(Device device, const Operation& operation, const Config& config, const Registry& registry,
+                 const std::vector<const Group*>& groups, const std::map<std::string, ProbeResult>& probes) {
+  Selection result;
+  Explanation& ex = result.explanation;
+  ex.device = device;
+  ex.operation = operation.name();
+  ex.mode = config.mode;
+  const ResolvedOverride* override_target = nullptr;
+  if (auto it = config.overrides.find(operation.name()); it != config.overrides.end()) {
+    override_target = &it->second;
+    ex.override_target = it->second.target;
+    ex.override_source = it->second.source;
+  }
+
+  // Which module declares each implementation of this operation, and its probe.
+  struct Declared {
+    const BackendModule* module;
+    const DeclaredImplementation* implementation;
+    const ProbeResult* probe;
+  };
+  std::map<std::string, Declared> declared;
+  for (const Group* group : groups) {
+    for (const BackendModule& module : group->modules) {
+      if (module.device != device) continue;
+      auto probe = probes.find(module.name);
+      for (const auto& impl : module.implementations) {
+        if (impl.operation != operation.name()) continue;
+        declared[impl.name] = {&module, &impl, probe == probes.end() ? nullptr : &probe->second};
+      }
+    }
+  }
+
+  struct Entry {
+    Candidate candidate;
+    std::shared_ptr<const RegisteredKernel> kernel;
+    bool eligible = false;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::string> registered_here;
+  for (const auto& kernel : registry.kernels()) {
+    if (kernel->operation->name() != operation.name() || kernel->spec.device != device) continue;
+    const KernelSpec& spec = kernel->spec;
+    registered_here.push_back(spec.name);
+    Entry e;
+    e.kernel = kernel;
+    e.candidate = {spec.name, spec.solution, spec.variant, spec.binding, "", spec.priority, Verdict::kExcluded, ""};
+    auto module = declared.find(spec.name);
+    const ProbeResult* probe = module == declared.end() ? nullptr : module->second.probe;
+    if (probe != nullptr && probe->available) e.candidate.detail = probe->detail;
+    if (probe != nullptr && !probe->available) {
+      e.candidate.reason = "missing dependency: " + probe->detail;
+    } else if (spec.contract->version != operation.contract().version ||
+               spec.contract->schema != operation.contract().schema) {
+      e.candidate.reason = "contract mismatch: implements version " + std::to_string(spec.contract->version) +
+                           " '" + spec.contract->schema + "', the operation is version " +
+                           std::to_string(operation.contract().version);
+    } else if (!spec.supports(config.mode)) {
+      std::vector<std::string> modes;
+      for (ExecutionMode m : spec.execution_modes) modes.push_back(to_string(m));
+      e.candidate.reason = std::string("unsupported mode ") + to_string(config.mode) + " (supports " + join(modes, ", ") + ")";
+    } else {
+      e.eligible = true;
+    }
+    entries.push_back(std::move(e));
+  }
+  // Declared by a module whose dependency is missing, so never registered.
+  for (const auto& [name, where] : declared) {
+    if (std::find(registered_here.begin(), registered_here.end(), name) != registered_here.end()) continue;
+    Entry e;
+    e.candidate = {name, where.implementation->solution, "", "", "", 0, Verdict::kExcluded, ""};
+    e.candidate.reason = where.probe != nullptr && !where.probe->available
+                             ? "missing dependency: " + where.probe->detail
+                             : "declared by module " + where.module->name + " but not registered";
+    entries.push_back(std::move(e));
+  }
+
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.eligible != b.eligible) return a.eligible;
+    if (a.candidate.priority != b.candidate.priority) return a.candidate.priority > b.candidate.priority;
+    return a.candidate.name < b.candidate.name;
+  });
+
+  auto fail = [&](const std::string& message) {
+    ex.error = message;
+    for (auto& e : entries) ex.candidates.push_back(e.candidate);
+    return result;
+  };
+
+  Entry* chosen = nullptr;
+  if (override_target != nullptr) {
+    const std::string& target = override_target->target;
+    const std::string who = operation.name() + ": override '" + target + "' (" + override_target->source + ")";
+    bool by_name = false;
+    for (auto& e : entries) {
+      if (e.candidate.name == target) {
+        by_name = true;
+        if (!e.eligible) return fail(who + " names an excluded implementation: " + e.candidate.reason);
+        chosen = &e;
+      }
+    }
+    if (!by_name) {
+      bool solution_known = false;
+      std::vector<std::string> reasons;
+      for (auto& e : entries) {
+        if (e.candidate.solution != target) continue;
+        solution_known = true;
+        if (e.eligible && chosen == nullptr) chosen = &e;
+        if (!e.eligible) reasons.push_back(e.candidate.name + ": " + e.candidate.reason);
+      }
+      if (!solution_known) {
+        if (auto other = registry.find(target)) {
+          return fail(who + " names " + target + ", an implementation for device " + to_string(other->spec.device) +
+                      " and operation " + other->operation->name() + ", not " + operation.name() + " on " +
+                      to_string(device));
+        }
+        std::vector<std::string> names;
+        for (auto& e : entries) {
+          names.push_back(e.candidate.name);
+          names.push_back(e.candidate.solution);
+        }
+        return fail(who + " is neither an implementation nor a solution of " + operation.name() + " on " +
+                    to_string(device) + "; closest: " + join(detail::closest(target, names), ", "));
+      }
+      if (chosen == nullptr) return fail(who + ": every implementation of that solution is excluded: " + join(reasons, "; "));
+    }
+  } else {
+    for (auto& e : entries) {
+      if (e.eligible) {
+        chosen = &e;
+        break;
+      }
+    }
+    if (chosen == nullptr) {
+      return fail(operation.name() + ": no eligible implementation on " + to_string(device) + " in " +
+                  to_string(config.mode) + " mode");
+    }
+  }
+
+  chosen->candidate.verdict = Verdict::kSelected;
+  ex.candidates.push_back(chosen->candidate);
+  for (auto& e : entries) {
+    if (&e == chosen) continue;
+    if (e.eligible) {
+      if (override_target != nullptr) {
+        e.candidate.verdict = Verdict::kNotOverridden;
+        e.candidate.reason = "override selects " + chosen->candidate.name + " (" + override_target->source + ")";
+      } else {
+        e.candidate.verdict = Verdict::kLowerPriority;
+        e.candidate.reason = e.candidate.priority < chosen->candidate.priority
+                                 ? "priority " + std::to_string(e.candidate.priority) + " < " +
+                                       std::to_string(chosen->candidate.priority)
+                                 : "same priority, name orders after " + chosen->candidate.name;
+      }
+    }
+    ex.candidates.push_back(e.candidate);
+  }
+  result.kernel = chosen->kernel;
+  return result;
+}
+
+}  // namespace
+
+std::shared_ptr<const Bindings> Runtime::initialize(Device device, const InitializeOptions& options) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const std::string who = std::string("initialize(") + to_string(device) + ")";
+  if (auto errors = registry_.errors(); !errors.empty()) {
+    throw std::runtime_error(who + ": an implementation failed to register: " + errors.front());
+  }
+  const auto catalog = operations();
+  Config config = resolve(device, options, catalog);
+  const int index = static_cast<int>(device);
+  if (state_->configs[index]) {
+    const std::string diff = difference(*state_->configs[index], config);
+    if (diff.empty()) return state_->bindings[index];
+    throw std::logic_error(who + ": already initialized with a different configuration (" + diff +
+                           "); selection happens once per process: restart the worker to change it");
+  }
+
+  state_->load_modules(device, groups_);
+  registry_.freeze(device);
+
+  std::map<std::string, std::shared_ptr<const PreparedKernel>> kernels;
+  std::vector<std::pair<const Operation*, Explanation>> chosen;
+  for (const auto& name : config.operations) {
+    const Operation* op = find_operation(catalog, name);
+    Selection selection = select(device, *op, config, registry_, groups_, state_->probes);
+    if (!selection.kernel) {
+      throw std::runtime_error(who + ": " + selection.explanation.error + "\n" + selection.explanation.to_string());
+    }
+    const Candidate* selected = selection.explanation.selected();
+    kernels[name] = std::make_shared<PreparedKernel>(selection.kernel->spec, selection.kernel->function, selected->detail);
+    chosen.emplace_back(op, std::move(selection.explanation));
+  }
+
+  auto bindings = std::make_shared<const Bindings>(device, config.mode, std::move(kernels));
+  state_->configs[index] = config;
+  state_->bindings[index] = bindings;
+  if (publish_) {
+    for (const auto& [op, ex] : chosen) op->publish(device, &bindings->at(op->name()));
+  }
+  if (log_enabled()) {
+    for (const auto& [op, ex] : chosen) {
+      const Candidate* c = ex.selected();
+      std::cerr << "[xllm_kernel] " << to_string(device) << ": " << op->name() << " -> " << c->name << " (" << c->binding
+                << (c->detail.empty() ? "" : " " + c->detail) << ", priority " << c->priority
+                << (ex.override_target.empty() ? "" : ", override from " + ex.override_source) << ")\n";
+    }
+  }
+  return bindings;
+}
+
+Explanation Runtime::explain(Device device, const std::string& operation) {
+  InitializeOptions options;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const auto& config = state_->configs[static_cast<int>(device)];
+    if (config) {
+      options.operations = config->operations;
+      options.mode = config->mode;
+      for (const auto& [op, o] : config->overrides) {
+        if (o.source == "argument") options.overrides[op] = o.target;
+      }
+    }
+  }
+  if (options.operations.empty()) options.operations = {operation};
+  return explain(device, operation, options);
+}
+
+Explanation Runtime::explain(Device device, const std::string& operation, const InitializeOptions& options) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const auto catalog = operations();
+  const Operation* op = find_operation(catalog, operation);
+  if (op == nullptr) throw_unknown_operation("explain(" + std::string(to_string(device)) + ")", operation, catalog);
+  InitializeOptions scoped = options;
+  if (std::find(scoped.operations.begin(), scoped.operations.end(), operation) == scoped.operations.end()) {
+    scoped.operations.push_back(operation);
+  }
+  Config config = resolve(device, scoped, catalog);
+  state_->load_modules(device, groups_);
+  return select(device, *op, config, registry_, groups_, state_->probes).explanation;
+}
+
+std::shared_ptr<const Bindings> Runtime::bindings(Device device) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->bindings[static_cast<int>(device)];
+}
+
+void Runtime::reset_for_testing() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (int d = 0; d < kNumDevices; ++d) {
+    state_->configs[d].reset();
+    // Bindings stay alive (callers may hold prepared kernels); unpublish them.
+    if (publish_) {
+      for (const Operation* op : operations()) op->publish(static_cast<Device>(d), nullptr);
+    }
+    state_->bindings[d].reset();
+  }
+  registry_.unfreeze_for_testing();
+}
+
+Runtime& runtime() {
+  static Runtime* instance = new Runtime(registry(), builtin_groups(), /*publish_to_operations=*/true);
+  return *instance;
+}
+
+std::shared_ptr<const Bindings> initialize(const std::string& device, std::vector<std::string> operations,
+                                           std::map<std::string, std::string> overrides, const std::string& mode) {
+  InitializeOptions options{std::move(operations), std::move(overrides), parse_execution_mode(mode)};
+  return runtime().initialize(parse_device(device), options);
+}
+
+std::shared_ptr<const Bindings> initialize(Device device, const InitializeOptions& options) {
+  return runtime().initialize(device, options);
+}
+
+Explanation explain(const std::string& device, const std::string& operation) {
+  return runtime().explain(parse_device(device), operation);
+}
+
+}  // namespace xllm_kernel

@@ -1,0 +1,90 @@
+#include <ATen/MemoryOverlap.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+#include "src/ops/normalization/internal.h"
+
+namespace xllm_kernel::normalization {
+namespace {
+
+// The names users write (torch.bfloat16), not c10's enum names.
+const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+bool supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+void check_parameter(const char* op, const char* name, const at::Tensor& param, const at::Tensor& input,
+                     int64_t hidden) {
+  TORCH_CHECK(param.defined(), op, ": ", name, " must be a defined tensor, got an undefined one");
+  TORCH_CHECK(param.device() == input.device(), op, ": ", name, " must be on ", input.device(),
+              " (the input's device), got ", param.device());
+  const std::string allowed = input.scalar_type() == at::kFloat
+                                  ? std::string("float32")
+                                  : std::string("float32 or ") + dtype_name(input.scalar_type()) + " (the input's dtype)";
+  TORCH_CHECK(param.scalar_type() == at::kFloat || param.scalar_type() == input.scalar_type(), op, ": ", name,
+              " must be ", allowed, ", got ", dtype_name(param.scalar_type()));
+  TORCH_CHECK(param.dim() == 1, op, ": ", name, " must be 1-D [hidden], got shape ", param.sizes());
+  TORCH_CHECK(param.size(0) == hidden, op, ": ", name, " must have ", hidden, " elements (hidden size), got ",
+              param.size(0));
+  TORCH_CHECK(param.stride(0) == 1 || hidden == 1, op, ": ", name, " must be contiguous (stride 1), got stride ",
+              param.stride(0));
+}
+
+}  // namespace
+
+void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                     const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
+                     c10::DeviceType device) {
+  TORCH_CHECK(input.defined(), op, ": input must be a defined tensor, got an undefined one");
+  TORCH_CHECK(input.device().type() == device, op, ": input must be on ", c10::DeviceTypeName(device, true),
+              " for this implementation, got ", input.device());
+  TORCH_CHECK(supported_dtype(input.scalar_type()), op, ": input must be float32, bfloat16 or float16, got ",
+              dtype_name(input.scalar_type()));
+  TORCH_CHECK(input.dim() >= 1, op, ": input must have at least 1 dimension [..., hidden], got a 0-D tensor");
+  const int64_t hidden = input.size(-1);
+  TORCH_CHECK(hidden >= 1, op, ": hidden size (input's last dimension) must be >= 1, got ", hidden);
+  TORCH_CHECK(input.stride(-1) == 1 || hidden == 1, op,
+              ": input's last dimension must be contiguous (stride 1), got stride ", input.stride(-1));
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
+  check_parameter(op, "weight", weight, input, hidden);
+  if (bias.has_value() && bias->defined()) {
+    check_parameter(op, "bias", *bias, input, hidden);
+    TORCH_CHECK(bias->scalar_type() == weight.scalar_type(), op, ": bias must have weight's dtype ",
+                dtype_name(weight.scalar_type()), ", got ", dtype_name(bias->scalar_type()));
+  }
+  if (residual != nullptr) {
+    TORCH_CHECK(residual->defined(), op, ": residual must be a defined tensor, got an undefined one");
+    TORCH_CHECK(residual->device() == input.device(), op, ": residual must be on ", input.device(),
+                " (the input's device), got ", residual->device());
+    TORCH_CHECK(residual->scalar_type() == input.scalar_type(), op, ": residual must have input's dtype ",
+                dtype_name(input.scalar_type()), ", got ", dtype_name(residual->scalar_type()));
+    TORCH_CHECK(residual->sizes() == input.sizes(), op, ": residual must have input's shape ", input.sizes(),
+                ", got ", residual->sizes());
+    TORCH_CHECK(residual->stride(-1) == 1 || hidden == 1, op,
+                ": residual's last dimension must be contiguous (stride 1), got stride ", residual->stride(-1));
+    // Both are written: each element must be written once, and not through the other.
+    TORCH_CHECK(at::has_internal_overlap(input) != at::MemOverlap::Yes, op,
+                ": input is written in place and must not have overlapping elements (e.g. from expand), got strides ",
+                input.strides());
+    TORCH_CHECK(at::has_internal_overlap(*residual) != at::MemOverlap::Yes, op,
+                ": residual is written in place and must not have overlapping elements (e.g. from expand), got strides ",
+                residual->strides());
+    const at::MemOverlapStatus overlap = at::get_overlap_status(input, *residual);
+    TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
+                ": input and residual must not share memory, got overlapping tensors");
+  }
+}
+
+}  // namespace xllm_kernel::normalization

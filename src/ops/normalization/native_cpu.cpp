@@ -1,0 +1,148 @@
+// cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/normalization.cpp.
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+
+#include "csrc/cpu/normalization.h"
+#include "src/ops/normalization/internal.h"
+#include "xllm_kernel/ops/normalization.h"
+
+namespace xllm_kernel::normalization {
+
+// Detail: the SIMD target runtime dispatch picked on this CPU.
+ProbeResult probe_native_cpu() { return ProbeResult::ok(cpu::simd_target()); }
+
+namespace {
+
+cpu::DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return cpu::DType::kFloat32;
+    case at::kBFloat16: return cpu::DType::kBFloat16;
+    case at::kHalf: return cpu::DType::kFloat16;
+    default: TORCH_CHECK(false, "native cpu normalization: unsupported dtype ", t);  // checked before
+  }
+}
+
+// Describes the leading dimensions of up to three same-shaped tensors, merging dimensions that
+// every tensor lays out as one. `outs` may hold null entries.
+void describe_rows(const char* op, cpu::NormParams& p, const at::Tensor& shape,
+                   std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors) {
+  const int64_t lead = shape.dim() - 1;
+  struct Dim {
+    int64_t size;
+    int64_t strides[3];
+  };
+  std::vector<Dim> dims;
+  for (int64_t d = 0; d < lead; ++d) {
+    if (shape.size(d) == 1) continue;
+    Dim dim{shape.size(d), {0, 0, 0}};
+    int i = 0;
+    for (const auto& [t, out] : tensors) dim.strides[i++] = t->stride(d);
+    if (!dims.empty()) {
+      Dim& outer = dims.back();
+      bool mergeable = true;
+      for (int k = 0; k < i; ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
+      if (mergeable) {
+        outer.size *= dim.size;
+        for (int k = 0; k < i; ++k) outer.strides[k] = dim.strides[k];
+        continue;
+      }
+    }
+    dims.push_back(dim);
+  }
+  if (dims.empty()) dims.push_back(Dim{1, {0, 0, 0}});
+  TORCH_CHECK(static_cast<int>(dims.size()) <= cpu::kMaxRowDims, op, ": input's leading dimensions must merge into at most ",
+              cpu::kMaxRowDims, " strided dimensions, got ", dims.size(), " (shape ", shape.sizes(), ")");
+  p.row_ndim = static_cast<int>(dims.size());
+  p.rows = 1;
+  for (int d = 0; d < p.row_ndim; ++d) {
+    p.row_sizes[d] = dims[d].size;
+    p.rows *= dims[d].size;
+    int i = 0;
+    for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
+  }
+  if (shape.numel() == 0) p.rows = 0;
+}
+
+template <class Kernel>
+void run_rows(const char* op, const cpu::NormParams& p, Kernel kernel) {
+  if (p.rows == 0) return;
+  // About 64 KiB of float32 work per task keeps thread overhead small at small hidden sizes.
+  const int64_t grain = std::max<int64_t>(1, 16384 / p.hidden);
+  std::atomic<int> status{static_cast<int>(cpu::Status::kOk)};
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    const cpu::Status s = kernel(p, begin, end);
+    if (s != cpu::Status::kOk) status.store(static_cast<int>(s));
+  });
+  TORCH_CHECK(status.load() == static_cast<int>(cpu::Status::kOk), op,
+              ": native cpu kernel rejected its parameters (status ", status.load(), "); this is a bug in the bridge");
+}
+
+cpu::NormParams common(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  cpu::NormParams p;
+  p.dtype = to_dtype(input.scalar_type());
+  p.weight_dtype = to_dtype(weight.scalar_type());
+  p.hidden = input.size(-1);
+  p.weight = weight.const_data_ptr();
+  p.eps = eps;
+  return p;
+}
+
+at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  cpu::NormParams p = common(input, weight, eps);
+  describe_rows("rms_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  run_rows("rms_norm", p, cpu::rms_norm);
+  return out;
+}
+
+void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CPU);
+  cpu::NormParams p = common(input, weight, eps);
+  describe_rows("fused_add_rms_norm", p, input, {{&input, p.input_strides}, {&residual, p.residual_strides}});
+  p.input = input.mutable_data_ptr();
+  p.residual = residual.mutable_data_ptr();
+  run_rows("fused_add_rms_norm", p, cpu::fused_add_rms_norm);
+}
+
+at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             double eps) {
+  check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  cpu::NormParams p = common(input, weight, eps);
+  describe_rows("layer_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
+  run_rows("layer_norm", p, cpu::layer_norm);
+  return out;
+}
+
+KernelSpec spec(const char* operation, const OpContract& contract) {
+  return KernelSpec{std::string("cpu.native.") + operation,
+                    &contract,
+                    Device::kCpu,
+                    {ExecutionMode::kEager},
+                    "cpu tensors, float32/bfloat16/float16, weight in input dtype or float32, contiguous last dim, "
+                    "any leading strides",
+                    "native",
+                    "",
+                    "highway",
+                    20};
+}
+
+}  // namespace
+
+XLLM_REGISTER_KERNEL(cpu_native_rms_norm, rms_norm_operation(), spec("rms_norm", rms_norm_contract()),
+                     native_rms_norm);
+XLLM_REGISTER_KERNEL(cpu_native_fused_add_rms_norm, fused_add_rms_norm_operation(),
+                     spec("fused_add_rms_norm", fused_add_rms_norm_contract()), native_fused_add_rms_norm);
+XLLM_REGISTER_KERNEL(cpu_native_layer_norm, layer_norm_operation(), spec("layer_norm", layer_norm_contract()),
+                     native_layer_norm);
+
+}  // namespace xllm_kernel::normalization

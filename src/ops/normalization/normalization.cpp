@@ -1,0 +1,148 @@
+// The normalization group: contracts, OPERATIONS, backend modules, public API, fake (Meta) kernels
+// and the dispatcher kernels that route torch.ops.xllm_kernel.* to the prepared bindings.
+#include "xllm_kernel/ops/normalization.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "src/core/devices.h"
+#include "src/ops/normalization/internal.h"
+#include "xllm_kernel/catalog.h"
+
+namespace xllm_kernel {
+
+namespace {
+constexpr const char* kDtypes = "float32, bfloat16, float16; weight (and bias) in the input's dtype or float32";
+}
+
+const OpContract& rms_norm_contract() {
+  static const OpContract contract{
+      "rms_norm",
+      1,
+      "rms_norm(Tensor input, Tensor weight, float eps) -> Tensor",
+      {},
+      false,
+      NumericalMode::kFp32Accumulate,
+      "out = input * rsqrt(mean(input^2 over the last dimension) + eps) * weight, computed in float32 and "
+      "rounded once to the input's dtype. input is [..., hidden] with any strides for the leading dimensions "
+      "and a contiguous last dimension; out is a new contiguous tensor of input's shape and dtype. hidden >= 1, "
+      "zero rows allowed, eps finite and >= 0.",
+      kDtypes};
+  return contract;
+}
+
+const OpContract& fused_add_rms_norm_contract() {
+  static const OpContract contract{
+      "fused_add_rms_norm",
+      1,
+      "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+      {"input", "residual"},
+      false,
+      NumericalMode::kFp32Accumulate,
+      "residual <- input + residual, rounded to residual's dtype; input <- rms_norm(residual, weight, eps) computed "
+      "from that rounded residual (the Hugging Face / vLLM semantics). Both tensors are written in place and "
+      "must not overlap; residual has input's shape and dtype. Returns nothing.",
+      kDtypes};
+  return contract;
+}
+
+const OpContract& layer_norm_contract() {
+  static const OpContract contract{
+      "layer_norm",
+      1,
+      "layer_norm(Tensor input, Tensor weight, Tensor? bias, float eps) -> Tensor",
+      {},
+      false,
+      NumericalMode::kFp32Accumulate,
+      "out = (input - mean) * rsqrt(var + eps) * weight + bias over the last dimension, with the biased variance "
+      "(divided by hidden), computed in float32 and rounded once to the input's dtype; bias is optional and has "
+      "weight's dtype. Layout rules as rms_norm; out is a new contiguous tensor.",
+      kDtypes};
+  return contract;
+}
+
+const TypedOperation<RmsNormFn>& rms_norm_operation() {
+  static const TypedOperation<RmsNormFn> operation(rms_norm_contract());
+  return operation;
+}
+
+const TypedOperation<FusedAddRmsNormFn>& fused_add_rms_norm_operation() {
+  static const TypedOperation<FusedAddRmsNormFn> operation(fused_add_rms_norm_contract());
+  return operation;
+}
+
+const TypedOperation<LayerNormFn>& layer_norm_operation() {
+  static const TypedOperation<LayerNormFn> operation(layer_norm_contract());
+  return operation;
+}
+
+const Group& normalization_group() {
+  auto declare = [](const std::string& solution) {
+    std::vector<DeclaredImplementation> out;
+    for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
+      out.push_back({op, "cpu." + solution + "." + op, solution});
+    }
+    return out;
+  };
+  static const Group group{
+      "normalization",
+      {&rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()},
+      {
+          BackendModule{"normalization.torch_cpu", Device::kCpu, declare("torch"), nullptr, ""},
+          BackendModule{"normalization.native_cpu", Device::kCpu, declare("native"), &normalization::probe_native_cpu, ""},
+      }};
+  return group;
+}
+
+namespace ops {
+
+at::Tensor rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return rms_norm_operation().call(detail::device_of("rms_norm", input), input, weight, eps);
+}
+
+void fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  fused_add_rms_norm_operation().call(detail::device_of("fused_add_rms_norm", input), input, residual, weight, eps);
+}
+
+at::Tensor layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                      double eps) {
+  return layer_norm_operation().call(detail::device_of("layer_norm", input), input, weight, bias, eps);
+}
+
+}  // namespace ops
+
+namespace {
+
+// Fakes infer metadata only: the output is a new contiguous tensor of input's shape and dtype.
+at::Tensor rms_norm_fake(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(input.dim() >= 1, "rms_norm: input must have at least 1 dimension [..., hidden], got a 0-D tensor");
+  return at::empty(input.sizes(), input.options());
+}
+
+void fused_add_rms_norm_fake(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(residual.sizes() == input.sizes(), "fused_add_rms_norm: residual must have input's shape ",
+              input.sizes(), ", got ", residual.sizes());
+}
+
+at::Tensor layer_norm_fake(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           double eps) {
+  TORCH_CHECK(input.dim() >= 1, "layer_norm: input must have at least 1 dimension [..., hidden], got a 0-D tensor");
+  return at::empty(input.sizes(), input.options());
+}
+
+}  // namespace
+}  // namespace xllm_kernel
+
+// Schemas are defined once, from the contracts, in src/core/custom_ops.cpp.
+TORCH_LIBRARY_IMPL(xllm_kernel, Meta, m) {
+  m.impl("rms_norm", &xllm_kernel::rms_norm_fake);
+  m.impl("fused_add_rms_norm", &xllm_kernel::fused_add_rms_norm_fake);
+  m.impl("layer_norm", &xllm_kernel::layer_norm_fake);
+}
+
+TORCH_LIBRARY_IMPL(xllm_kernel, CPU, m) {
+  m.impl("rms_norm", &xllm_kernel::ops::rms_norm);
+  m.impl("fused_add_rms_norm", &xllm_kernel::ops::fused_add_rms_norm);
+  m.impl("layer_norm", &xllm_kernel::ops::layer_norm);
+}

@@ -1,0 +1,292 @@
+// Selection rules of initialize() and explain(), on a test catalog with its own registry.
+#include "xllm_kernel/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "test/core/test_catalog.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+#define EXPECT_ERROR_CONTAINS(stmt, text)               \
+  do {                                                  \
+    const std::string _e = error_of([&] { stmt; });     \
+    EXPECT_NE(_e.find(text), std::string::npos) << _e;  \
+  } while (0)
+
+// alpha: cpu.native (20), cpu.torch (10), cpu.python (20, eager+graph), cpu.slow (unavailable
+// module), cuda.native. beta: cpu.torch (10), cpu.native.graph (5, graph only).
+class RuntimeTest : public ::testing::Test {
+ protected:
+  RuntimeTest() {
+    module_ok_ = BackendModule{"test.cpu", Device::kCpu,
+                               {{"alpha", "cpu.native.alpha", "native"}, {"alpha", "cpu.torch.alpha", "torch"},
+                                {"beta", "cpu.torch.beta", "torch"}},
+                               [] { return ProbeResult::ok("test target"); }, ""};
+    module_missing_ = BackendModule{"test.vendor", Device::kCpu,
+                                    {{"alpha", "cpu.vendor.alpha", "vendor"}, {"alpha", "cpu.unregistered.alpha", "unregistered"}},
+                                    [] { return ProbeResult::missing("libvendor.so (not found)"); }, ""};
+    module_plugin_ = BackendModule{"test.plugin", Device::kCuda, {{"alpha", "cuda.plugin.alpha", "plugin"}}, nullptr,
+                                   "libxllm_kernel_no_such_plugin.so"};
+    group_ = Group{"test", {&alpha(), &beta()}, {module_ok_, module_missing_, module_plugin_}};
+    add(alpha(), "cpu.native.alpha", alpha_contract(), Device::kCpu, "native", 20, &plus1);
+    add(alpha(), "cpu.torch.alpha", alpha_contract(), Device::kCpu, "torch", 10, &plus2);
+    add(alpha(), "cpu.python.alpha", alpha_contract(), Device::kCpu, "python", 20, &plus3,
+        {ExecutionMode::kEager, ExecutionMode::kGraph});
+    // Registered although its module's dependency is missing: excluded with the module's reason.
+    add(alpha(), "cpu.vendor.alpha", alpha_contract(), Device::kCpu, "vendor", 99, &plus3);
+    add(alpha(), "cuda.native.alpha", alpha_contract(), Device::kCuda, "native", 20, &plus1);
+    add(beta(), "cpu.torch.beta", beta_contract(), Device::kCpu, "torch", 10, &times2);
+    add(beta(), "cpu.native.beta.graph", beta_contract(), Device::kCpu, "native", 5, &times3, {ExecutionMode::kGraph},
+        "graph");
+    runtime_ = std::make_unique<Runtime>(registry_, std::vector<const Group*>{&group_}, /*publish=*/true);
+  }
+  ~RuntimeTest() override { runtime_->reset_for_testing(); }
+
+  void add(const TypedOperation<UnaryFn>& op, const std::string& name, const OpContract& contract, Device device,
+           const std::string& solution, int priority, UnaryFn* fn, std::vector<ExecutionMode> modes = {ExecutionMode::kEager},
+           const std::string& variant = "") {
+    registry_.add(op, spec(name, contract, device, solution, priority, std::move(modes), variant),
+                  KernelFunction<UnaryFn>([](const void* ctx, int x) { return reinterpret_cast<UnaryFn*>(const_cast<void*>(ctx))(x); },
+                                          reinterpret_cast<const void*>(fn)));
+  }
+
+  std::shared_ptr<const Bindings> init(InitializeOptions options = {}, Device device = Device::kCpu) {
+    return runtime_->initialize(device, options);
+  }
+
+  Registry registry_;
+  BackendModule module_ok_, module_missing_, module_plugin_;
+  Group group_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+TEST_F(RuntimeTest, SelectsHighestPriorityThenName) {
+  auto b = init({{"alpha"}});
+  // native and python tie at 20; "cpu.native.alpha" < "cpu.python.alpha". vendor (99) is excluded.
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.native.alpha");
+  EXPECT_EQ(b->at("alpha").detail(), "test target");
+  EXPECT_EQ(b->at("alpha").function<UnaryFn>()(1), 2);
+}
+
+TEST_F(RuntimeTest, PublishesToTheOperationForTheServingPath) {
+  EXPECT_ERROR_CONTAINS(alpha().call(Device::kCpu, 1), "device cpu is not initialized");
+  init({{"alpha"}});
+  EXPECT_EQ(alpha().call(Device::kCpu, 1), 2);
+  EXPECT_EQ(alpha().prepared(Device::kCpu)->spec().name, "cpu.native.alpha");
+  EXPECT_EQ(alpha().prepared(Device::kCuda), nullptr);
+  EXPECT_ERROR_CONTAINS(alpha().call(Device::kCuda, 1), "device cuda is not initialized");
+  // beta was not requested.
+  EXPECT_ERROR_CONTAINS(beta().call(Device::kCpu, 1), "beta: device cpu is not initialized");
+}
+
+TEST_F(RuntimeTest, EmptyOperationsMeansTheWholeCatalog) {
+  auto b = init();
+  EXPECT_EQ(b->operations(), (std::vector<std::string>{"alpha", "beta"}));
+  EXPECT_EQ(b->at("beta").spec().name, "cpu.torch.beta");
+  EXPECT_ERROR_CONTAINS(b->at("gamma"), "operation 'gamma' was not initialized");
+}
+
+TEST_F(RuntimeTest, FiltersByExecutionMode) {
+  InitializeOptions options;
+  options.mode = ExecutionMode::kGraph;
+  auto b = init(options);
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.python.alpha");
+  EXPECT_EQ(b->at("beta").spec().name, "cpu.native.beta.graph");
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  for (const auto& c : ex.candidates) {
+    if (c.name == "cpu.native.alpha") {
+      EXPECT_EQ(c.verdict, Verdict::kExcluded);
+      EXPECT_EQ(c.reason, "unsupported mode graph (supports eager)");
+    }
+  }
+}
+
+TEST_F(RuntimeTest, FiltersByDevice) {
+  // cuda: the only registered kernel is cuda.native.alpha; the plugin module is not installed.
+  auto b = init({{"alpha"}}, Device::kCuda);
+  EXPECT_EQ(b->at("alpha").spec().name, "cuda.native.alpha");
+  const Explanation ex = runtime_->explain(Device::kCuda, "alpha");
+  bool saw_plugin = false;
+  for (const auto& c : ex.candidates) {
+    EXPECT_EQ(c.name.rfind("cuda.", 0), 0u) << c.name;
+    if (c.name == "cuda.plugin.alpha") {
+      saw_plugin = true;
+      EXPECT_EQ(c.verdict, Verdict::kExcluded);
+      EXPECT_NE(c.reason.find("plugin libxllm_kernel_no_such_plugin.so is not installed"), std::string::npos) << c.reason;
+    }
+  }
+  EXPECT_TRUE(saw_plugin);
+}
+
+TEST_F(RuntimeTest, MissingDependencyExcludesWithReason) {
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  ASSERT_TRUE(ex.selected());
+  EXPECT_EQ(ex.selected()->name, "cpu.native.alpha");
+  int seen = 0;
+  for (const auto& c : ex.candidates) {
+    if (c.name == "cpu.vendor.alpha" || c.name == "cpu.unregistered.alpha") {
+      ++seen;
+      EXPECT_EQ(c.verdict, Verdict::kExcluded);
+      EXPECT_EQ(c.reason, "missing dependency: libvendor.so (not found)");
+    }
+  }
+  EXPECT_EQ(seen, 2);  // also the declared implementation that never registered
+}
+
+TEST_F(RuntimeTest, ExplainGivesEveryCandidateInOrder) {
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  std::vector<std::string> names;
+  for (const auto& c : ex.candidates) names.push_back(c.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu.native.alpha", "cpu.python.alpha", "cpu.torch.alpha",
+                                             "cpu.vendor.alpha", "cpu.unregistered.alpha"}));
+  EXPECT_EQ(ex.candidates[1].verdict, Verdict::kLowerPriority);
+  EXPECT_EQ(ex.candidates[1].reason, "same priority, name orders after cpu.native.alpha");
+  EXPECT_EQ(ex.candidates[2].reason, "priority 10 < 20");
+  const std::string text = ex.to_string();
+  EXPECT_NE(text.find("cpu.native.alpha"), std::string::npos);
+  EXPECT_NE(text.find("selected"), std::string::npos);
+  EXPECT_NE(text.find("excluded: missing dependency: libvendor.so"), std::string::npos) << text;
+}
+
+TEST_F(RuntimeTest, OverrideByFullName) {
+  auto b = init({{"alpha"}, {{"alpha", "cpu.torch.alpha"}}});
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.torch.alpha");
+  EXPECT_EQ(alpha().call(Device::kCpu, 1), 3);
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  EXPECT_EQ(ex.override_target, "cpu.torch.alpha");
+  EXPECT_EQ(ex.override_source, "argument");
+  for (const auto& c : ex.candidates) {
+    if (c.name == "cpu.native.alpha") {
+      EXPECT_EQ(c.verdict, Verdict::kNotOverridden);
+      EXPECT_NE(c.reason.find("override selects cpu.torch.alpha (argument)"), std::string::npos) << c.reason;
+    }
+  }
+}
+
+TEST_F(RuntimeTest, OverrideBySolution) {
+  auto b = init({{"alpha"}, {{"alpha", "python"}}});
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.python.alpha");
+}
+
+TEST_F(RuntimeTest, EnvironmentOverrideBeatsArgument) {
+  ScopedEnv env("XLLM_KERNEL_OVERRIDE_ALPHA", "torch");
+  auto b = init({{"alpha"}, {{"alpha", "cpu.python.alpha"}}});
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.torch.alpha");
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  EXPECT_EQ(ex.override_source, "environment XLLM_KERNEL_OVERRIDE_ALPHA");
+  EXPECT_NE(ex.to_string().find("override 'torch' from environment XLLM_KERNEL_OVERRIDE_ALPHA"), std::string::npos);
+}
+
+TEST_F(RuntimeTest, UnknownOverrideNamesClosest) {
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "cpu.natve.alpha"}}}), "closest: cpu.native.alpha");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "nativ"}}}), "neither an implementation nor a solution");
+  // Nothing was published by the failed attempts.
+  EXPECT_EQ(runtime_->bindings(Device::kCpu), nullptr);
+  EXPECT_EQ(alpha().prepared(Device::kCpu), nullptr);
+}
+
+TEST_F(RuntimeTest, OverrideOfExcludedTargetGivesItsReason) {
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "cpu.vendor.alpha"}}}),
+                        "names an excluded implementation: missing dependency: libvendor.so (not found)");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "vendor"}}}), "every implementation of that solution is excluded");
+  InitializeOptions graph{{"alpha"}, {{"alpha", "cpu.torch.alpha"}}, ExecutionMode::kGraph};
+  EXPECT_ERROR_CONTAINS(init(graph), "unsupported mode graph");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "cuda.native.alpha"}}}), "an implementation for device cuda");
+}
+
+TEST_F(RuntimeTest, UnknownOperationNamesClosest) {
+  EXPECT_ERROR_CONTAINS(init({{"alpah"}}), "unknown operation 'alpah'; closest: alpha");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"bta", "torch"}}}), "unknown operation 'bta'");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"beta", "torch"}}}), "not among the requested operations");
+  EXPECT_ERROR_CONTAINS(runtime_->explain(Device::kCpu, "gamma"), "unknown operation 'gamma'");
+}
+
+TEST_F(RuntimeTest, SameConfigurationReturnsSameBindings) {
+  auto a = init({{"beta", "alpha"}});
+  auto b = init({{"alpha", "beta", "alpha"}});  // order and repetition do not matter
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(runtime_->bindings(Device::kCpu).get(), a.get());
+}
+
+TEST_F(RuntimeTest, DifferentConfigurationIsAnErrorNamingTheDifference) {
+  init({{"alpha"}});
+  EXPECT_ERROR_CONTAINS(init({{"alpha", "beta"}}), "operations [alpha] then [alpha, beta]");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {{"alpha", "torch"}}}), "overrides {} then {alpha=torch (argument)}");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {}, ExecutionMode::kGraph}), "mode eager then graph");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}, {}, ExecutionMode::kGraph}), "restart the worker");
+  {
+    ScopedEnv env("XLLM_KERNEL_OVERRIDE_ALPHA", "torch");
+    EXPECT_ERROR_CONTAINS(init({{"alpha"}}), "environment XLLM_KERNEL_OVERRIDE_ALPHA");
+  }
+  // Another device is configured independently.
+  EXPECT_NO_THROW(init({{"alpha"}}, Device::kCuda));
+}
+
+TEST_F(RuntimeTest, AllOrNothing) {
+  // beta has no eager implementation once its only eager one is overridden away to graph-only.
+  EXPECT_ERROR_CONTAINS(init({{"alpha", "beta"}, {{"beta", "cpu.native.beta.graph"}}}),
+                        "unsupported mode eager (supports graph)");
+  EXPECT_EQ(runtime_->bindings(Device::kCpu), nullptr);
+  EXPECT_EQ(alpha().prepared(Device::kCpu), nullptr);  // alpha prepared fine but was not published
+  // A later, valid configuration still works.
+  EXPECT_EQ(init({{"alpha", "beta"}})->size(), 2u);
+}
+
+TEST_F(RuntimeTest, FreezesTheDeviceOnInitialize) {
+  init({{"alpha"}});
+  EXPECT_ERROR_CONTAINS(add(alpha(), "cpu.late.alpha", alpha_contract(), Device::kCpu, "late", 1, &plus1), "frozen");
+  EXPECT_NO_THROW(add(alpha(), "cuda.late.alpha", alpha_contract(), Device::kCuda, "late", 1, &plus1));
+}
+
+TEST_F(RuntimeTest, ConcurrentInitializeAgrees) {
+  std::vector<std::shared_ptr<const Bindings>> results(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { results[i] = runtime_->initialize(Device::kCpu, InitializeOptions{{"alpha", "beta"}}); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) EXPECT_EQ(r.get(), results[0].get());
+}
+
+TEST_F(RuntimeTest, ContractVersionMismatchIsExcluded) {
+  static const OpContract old_alpha{"alpha", 0, "alpha(int x) -> int", {}, false, NumericalMode::kExact, "", ""};
+  add(alpha(), "cpu.old.alpha", old_alpha, Device::kCpu, "old", 100, &plus3);
+  auto b = init({{"alpha"}});
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.native.alpha");
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  bool seen = false;
+  for (const auto& c : ex.candidates) {
+    if (c.name == "cpu.old.alpha") {
+      seen = true;
+      EXPECT_NE(c.reason.find("contract mismatch: implements version 0"), std::string::npos) << c.reason;
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(RuntimeTest, RegistrationErrorsPropagateFromInitialize) {
+  registry_.record_error("register_kernel(cpu.broken.alpha): boom");
+  EXPECT_ERROR_CONTAINS(init(), "an implementation failed to register: register_kernel(cpu.broken.alpha): boom");
+}
+
+TEST_F(RuntimeTest, NoEligibleImplementationListsCandidates) {
+  Registry empty;
+  Runtime rt(empty, {&group_}, /*publish=*/false);
+  EXPECT_ERROR_CONTAINS(rt.initialize(Device::kNpu, InitializeOptions{{"alpha"}}),
+                        "alpha: no eligible implementation on npu in eager mode");
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
