@@ -91,14 +91,19 @@ class PreparedKernel;
 // The public API reads the published binding with one atomic load.
 class Operation {
  public:
-  Operation(const OpContract& contract, const std::type_info& signature)
-      : contract_(contract), signature_(signature) {}
+  // Makes a typed callable out of a boxed kernel (xllm_kernel/boxing.h); null when the operation's
+  // arguments cannot be boxed.
+  using Boxer = ErasedFunction (*)(std::shared_ptr<const void> boxed_kernel);
+
+  Operation(const OpContract& contract, const std::type_info& signature, Boxer boxer = nullptr)
+      : contract_(contract), signature_(signature), boxer_(boxer) {}
   Operation(const Operation&) = delete;
   Operation& operator=(const Operation&) = delete;
 
   const OpContract& contract() const { return contract_; }
   const std::string& name() const { return contract_.operation; }
   const std::type_info& signature() const { return signature_; }
+  Boxer boxer() const { return boxer_; }
 
   // The binding initialize() published for `device`, or null.
   const PreparedKernel* prepared(Device device) const {
@@ -115,6 +120,7 @@ class Operation {
  private:
   const OpContract& contract_;
   const std::type_info& signature_;
+  Boxer boxer_;
   mutable std::atomic<const PreparedKernel*> published_[kNumDevices] = {};
 };
 
@@ -124,7 +130,8 @@ class TypedOperation;
 template <class R, class... Args>
 class TypedOperation<R(Args...)> : public Operation {
  public:
-  explicit TypedOperation(const OpContract& contract) : Operation(contract, typeid(R(Args...))) {}
+  explicit TypedOperation(const OpContract& contract, Boxer boxer = nullptr)
+      : Operation(contract, typeid(R(Args...)), boxer) {}
 
   // get_prepared(device).function<Sig>()
   KernelFunction<R(Args...)> function(Device device) const;

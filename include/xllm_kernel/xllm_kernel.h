@@ -7,6 +7,7 @@
 //   std::cout << xllm_kernel::explain("cpu", "rms_norm").to_string();
 #pragma once
 
+#include "xllm_kernel/boxing.h"
 #include "xllm_kernel/catalog.h"
 #include "xllm_kernel/contract.h"
 #include "xllm_kernel/ops.h"

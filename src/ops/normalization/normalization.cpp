@@ -8,6 +8,7 @@
 
 #include "src/core/devices.h"
 #include "src/ops/normalization/internal.h"
+#include "xllm_kernel/boxing.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel {
@@ -63,17 +64,17 @@ const OpContract& layer_norm_contract() {
 }
 
 const TypedOperation<RmsNormFn>& rms_norm_operation() {
-  static const TypedOperation<RmsNormFn> operation(rms_norm_contract());
+  static const TypedOperation<RmsNormFn> operation(rms_norm_contract(), &boxed_function<RmsNormFn>);
   return operation;
 }
 
 const TypedOperation<FusedAddRmsNormFn>& fused_add_rms_norm_operation() {
-  static const TypedOperation<FusedAddRmsNormFn> operation(fused_add_rms_norm_contract());
+  static const TypedOperation<FusedAddRmsNormFn> operation(fused_add_rms_norm_contract(), &boxed_function<FusedAddRmsNormFn>);
   return operation;
 }
 
 const TypedOperation<LayerNormFn>& layer_norm_operation() {
-  static const TypedOperation<LayerNormFn> operation(layer_norm_contract());
+  static const TypedOperation<LayerNormFn> operation(layer_norm_contract(), &boxed_function<LayerNormFn>);
   return operation;
 }
 

@@ -1,0 +1,65 @@
+// Boxed kernels: implementations that take their arguments as a stack of IValues in schema order
+// and leave the results on it, as the torch dispatcher does. Python kernels (register_kernel in the
+// Python package) arrive this way; any operation declared with a boxer accepts them.
+//
+//   static const TypedOperation<RmsNormFn> op(rms_norm_contract(), &boxed_function<RmsNormFn>);
+//   add_boxed_kernel(registry(), op, spec, [](torch::jit::Stack& stack) { ... });
+//
+// The typed thunk boxes the arguments, calls the kernel and unboxes the result: slower than a
+// native call, but selected, prepared and validated like any other implementation.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/util/Exception.h>
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+
+#include "xllm_kernel/registry.h"
+
+namespace xllm_kernel {
+
+using BoxedKernel = std::function<void(torch::jit::Stack& stack)>;
+
+namespace detail {
+template <class Sig>
+struct BoxedThunk;
+
+template <class R, class... Args>
+struct BoxedThunk<R(Args...)> {
+  static R call(const void* context, Args... args) {
+    const auto& kernel = *static_cast<const BoxedKernel*>(context);
+    torch::jit::Stack stack;
+    stack.reserve(sizeof...(Args));
+    (stack.emplace_back(args), ...);
+    kernel(stack);
+    if constexpr (!std::is_void_v<R>) {
+      TORCH_CHECK(stack.size() == 1, "boxed kernel must leave exactly one result on the stack, left ", stack.size());
+      return std::move(stack[0]).template to<std::decay_t<R>>();
+    }
+  }
+};
+}  // namespace detail
+
+// The Boxer of an operation with signature Sig.
+template <class Sig>
+ErasedFunction boxed_function(std::shared_ptr<const void> boxed_kernel) {
+  const void* context = boxed_kernel.get();
+  return ErasedFunction::from(KernelFunction<Sig>(&detail::BoxedThunk<Sig>::call, context), std::move(boxed_kernel));
+}
+
+// Registers a boxed kernel for `operation` (which must have been declared with a boxer).
+inline void add_boxed_kernel(Registry& registry, const Operation& operation, KernelSpec spec, BoxedKernel kernel) {
+  if (operation.boxer() == nullptr) {
+    throw std::invalid_argument("register_kernel(" + spec.name + "): operation '" + operation.name() +
+                                "' does not accept boxed kernels");
+  }
+  if (!kernel) throw std::invalid_argument("register_kernel(" + spec.name + "): kernel must not be empty");
+  auto owned = std::make_shared<const BoxedKernel>(std::move(kernel));
+  registry.add(operation, std::move(spec), operation.boxer()(std::move(owned)));
+}
+
+}  // namespace xllm_kernel

@@ -1,0 +1,73 @@
+// Boxed kernels (the path Python kernels take) compete in selection and are called through the
+// same typed binding as native ones.
+#include "xllm_kernel/boxing.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "xllm_kernel/xllm_kernel.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+KernelSpec boxed_spec(const std::string& op, const OpContract& contract, int priority) {
+  return KernelSpec{"cpu.python." + op, &contract, Device::kCpu, {ExecutionMode::kEager}, "test", "python", "", "boxed", priority};
+}
+
+TEST(Boxing, BoxedKernelsAreSelectedAndCalledThroughTypedBindings) {
+  Registry r;
+  // rms_norm: returns input * 2 (a recognisable value, not the real semantics).
+  add_boxed_kernel(r, rms_norm_operation(), boxed_spec("rms_norm", rms_norm_contract(), 50), [](torch::jit::Stack& s) {
+    ASSERT_EQ(s.size(), 3u);
+    EXPECT_DOUBLE_EQ(s[2].toDouble(), 1e-6);
+    at::Tensor out = s[0].toTensor() * 2;
+    s.clear();
+    s.emplace_back(out);
+  });
+  // fused: writes both mutated arguments in place, returns nothing.
+  add_boxed_kernel(r, fused_add_rms_norm_operation(), boxed_spec("fused_add_rms_norm", fused_add_rms_norm_contract(), 50),
+                   [](torch::jit::Stack& s) {
+                     at::Tensor input = s[0].toTensor(), residual = s[1].toTensor();
+                     residual.add_(input);
+                     input.fill_(7);
+                     s.clear();
+                   });
+  // layer_norm: the optional bias arrives as None or a tensor.
+  add_boxed_kernel(r, layer_norm_operation(), boxed_spec("layer_norm", layer_norm_contract(), 50), [](torch::jit::Stack& s) {
+    at::Tensor out = s[2].isNone() ? s[0].toTensor().clone() : s[0].toTensor() + s[2].toTensor();
+    s.clear();
+    s.emplace_back(out);
+  });
+  Runtime rt(r, {&normalization_group()}, /*publish_to_operations=*/false);
+  auto b = rt.initialize(Device::kCpu, {});
+  EXPECT_EQ(b->at("rms_norm").spec().name, "cpu.python.rms_norm");
+
+  at::Tensor x = at::arange(6, at::kFloat).reshape({2, 3}), w = at::ones({3});
+  EXPECT_TRUE(at::equal(b->at("rms_norm").function<RmsNormFn>()(x, w, 1e-6), x * 2));
+  at::Tensor input = x.clone(), residual = at::ones({2, 3});
+  b->at("fused_add_rms_norm").function<FusedAddRmsNormFn>()(input, residual, w, 1e-6);
+  EXPECT_TRUE(at::equal(residual, x + 1));
+  EXPECT_TRUE(at::equal(input, at::full({2, 3}, 7.0f)));
+  EXPECT_TRUE(at::equal(b->at("layer_norm").function<LayerNormFn>()(x, w, std::nullopt, 1e-5), x));
+  EXPECT_TRUE(at::equal(b->at("layer_norm").function<LayerNormFn>()(x, w, at::ones({3}), 1e-5), x + 1));
+}
+
+TEST(Boxing, ResultCountIsChecked) {
+  Registry r;
+  add_boxed_kernel(r, rms_norm_operation(), boxed_spec("rms_norm", rms_norm_contract(), 50),
+                   [](torch::jit::Stack& s) { s.clear(); });
+  Runtime rt(r, {&normalization_group()}, false);
+  auto b = rt.initialize(Device::kCpu, {{"rms_norm"}});
+  EXPECT_THROW(b->at("rms_norm").function<RmsNormFn>()(at::ones({1, 2}), at::ones({2}), 0.0), c10::Error);
+}
+
+TEST(Boxing, OperationsWithoutBoxerRejectBoxedKernels) {
+  static const OpContract c{"plain", 1, "plain(int x) -> int", {}, false, NumericalMode::kExact, "", ""};
+  static const TypedOperation<int(int)> plain(c);
+  Registry r;
+  KernelSpec s{"cpu.python.plain", &c, Device::kCpu, {ExecutionMode::kEager}, "", "python", "", "boxed", 1};
+  EXPECT_THROW(add_boxed_kernel(r, plain, s, [](torch::jit::Stack&) {}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
