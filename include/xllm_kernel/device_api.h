@@ -1,0 +1,44 @@
+// What the offline tools need from a device beyond tensors: synchronization, device-time intervals
+// and graph capture. The CPU's is built in; a device plugin (CUDA) registers its own when loaded.
+//
+//   const DeviceApi* api = device_api(Device::kCuda);   // null until the plugin registered one
+//   if (auto reason = api->graph_unsupported_reason()) ... else { auto g = api->capture(0, fn, 64); g->replay(); }
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "xllm_kernel/contract.h"
+
+namespace xllm_kernel {
+
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;  // enqueues the captured calls on the current stream
+};
+
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+  // For reports, e.g. "NVIDIA H200 (sm_90), driver 13.0, 132 SMs".
+  virtual std::string description(int index) const = 0;
+  virtual void synchronize(int index) const = 0;
+  // Whether time_interval measures device time with events (false on the CPU, where a call is
+  // synchronous and the interval is the call's wall time).
+  virtual bool has_device_events() const = 0;
+  // Seconds between events recorded before and after `enqueue` (synchronizes on the second).
+  virtual double time_interval(int index, const std::function<void()>& enqueue) const = 0;
+  // Why graphs cannot be captured on this device, or nothing when they can.
+  virtual std::optional<std::string> graph_unsupported_reason() const = 0;
+  // Captures `calls` invocations of `enqueue` into one graph (warm up before capturing).
+  virtual std::unique_ptr<DeviceGraph> capture(int index, const std::function<void()>& enqueue, int calls) const = 0;
+};
+
+// The registered API of a device, or null.
+const DeviceApi* device_api(Device device);
+void register_device_api(Device device, std::shared_ptr<const DeviceApi> api);
+
+}  // namespace xllm_kernel
