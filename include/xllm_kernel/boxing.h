@@ -2,8 +2,10 @@
 // and leave the results on it, as the torch dispatcher does. Python kernels (register_kernel in the
 // Python package) arrive this way; any operation declared with a boxer accepts them.
 //
-//   static const TypedOperation<RmsNormFn> op(rms_norm_contract(), &boxed_function<RmsNormFn>);
+//   static const TypedOperation<RmsNormFn> op(rms_norm_contract(), &boxed_function<RmsNormFn>,
+//                                             &call_boxed<RmsNormFn>);
 //   add_boxed_kernel(registry(), op, spec, [](torch::jit::Stack& stack) { ... });
+//   op.boxed_caller()(prepared.erased(), stack);  // any prepared binding, called with IValues
 //
 // The typed thunk boxes the arguments, calls the kernel and unboxes the result: slower than a
 // native call, but selected, prepared and validated like any other implementation.
@@ -17,6 +19,8 @@
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <typeinfo>
+#include <utility>
 
 #include "xllm_kernel/registry.h"
 
@@ -42,7 +46,53 @@ struct BoxedThunk<R(Args...)> {
     }
   }
 };
+template <class Sig>
+struct BoxedCall;
+
+template <class R, class... Args>
+struct BoxedCall<R(Args...)> {
+  using Thunk = typename KernelFunction<R(Args...)>::Thunk;
+
+  // A mutable tensor argument (Tensor&) binds to the tensor inside the IValue, so writes reach the
+  // caller's tensor; everything else converts to the parameter's value type.
+  template <class Arg>
+  static decltype(auto) unbox(c10::IValue& value) {
+    if constexpr (std::is_same_v<std::decay_t<Arg>, at::Tensor>) {
+      return value.toTensor();
+    } else {
+      return std::move(value).template to<std::decay_t<Arg>>();
+    }
+  }
+
+  static void call(const ErasedFunction& function, torch::jit::Stack& stack) {
+    TORCH_CHECK(stack.size() == sizeof...(Args), "call_boxed: expected ", sizeof...(Args),
+                " arguments on the stack, got ", stack.size());
+    call(reinterpret_cast<Thunk>(function.thunk), function.context, stack, std::index_sequence_for<Args...>{});
+  }
+
+  template <size_t... I>
+  static void call(Thunk thunk, const void* context, torch::jit::Stack& stack, std::index_sequence<I...>) {
+    if constexpr (std::is_void_v<R>) {
+      thunk(context, unbox<Args>(stack[I])...);
+      stack.clear();
+    } else {
+      R result = thunk(context, unbox<Args>(stack[I])...);
+      stack.clear();
+      stack.emplace_back(std::move(result));
+    }
+  }
+};
 }  // namespace detail
+
+// The BoxedCaller of an operation with signature Sig: calls `function` (which must have that
+// signature) with the arguments on `stack`, in schema order, and leaves the result there.
+template <class Sig>
+void call_boxed(const ErasedFunction& function, torch::jit::Stack& stack) {
+  if (function.signature == nullptr || *function.signature != typeid(Sig)) {
+    throw std::logic_error("call_boxed: the callable's signature does not match the operation's");
+  }
+  detail::BoxedCall<Sig>::call(function, stack);
+}
 
 // The Boxer of an operation with signature Sig.
 template <class Sig>

@@ -25,6 +25,10 @@
 
 #include "xllm_kernel/contract.h"
 
+namespace c10 {
+struct IValue;
+}
+
 namespace xllm_kernel {
 
 struct KernelSpec {
@@ -94,9 +98,14 @@ class Operation {
   // Makes a typed callable out of a boxed kernel (xllm_kernel/boxing.h); null when the operation's
   // arguments cannot be boxed.
   using Boxer = ErasedFunction (*)(std::shared_ptr<const void> boxed_kernel);
+  // The other direction: calls a typed callable with its arguments as IValues in schema order and
+  // leaves its results on the stack. Callers that only hold IValues (the Python package's
+  // PreparedKernel.function) reach a prepared binding this way; null when not boxable.
+  using BoxedCaller = void (*)(const ErasedFunction& function, std::vector<c10::IValue>& stack);
 
-  Operation(const OpContract& contract, const std::type_info& signature, Boxer boxer = nullptr)
-      : contract_(contract), signature_(signature), boxer_(boxer) {}
+  Operation(const OpContract& contract, const std::type_info& signature, Boxer boxer = nullptr,
+            BoxedCaller boxed_caller = nullptr)
+      : contract_(contract), signature_(signature), boxer_(boxer), boxed_caller_(boxed_caller) {}
   Operation(const Operation&) = delete;
   Operation& operator=(const Operation&) = delete;
 
@@ -104,6 +113,7 @@ class Operation {
   const std::string& name() const { return contract_.operation; }
   const std::type_info& signature() const { return signature_; }
   Boxer boxer() const { return boxer_; }
+  BoxedCaller boxed_caller() const { return boxed_caller_; }
 
   // The binding initialize() published for `device`, or null.
   const PreparedKernel* prepared(Device device) const {
@@ -121,6 +131,7 @@ class Operation {
   const OpContract& contract_;
   const std::type_info& signature_;
   Boxer boxer_;
+  BoxedCaller boxed_caller_;
   mutable std::atomic<const PreparedKernel*> published_[kNumDevices] = {};
 };
 
@@ -130,8 +141,8 @@ class TypedOperation;
 template <class R, class... Args>
 class TypedOperation<R(Args...)> : public Operation {
  public:
-  explicit TypedOperation(const OpContract& contract, Boxer boxer = nullptr)
-      : Operation(contract, typeid(R(Args...)), boxer) {}
+  explicit TypedOperation(const OpContract& contract, Boxer boxer = nullptr, BoxedCaller boxed_caller = nullptr)
+      : Operation(contract, typeid(R(Args...)), boxer, boxed_caller) {}
 
   // get_prepared(device).function<Sig>()
   KernelFunction<R(Args...)> function(Device device) const;

@@ -61,6 +61,38 @@ TEST(Boxing, ResultCountIsChecked) {
   EXPECT_THROW(b->at("rms_norm").function<RmsNormFn>()(at::ones({1, 2}), at::ones({2}), 0.0), c10::Error);
 }
 
+// The reverse direction: a native binding called with IValues in schema order (the Python
+// package's PreparedKernel.function), mutations reaching the caller's tensors.
+TEST(Boxing, PreparedBindingsAreCallableWithABoxedStack) {
+  Registry r;  // the built-in kernels, in a registry this test may freeze
+  for (const auto& k : registry().kernels()) r.add(*k->operation, k->spec, k->function);
+  Runtime rt(r, {&normalization_group()}, /*publish_to_operations=*/false);
+  auto b = rt.initialize(Device::kCpu, {});
+  for (const Operation* op : normalization_group().operations) ASSERT_NE(op->boxed_caller(), nullptr) << op->name();
+
+  at::Tensor x = at::randn({2, 8}), w = at::rand({8}) + 0.5;
+  torch::jit::Stack stack{x, w, 1e-6};
+  rms_norm_operation().boxed_caller()(b->at("rms_norm").erased(), stack);
+  ASSERT_EQ(stack.size(), 1u);
+  EXPECT_TRUE(at::allclose(stack[0].toTensor(), b->at("rms_norm").function<RmsNormFn>()(x, w, 1e-6)));
+
+  at::Tensor input = x.clone(), residual = at::ones({2, 8});
+  stack = {input, residual, w, 1e-6};
+  fused_add_rms_norm_operation().boxed_caller()(b->at("fused_add_rms_norm").erased(), stack);
+  EXPECT_TRUE(stack.empty());
+  EXPECT_TRUE(at::equal(residual, x + 1));
+  EXPECT_TRUE(at::allclose(input, b->at("rms_norm").function<RmsNormFn>()(x + 1, w, 1e-6)));
+
+  stack = {x, w, c10::IValue(), 1e-5};
+  layer_norm_operation().boxed_caller()(b->at("layer_norm").erased(), stack);
+  EXPECT_TRUE(at::allclose(stack[0].toTensor(), b->at("layer_norm").function<LayerNormFn>()(x, w, std::nullopt, 1e-5)));
+
+  stack = {x, w};
+  EXPECT_THROW(rms_norm_operation().boxed_caller()(b->at("rms_norm").erased(), stack), c10::Error);
+  stack = {x, w, 1e-6};
+  EXPECT_THROW(rms_norm_operation().boxed_caller()(b->at("layer_norm").erased(), stack), std::logic_error);
+}
+
 TEST(Boxing, OperationsWithoutBoxerRejectBoxedKernels) {
   static const OpContract c{"plain", 1, "plain(int x) -> int", {}, false, NumericalMode::kExact, "", ""};
   static const TypedOperation<int(int)> plain(c);

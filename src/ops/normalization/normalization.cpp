@@ -64,17 +64,20 @@ const OpContract& layer_norm_contract() {
 }
 
 const TypedOperation<RmsNormFn>& rms_norm_operation() {
-  static const TypedOperation<RmsNormFn> operation(rms_norm_contract(), &boxed_function<RmsNormFn>);
+  static const TypedOperation<RmsNormFn> operation(rms_norm_contract(), &boxed_function<RmsNormFn>,
+                                                   &call_boxed<RmsNormFn>);
   return operation;
 }
 
 const TypedOperation<FusedAddRmsNormFn>& fused_add_rms_norm_operation() {
-  static const TypedOperation<FusedAddRmsNormFn> operation(fused_add_rms_norm_contract(), &boxed_function<FusedAddRmsNormFn>);
+  static const TypedOperation<FusedAddRmsNormFn> operation(
+      fused_add_rms_norm_contract(), &boxed_function<FusedAddRmsNormFn>, &call_boxed<FusedAddRmsNormFn>);
   return operation;
 }
 
 const TypedOperation<LayerNormFn>& layer_norm_operation() {
-  static const TypedOperation<LayerNormFn> operation(layer_norm_contract(), &boxed_function<LayerNormFn>);
+  static const TypedOperation<LayerNormFn> operation(layer_norm_contract(), &boxed_function<LayerNormFn>,
+                                                     &call_boxed<LayerNormFn>);
   return operation;
 }
 
