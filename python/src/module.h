@@ -1,0 +1,32 @@
+// Shared by the translation units of the extension module xllm_kernel._C (not public).
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "xllm_kernel/xllm_kernel.h"
+
+namespace c10 {
+struct FunctionSchema;
+}
+
+namespace xllm_kernel::python {
+
+namespace py = pybind11;
+
+// The catalog operation called `name`; throws std::invalid_argument naming the closest ones.
+const Operation& find_operation(const std::string& who, const std::string& name);
+
+// The torch schema of torch.ops.xllm_kernel.<operation>, as the dispatcher holds it (the one
+// defined from the contract), so Python arguments convert exactly as torch.ops converts them.
+const c10::FunctionSchema& torch_schema(const Operation& operation);
+
+py::dict contract_dict(const OpContract& contract);
+py::dict spec_dict(const KernelSpec& spec);
+
+void bind_python_kernels(py::module_& m);
+void bind_tools(py::module_& m);
+
+}  // namespace xllm_kernel::python

@@ -1,0 +1,5 @@
+import sys
+
+from xllm_kernel._tools import run
+
+sys.exit(run("numerics"))

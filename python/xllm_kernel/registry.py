@@ -1,0 +1,177 @@
+"""OpContract, KernelSpec, PreparedKernel, Operation and register_kernel, over the C++ registry.
+
+There is one registry per process, the library's: these are read-only views of its C++ objects,
+and register_kernel() adds a Python implementation to it, where it competes in selection with the
+native ones.
+
+    from xllm_kernel import register_kernel
+    from xllm_kernel.ops.normalization import RMS_NORM_CONTRACT
+
+    @register_kernel(name="cpu.python.rms_norm", contract=RMS_NORM_CONTRACT, device="cpu", priority=30)
+    def rms_norm(input, weight, eps):
+        ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, TypeVar
+
+from xllm_kernel import _C
+from xllm_kernel.platforms import PlatformEnum, device_name
+
+F = TypeVar("F", bound=Callable)
+
+# The C++ core knows two execution modes; the spec names the graph mode after each device's graph
+# API (ACLGraph on Ascend, CUDA graphs), which are all the C++ "graph".
+_MODE_ALIASES = {"eager": "eager", "graph": "graph", "aclgraph": "graph", "cudagraph": "graph", "cuda_graph": "graph"}
+
+
+def execution_mode(name: str) -> str:
+    """'eager' or 'graph' from a mode name or one of its device spellings ('aclgraph', 'cudagraph')."""
+    try:
+        return _MODE_ALIASES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"execution mode: expected one of {sorted(_MODE_ALIASES)}, got {name!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpContract:
+    """An operation's semantics, shared by all its implementations (include/xllm_kernel/contract.h)."""
+
+    operation: str
+    version: int
+    schema: str
+    mutates: tuple[str, ...] = ()
+    aliases_inputs: bool = False
+    numerical_mode: str = "fp32_accumulate"
+    semantics: str = ""
+    dtypes: str = ""
+
+    @classmethod
+    def _from_c(cls, d: dict) -> "OpContract":
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """An implementation's metadata; the name is a convention, the fields are the truth."""
+
+    name: str
+    contract: OpContract
+    device: str
+    execution_modes: tuple[str, ...]
+    input_domain: str
+    solution: str
+    variant: str
+    binding: str
+    priority: int
+
+    @property
+    def operation(self) -> str:
+        return self.contract.operation
+
+    @property
+    def contract_version(self) -> int:
+        return self.contract.version
+
+    @classmethod
+    def _from_c(cls, d: dict) -> "KernelSpec":
+        return cls(**{**d, "contract": OpContract._from_c(d["contract"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedKernel:
+    """The implementation initialize() selected for one operation on one device.
+
+    `function` calls the prepared C++ binding directly (no dispatcher); keep it for a graph's
+    lifetime. `detail` is what probing its module found (e.g. the SIMD target).
+    """
+
+    spec: KernelSpec
+    function: Callable
+    detail: str = ""
+
+
+class Operation:
+    """A catalog operation (the C++ Operation): its contract and its prepared binding per device."""
+
+    __slots__ = ("contract",)
+
+    def __init__(self, contract: OpContract):
+        self.contract = contract
+
+    @property
+    def name(self) -> str:
+        return self.contract.operation
+
+    @property
+    def torch_op(self):
+        """torch.ops.xllm_kernel.<operation>.default, the dispatcher's entry to the same binding."""
+        import torch
+
+        return getattr(torch.ops.xllm_kernel, self.name).default
+
+    def get_prepared(self, device: object = None) -> PreparedKernel:
+        """The binding initialize() published; `device` may be omitted when one device is initialized."""
+        from xllm_kernel import runtime
+
+        return runtime.prepared(self.name, device)
+
+    def __repr__(self) -> str:
+        return f"Operation({self.contract.schema!r})"
+
+
+def contract(operation: str) -> OpContract:
+    """The catalog contract of `operation` (ValueError naming the closest ones if unknown)."""
+    return OpContract._from_c(_C.contract(operation))
+
+
+def kernels(device: object = None) -> tuple[KernelSpec, ...]:
+    """Every registered implementation (of one device, if given), in registration order."""
+    specs = (KernelSpec._from_c(d) for d in _C.kernels())
+    if device is None:
+        return tuple(specs)
+    name = device_name(device)
+    return tuple(s for s in specs if s.device == name)
+
+
+def _one_device(device: object, platform: object) -> str:
+    if (device is None) == (platform is None):
+        raise TypeError("register_kernel: give exactly one of device= and platform=")
+    return device_name(device if device is not None else platform)
+
+
+def register_kernel(
+    *,
+    name: str,
+    contract: OpContract,
+    device: str | PlatformEnum | None = None,
+    platform: PlatformEnum | str | None = None,
+    execution_modes: Iterable[str] = ("eager",),
+    input_domain: str = "",
+    solution: str = "python",
+    variant: str = "",
+    binding: str = "python",
+    priority: int = 0,
+) -> Callable[[F], F]:
+    """Registers the decorated callable as an implementation of `contract`'s operation.
+
+    The callable takes the operation's arguments in schema order and returns what the schema
+    returns (mutated arguments are written in place). It is returned unchanged. Registering after
+    initialize() of that device fails (the registry is frozen then), as does a name that does not
+    follow <device>.<solution>.<operation>[.<variant>] or is already taken.
+    """
+    device_ = _one_device(device, platform)
+    if isinstance(execution_modes, str):
+        execution_modes = (execution_modes,)
+    modes = [execution_mode(m) for m in execution_modes]
+    contract_fields = dataclasses.asdict(contract)
+
+    def decorate(fn: F) -> F:
+        _C.register_kernel(
+            contract_fields, name, device_, modes, input_domain, solution, variant, binding, int(priority), fn
+        )
+        return fn
+
+    return decorate

@@ -1,0 +1,163 @@
+"""initialize() and explain(): selection happens once, in C++, before the model runs.
+
+    from xllm_kernel import initialize, explain
+
+    bindings = initialize(device="cpu", operations=("rms_norm",), overrides={"rms_norm": "torch"})
+    plan = bindings["rms_norm"]            # PreparedKernel: plan.spec, plan.function
+    y = plan.function(x, weight, 1e-6)     # the prepared C++ binding, no dispatcher
+    print(explain("cpu", "rms_norm"))      # every candidate and its verdict
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+
+from xllm_kernel import _C
+from xllm_kernel.platforms import Platform, device_name
+from xllm_kernel.registry import KernelSpec, PreparedKernel, execution_mode
+
+
+class Bindings(Mapping):
+    """Read-only mapping operation -> PreparedKernel for one device, as initialize() published it."""
+
+    def __init__(self, handle: "_C.Bindings"):
+        self._handle = handle  # keeps the C++ bindings (and every prepared kernel) alive
+        self._kernels = {
+            op: PreparedKernel(KernelSpec._from_c(handle.spec(op)), handle.function(op), handle.detail(op))
+            for op in handle.operations()
+        }
+
+    @property
+    def device(self) -> str:
+        return self._handle.device
+
+    @property
+    def mode(self) -> str:
+        return self._handle.mode
+
+    def __getitem__(self, operation: str) -> PreparedKernel:
+        try:
+            return self._kernels[operation]
+        except KeyError:
+            raise KeyError(
+                f"bindings({self.device}): operation {operation!r} was not initialized; "
+                f"initialized: {sorted(self._kernels)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kernels)
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def __repr__(self) -> str:
+        chosen = ", ".join(f"{op}={k.spec.name}" for op, k in self._kernels.items())
+        return f"Bindings({self.device}, {self.mode}: {chosen})"
+
+
+# One Python mapping per C++ Bindings, so that the same configuration returns the same object here
+# too, as it does in C++.
+_lock = threading.Lock()
+_cache: dict[int, Bindings] = {}
+
+
+def _wrap(handle: "_C.Bindings") -> Bindings:
+    with _lock:
+        found = _cache.get(handle.identity())
+        if found is None:
+            found = _cache[handle.identity()] = Bindings(handle)
+        return found
+
+
+def initialize(
+    device: object = None,
+    operations: Iterable[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    mode: str = "eager",
+) -> Bindings:
+    """Selects one implementation per operation for `device`, once per process, and publishes it.
+
+    device: 'cpu' | 'cuda' | 'npu' (or a PlatformEnum / torch.device); default Platform.current().
+    operations: the process's complete set; None or empty means the whole catalog.
+    overrides: operation -> implementation name or solution; XLLM_KERNEL_OVERRIDE_<OPERATION>
+    beats it. mode: 'eager' or 'graph' ('aclgraph', 'cudagraph' name the same mode).
+
+    The same configuration returns the same Bindings; a different one for an initialized device
+    raises (restart the worker). Every requested operation prepares, or nothing is published.
+    """
+    device_ = device_name(Platform.current() if device is None else device)
+    if isinstance(operations, str):
+        operations = (operations,)
+    handle = _C.initialize(device_, list(operations or ()), dict(overrides or {}), execution_mode(mode))
+    return _wrap(handle)
+
+
+def bindings(device: object) -> Bindings | None:
+    """What initialize() published for `device`, or None."""
+    handle = _C.bindings(device_name(device))
+    return None if handle is None else _wrap(handle)
+
+
+def prepared(operation: str, device: object = None) -> PreparedKernel:
+    """The prepared kernel of `operation` (Operation.get_prepared)."""
+    if device is None:
+        initialized = [d for d in ("cpu", "cuda", "npu") if _C.bindings(d) is not None]
+        if len(initialized) != 1:
+            raise RuntimeError(
+                f"{operation}: name the device; initialized devices: {initialized or 'none'} "
+                "(call xllm_kernel.initialize(device=...) at start-up)"
+            )
+        device = initialized[0]
+    found = bindings(device)
+    if found is None:
+        name = device_name(device)
+        raise RuntimeError(
+            f"{operation}: device {name} is not initialized; call xllm_kernel.initialize(device={name!r}) "
+            "at start-up, before the first call"
+        )
+    return found[operation]
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    name: str
+    solution: str
+    variant: str
+    binding: str
+    detail: str
+    priority: int
+    verdict: str  # 'selected' | 'lower priority' | 'overridden' | 'excluded'
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Why selection picks what it picks; str() is the table the CLIs print."""
+
+    device: str
+    operation: str
+    mode: str
+    override_target: str
+    override_source: str
+    candidates: tuple[Candidate, ...]
+    error: str
+    text: str = dataclasses.field(repr=False)
+
+    @property
+    def selected(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.verdict == "selected"), None)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def explain(device: object, operation: str) -> Explanation:
+    """Every candidate of `operation` on `device`, selected first, with its verdict and reason.
+
+    Uses the device's initialized configuration, or the defaults (eager, environment overrides)
+    when it is not initialized yet.
+    """
+    d = _C.explain(device_name(device), operation)
+    return Explanation(**{**d, "candidates": tuple(Candidate(**c) for c in d["candidates"])})
