@@ -1,0 +1,219 @@
+// xllm-kernel-numerics: validates implementations against the suites' float64 references.
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <sstream>
+
+#include "src/numerics/arguments.h"
+#include "src/numerics/report.h"
+#include "xllm_kernel/device_api.h"
+#include "xllm_kernel/runtime.h"
+#include "xllm_kernel/tools.h"
+
+namespace xllm_kernel {
+namespace numerics {
+namespace {
+
+struct Counts {
+  int passed = 0, failed = 0, unsupported = 0;
+};
+
+// Runs one case; returns its result object.
+json run_case(const KernelCase& c, const Plan& plan, const Target& target, Counts& counts) {
+  json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}};
+  std::optional<std::string> reason;
+  if (!target.kernel) reason = target.excluded_reason;
+  if (!reason) reason = c.unsupported_reason(plan);
+  if (reason) {
+    ++counts.unsupported;
+    r["status"] = "unsupported";
+    r["reason"] = *reason;
+    return r;
+  }
+  PreparedCase prepared = c.prepare(plan);
+  const DeviceApi* api = device_api(plan.device);
+  if (plan.mode == ExecutionMode::kGraph) {
+    // Capture one call, replay it, and validate what the replay produced.
+    auto graph = api->capture(plan.device_index, prepared.function, 1);
+    if (prepared.reset) prepared.reset();
+    graph->replay();
+  } else {
+    prepared.function();
+  }
+  api->synchronize(plan.device_index);
+  const Validation v = prepared.validate();
+  (v.passed ? counts.passed : counts.failed) += 1;
+  r["status"] = v.passed ? "passed" : "failed";
+  r["max_abs_error"] = v.max_abs_error;
+  r["max_rel_error"] = v.max_rel_error;
+  r["max_ulp"] = v.max_ulp;
+  r["headroom"] = v.headroom;
+  r["mismatches"] = v.mismatches;
+  r["failures"] = v.failures;
+  r["checks"] = v.checks;
+  r["bytes_read"] = prepared.metadata.bytes_read;
+  r["bytes_written"] = prepared.metadata.bytes_written;
+  return r;
+}
+
+// `limit` caps the rows of cases that did not pass (the JSON report has them all).
+std::string markdown(const json& report, size_t limit) {
+  std::ostringstream md;
+  md << "# Numerics: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
+     << " (" << report["mode"].get<std::string>() << ")\n\n";
+  const json& env = report["environment"];
+  md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
+     << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), seed "
+     << report["seed"] << ".\n\n";
+  md << "| implementation | cases | passed | failed | unsupported | worst headroom | max ULP |\n";
+  md << "|---|---|---|---|---|---|---|\n";
+  for (const auto& impl : report["implementations"]) {
+    const json& c = impl["coverage"];
+    md << "| `" << impl["implementation"]["name"].get<std::string>() << "` | " << c["cases"] << " | " << c["passed"]
+       << " | " << c["failed"] << " | " << c["unsupported"] << " | " << format_number(impl["worst_headroom"].get<double>())
+       << " | " << format_number(impl["worst_ulp"].get<double>()) << " |\n";
+  }
+  bool header = false;
+  size_t rows = 0, left_out = 0;
+  for (const auto& impl : report["implementations"]) {
+    for (const auto& r : impl["results"]) {
+      if (r["status"] == "passed") continue;
+      if (rows++ >= limit) {
+        ++left_out;
+        continue;
+      }
+      if (!header) {
+        md << "\n| implementation | case | status | detail |\n|---|---|---|---|\n";
+        header = true;
+      }
+      std::string detail = r["status"] == "unsupported" ? r["reason"].get<std::string>() : "";
+      if (r["status"] == "failed") {
+        for (const auto& f : r["failures"]) detail += (detail.empty() ? "" : "; ") + f.get<std::string>();
+      }
+      md << "| `" << impl["implementation"]["name"].get<std::string>() << "` | `" << r["case_id"].get<std::string>()
+         << "` | " << r["status"].get<std::string>() << " | " << detail << " |\n";
+    }
+  }
+  if (left_out > 0) md << "\n" << left_out << " more cases did not pass; the JSON report lists every case.\n";
+  return md.str();
+}
+
+int run(const std::vector<std::string>& argv) {
+  CLI::App app{"xllm-kernel-numerics: validate implementations against float64 references.\n"
+               "Exit codes: 0 every supported case passed, 1 a case failed (or an execution error), "
+               "2 usage error, 3 nothing passed.",
+               "xllm-kernel-numerics"};
+  CommonOptions common;
+  SuiteOptions suite_options;
+  const OperationSuite* suite = add_arguments(app, common, suite_options, argv);
+  if (auto code = parse(app, argv)) return *code;
+  if (common.list) {
+    std::cout << list_text();
+    return kPassed;
+  }
+  if (common.operation.empty()) throw UsageError("--operation is required (or --list); see --help");
+  if (suite == nullptr) {
+    std::string names;
+    for (const OperationSuite* s : builtin_suites()) names += (names.empty() ? "" : ", ") + s->operation;
+    throw UsageError("--operation: unknown operation '" + common.operation + "'; known: " + names);
+  }
+  Device device;
+  try {
+    device = parse_device(common.device);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  const auto colon = common.device.find(':');
+  const int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  const ExecutionMode mode = parse_execution_mode(common.mode);
+  std::vector<std::shared_ptr<const KernelCase>> cases;
+  try {
+    cases = suite->cases(suite_options);
+  } catch (const CLI::ValidationError& e) {
+    throw UsageError(e.what());
+  }
+  const auto targets = resolve_targets(suite->operation, device, mode, common.implementation);
+  if (device_api(device) == nullptr) {
+    throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
+  }
+
+  json report{{"schema", "xllm-kernel/numerics-report/1"},
+              {"tool", "numerics"},
+              {"operation", suite->operation},
+              {"device", common.device},
+              {"mode", common.mode},
+              {"seed", common.seed},
+              {"environment", environment(device, index, common.revision)},
+              {"implementations", json::array()}};
+  Counts total;
+  const bool progress = isatty(STDERR_FILENO);
+  for (const Target& target : targets) {
+    Plan plan{device, index, mode, target.kernel, common.seed};
+    Counts counts;
+    json results = json::array();
+    double worst_headroom = 0, worst_ulp = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (progress) std::cerr << "\r" << target.name << " " << i + 1 << "/" << cases.size() << std::flush;
+      json r;
+      try {
+        r = run_case(*cases[i], plan, target, counts);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(target.name + " on " + cases[i]->case_id() + ": " + e.what());
+      }
+      if (r["status"] == "passed" || r["status"] == "failed") {
+        worst_headroom = std::max(worst_headroom, r["headroom"].get<double>());
+        worst_ulp = std::max(worst_ulp, r["max_ulp"].get<double>());
+      }
+      results.push_back(std::move(r));
+    }
+    if (progress) std::cerr << "\r\033[K";
+    json impl_json = target.kernel ? implementation_json(*target.kernel) : json{{"name", target.name}};
+    report["implementations"].push_back(
+        {{"implementation", impl_json},
+         {"excluded_reason", target.excluded_reason},
+         {"coverage",
+          {{"cases", cases.size()}, {"passed", counts.passed}, {"failed", counts.failed}, {"unsupported", counts.unsupported}}},
+         {"worst_headroom", worst_headroom},
+         {"worst_ulp", worst_ulp},
+         {"results", std::move(results)}});
+    total.passed += counts.passed;
+    total.failed += counts.failed;
+    total.unsupported += counts.unsupported;
+  }
+  const int code = total.failed > 0 ? kCaseFailed : total.passed == 0 ? kNothingPassed : kPassed;
+  report["summary"] = {{"passed", total.passed},
+                       {"failed", total.failed},
+                       {"unsupported", total.unsupported},
+                       {"status", code == kPassed ? "passed" : code == kCaseFailed ? "failed" : "nothing_passed"},
+                       {"exit_code", code}};
+  const std::string md = markdown(report, SIZE_MAX);
+  std::cout << markdown(report, 20);
+  if (!common.output.empty()) write_atomically(common.output, report.dump(2) + "\n");
+  if (!common.markdown.empty()) write_atomically(common.markdown, md);
+  if (code == kNothingPassed) std::cerr << "xllm-kernel-numerics: no case passed; that is a failure\n";
+  return code;
+}
+
+}  // namespace
+}  // namespace numerics
+
+namespace tools {
+
+int numerics_main(const std::vector<std::string>& argv) {
+  try {
+    return numerics::run(argv);
+  } catch (const numerics::UsageError& e) {
+    std::cerr << "xllm-kernel-numerics: " << e.what() << "\n";
+    return numerics::kUsage;
+  } catch (const c10::Error& e) {
+    std::cerr << "xllm-kernel-numerics: error: " << e.what_without_backtrace() << "\n";
+    return numerics::kCaseFailed;
+  } catch (const std::exception& e) {
+    std::cerr << "xllm-kernel-numerics: error: " << e.what() << "\n";
+    return numerics::kCaseFailed;
+  }
+}
+
+}  // namespace tools
+}  // namespace xllm_kernel

@@ -1,0 +1,85 @@
+// Operation suites: the cases of one operation, shared by the numerics and benchmark tools.
+//
+// A suite declares its CLI options, builds KernelCases from them, and each case prepares inputs
+// for one implementation (a Plan) into a PreparedCase: a callable that runs the implementation
+// once on those inputs, a validation against an independent float64 reference, the bytes and
+// flops it moves, and an optional reset that restores mutated inputs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xllm_kernel/registry.h"
+
+namespace xllm_kernel::numerics {
+
+using nlohmann::json;
+
+// The implementation a case runs against, on which device and in which mode.
+struct Plan {
+  Device device = Device::kCpu;
+  int device_index = 0;
+  ExecutionMode mode = ExecutionMode::kEager;
+  std::shared_ptr<const PreparedKernel> kernel;
+  uint64_t seed = 0;
+};
+
+// What a validation found, over every checked tensor.
+struct Validation {
+  bool passed = true;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  double max_ulp = 0;
+  double headroom = 0;  // max |error| / (atol + rtol |reference|); <= 1 passes
+  int64_t mismatches = 0;
+  std::vector<std::string> failures;  // one line per failed check, for people
+  json checks = json::array();        // per tensor: name, kind, statistics
+};
+
+struct CaseMetadata {
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  double flops = 0;
+};
+
+struct PreparedCase {
+  std::function<void()> function;      // runs the implementation once on the prepared inputs
+  std::function<Validation()> validate;  // checks the state `function` left
+  CaseMetadata metadata;
+  std::function<void()> reset;          // restores mutated inputs; null when nothing is mutated
+};
+
+class KernelCase {
+ public:
+  virtual ~KernelCase() = default;
+  virtual std::string case_id() const = 0;
+  virtual json parameters() const = 0;
+  // Why this case cannot run with this plan, or nothing.
+  virtual std::optional<std::string> unsupported_reason(const Plan& plan) const = 0;
+  virtual PreparedCase prepare(const Plan& plan) const = 0;
+};
+
+// Values of a suite's own options after parsing.
+using SuiteOptions = std::map<std::string, std::vector<std::string>>;
+
+struct OperationSuite {
+  std::string operation;
+  std::string description;
+  // Adds the suite's options to the CLI; values land in `options` under the option's long name.
+  std::function<void(CLI::App& app, SuiteOptions& options)> add_arguments;
+  std::function<std::vector<std::shared_ptr<const KernelCase>>(const SuiteOptions& options)> cases;
+  bool has_reference = false;  // an independent float64 reference validates every case
+};
+
+// Suite discovery: metadata only; nothing touches a device.
+const std::vector<const OperationSuite*>& builtin_suites();
+const OperationSuite* find_suite(const std::string& operation);
+
+}  // namespace xllm_kernel::numerics

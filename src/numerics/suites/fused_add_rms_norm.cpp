@@ -1,0 +1,49 @@
+// fused_add_rms_norm: residual <- round(input + residual); input <- rms_norm(residual).
+#include "src/numerics/suites/normalization_common.h"
+#include "xllm_kernel/ops/normalization.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+Example build(const json& p, at::Generator& g) {
+  using namespace normalization;
+  Example ex;
+  at::Tensor input = make_input(p, g, /*offset=*/2);
+  at::Tensor residual = make_input(p, g, /*offset=*/2);
+  at::Tensor weight = make_weight(p, g);
+  ex.names = {"input", "residual", "weight"};
+  ex.tensors = {input, residual, weight};
+  ex.mutates = fused_add_rms_norm_contract().mutates;
+  ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    k.function<FusedAddRmsNormFn>()(t[0], t[1], t[2], kEps);
+    return std::vector<at::Tensor>{};
+  };
+  ex.reference = [](const std::vector<at::Tensor>& t) {
+    // The sum of two values of one dtype is exact in float64; rounding it once gives the residual.
+    at::Tensor rounded = (t[0].to(at::kDouble) + t[1].to(at::kDouble)).to(t[1].scalar_type());
+    return Expected{{}, {{"residual", rounded.to(at::kDouble)}, {"input", reference_rms_norm(rounded, t[2], kEps)}}};
+  };
+  ex.tolerance = accumulate_tolerance(input.scalar_type(), input.size(-1));
+  ex.tolerance_overrides["residual"] = Tolerance{0, 0};  // one correctly rounded addition: exact
+  const int64_t n = input.numel(), es = input.element_size();
+  ex.metadata = {2 * n * es + weight.numel() * weight.element_size(), 2 * n * es, 5.0 * n};
+  return ex;
+}
+
+}  // namespace
+
+const OperationSuite& fused_add_rms_norm_suite() {
+  static const OperationSuite suite{
+      "fused_add_rms_norm", "Residual add, then RMSNorm of the rounded sum, both in place",
+      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      [](const SuiteOptions& o) {
+        auto g = normalization::grid(o, false);
+        return tensor_cases("fused_add_rms_norm", g.dimensions, g.extra, build);
+      },
+      true};
+  return suite;
+}
+
+}  // namespace xllm_kernel::numerics

@@ -1,0 +1,161 @@
+#include "src/numerics/suites/normalization_common.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace xllm_kernel::numerics::normalization {
+
+void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias) {
+  app.add_option("--tokens", options["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
+  app.add_option("--hidden", options["hidden"], "Hidden sizes (comma list, >= 1) [default: 1,64,4109]")->delimiter(',');
+  app.add_option("--dtype", options["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+  app.add_option("--weight-dtype", options["weight-dtype"], "Weight dtype: input,float32 [default: both]")->delimiter(',');
+  app.add_option("--layout", options["layout"], "Input layout: contiguous,strided,3d [default: contiguous,strided]")
+      ->delimiter(',');
+  if (with_bias) app.add_option("--bias", options["bias"], "With bias: true,false [default: both]")->delimiter(',');
+}
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw CLI::ValidationError("--dtype", "expected float32, bfloat16 or float16, got '" + name + "'");
+}
+
+const char* dtype_name(at::ScalarType dtype) {
+  return dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : "float16";
+}
+
+namespace {
+
+std::vector<json> integers(const SuiteOptions& o, const std::string& key, std::vector<int64_t> defaults, int64_t min) {
+  std::vector<json> out;
+  auto it = o.find(key);
+  if (it == o.end() || it->second.empty()) {
+    for (int64_t d : defaults) out.push_back(d);
+    return out;
+  }
+  for (const auto& s : it->second) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || v < min) {
+      throw CLI::ValidationError("--" + key, "expected integers >= " + std::to_string(min) + ", got '" + s + "'");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<json> choices(const SuiteOptions& o, const std::string& key, const std::vector<std::string>& allowed,
+                          std::vector<std::string> defaults) {
+  auto it = o.find(key);
+  const auto& values = it == o.end() || it->second.empty() ? defaults : it->second;
+  std::vector<json> out;
+  for (const auto& v : values) {
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw CLI::ValidationError("--" + key, "expected one of " + list + ", got '" + v + "'");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+Grid grid(const SuiteOptions& o, bool with_bias) {
+  const bool default_tokens = !o.count("tokens") || o.at("tokens").empty();
+  Grid g;
+  g.dimensions = {
+      {"tokens", integers(o, "tokens", {1, 7, 257}, 0)},
+      {"hidden", integers(o, "hidden", {1, 64, 4109}, 1)},
+      {"dtype", choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"})},
+      {"weight_dtype", choices(o, "weight-dtype", {"input", "float32"}, {"input", "float32"})},
+      {"layout", choices(o, "layout", {"contiguous", "strided", "3d"}, {"contiguous", "strided"})},
+  };
+  for (auto& v : g.dimensions[2].values) parse_dtype(v.get<std::string>());
+  if (with_bias) g.dimensions.push_back({"bias", choices(o, "bias", {"true", "false"}, {"true", "false"})});
+  if (default_tokens) {
+    // Empty dimension: zero tokens, for each dtype (custom points outside the matrix).
+    for (const auto& dtype : g.dimensions[2].values) {
+      json p{{"tokens", 0}, {"hidden", 64}, {"dtype", dtype}, {"weight_dtype", "input"}, {"layout", "contiguous"}};
+      if (with_bias) p["bias"] = "true";
+      g.extra.push_back(p);
+    }
+  }
+  return g;
+}
+
+at::Tensor make_input(const json& p, at::Generator& g, double offset) {
+  const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
+  const std::string layout = p.at("layout");
+  const at::ScalarType dtype = parse_dtype(p.at("dtype"));
+  at::Tensor base;
+  if (layout == "contiguous") {
+    base = at::randn({tokens, hidden}, g, at::kDouble);
+  } else if (layout == "strided") {
+    base = at::randn({tokens, hidden + 8}, g, at::kDouble);
+  } else {
+    base = at::randn({tokens, 3, hidden + 8}, g, at::kDouble);
+  }
+  base = base.add_(offset).to(dtype);
+  if (layout == "contiguous") return base;
+  if (layout == "strided") return base.narrow(1, 0, hidden);
+  return base.narrow(1, 0, 2).narrow(2, 0, hidden);
+}
+
+at::Tensor make_weight(const json& p, at::Generator& g) {
+  const int64_t hidden = p.at("hidden");
+  const std::string w = p.at("weight_dtype");
+  const at::ScalarType dtype = w == "float32" ? at::kFloat : parse_dtype(p.at("dtype"));
+  return (at::randn({hidden}, g, at::kDouble) * 0.5 + 1).to(dtype);
+}
+
+at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  const int64_t hidden = input.size(-1);
+  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, hidden});
+  at::Tensor w = weight.to(at::kDouble).contiguous();
+  at::Tensor out = at::empty_like(x);
+  const double* xp = x.const_data_ptr<double>();
+  const double* wp = w.const_data_ptr<double>();
+  double* op = out.mutable_data_ptr<double>();
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    const double* row = xp + r * hidden;
+    double sum = 0;
+    for (int64_t i = 0; i < hidden; ++i) sum += row[i] * row[i];
+    const double inv = 1.0 / std::sqrt(sum / hidden + eps);
+    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = row[i] * inv * wp[i];
+  }
+  return out.reshape(input.sizes());
+}
+
+at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  const int64_t hidden = input.size(-1);
+  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, hidden});
+  at::Tensor w = weight.to(at::kDouble).contiguous();
+  at::Tensor b = bias.defined() ? bias.to(at::kDouble).contiguous() : at::zeros({hidden}, at::kDouble);
+  at::Tensor out = at::empty_like(x);
+  const double* xp = x.const_data_ptr<double>();
+  const double* wp = w.const_data_ptr<double>();
+  const double* bp = b.const_data_ptr<double>();
+  double* op = out.mutable_data_ptr<double>();
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    const double* row = xp + r * hidden;
+    double mean = 0;
+    for (int64_t i = 0; i < hidden; ++i) mean += row[i];
+    mean /= hidden;
+    double var = 0;
+    for (int64_t i = 0; i < hidden; ++i) var += (row[i] - mean) * (row[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / hidden + eps);
+    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = (row[i] - mean) * inv * wp[i] + bp[i];
+  }
+  return out.reshape(input.sizes());
+}
+
+}  // namespace xllm_kernel::numerics::normalization

@@ -1,0 +1,33 @@
+// What the three normalization suites share: options, input layouts, float64 references.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "src/numerics/tensor_case.h"
+
+namespace xllm_kernel::numerics::normalization {
+
+// --tokens --hidden --dtype --weight-dtype --layout (+ --bias for layer_norm).
+void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias);
+
+// Dimension matrix from the options (defaults cover tails, row strides, all dtypes and float32
+// weights) plus zero-token cases.
+struct Grid {
+  std::vector<Dimension> dimensions;
+  std::vector<json> extra;
+};
+Grid grid(const SuiteOptions& options, bool with_bias);
+
+at::ScalarType parse_dtype(const std::string& name);
+const char* dtype_name(at::ScalarType dtype);
+
+// [tokens, hidden] input in the case's layout, randn * scale + offset, from the generator.
+//   contiguous: [tokens, hidden]; strided: rows hidden + 8 apart; 3d: [tokens, 2, hidden] whose
+//   leading dimensions cannot merge into one stride.
+at::Tensor make_input(const json& p, at::Generator& g, double offset);
+at::Tensor make_weight(const json& p, at::Generator& g);
+
+at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps);
+at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
+}  // namespace xllm_kernel::numerics::normalization

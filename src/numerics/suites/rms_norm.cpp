@@ -1,0 +1,45 @@
+// rms_norm: out = input * rsqrt(mean(input^2) + eps) * weight.
+#include "src/numerics/suites/normalization_common.h"
+#include "xllm_kernel/ops/normalization.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+Example build(const json& p, at::Generator& g) {
+  using namespace normalization;
+  Example ex;
+  // Offset 4: sums of squares of thousands of values near 16 are far beyond half-precision
+  // accumulation, so a kernel without float32 accumulation fails.
+  at::Tensor input = make_input(p, g, /*offset=*/4);
+  at::Tensor weight = make_weight(p, g);
+  ex.names = {"input", "weight"};
+  ex.tensors = {input, weight};
+  ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    return std::vector<at::Tensor>{k.function<RmsNormFn>()(t[0], t[1], kEps)};
+  };
+  ex.reference = [](const std::vector<at::Tensor>& t) {
+    return Expected{{reference_rms_norm(t[0], t[1], kEps)}, {}};
+  };
+  ex.tolerance = accumulate_tolerance(input.scalar_type(), input.size(-1));
+  const int64_t n = input.numel();
+  ex.metadata = {n * input.element_size() + weight.numel() * weight.element_size(), n * input.element_size(), 4.0 * n};
+  return ex;
+}
+
+}  // namespace
+
+const OperationSuite& rms_norm_suite() {
+  static const OperationSuite suite{
+      "rms_norm", "RMSNorm over the last dimension",
+      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      [](const SuiteOptions& o) {
+        auto g = normalization::grid(o, false);
+        return tensor_cases("rms_norm", g.dimensions, g.extra, build);
+      },
+      true};
+  return suite;
+}
+
+}  // namespace xllm_kernel::numerics

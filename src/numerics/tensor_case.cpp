@@ -1,0 +1,200 @@
+#include "src/numerics/tensor_case.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "xllm_kernel/device_api.h"
+
+namespace xllm_kernel::numerics {
+
+at::Device torch_device(const Plan& plan) {
+  switch (plan.device) {
+    case Device::kCpu: return at::Device(at::kCPU);
+    case Device::kCuda: return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(plan.device_index));
+    case Device::kNpu: return at::Device(at::kPrivateUse1, static_cast<c10::DeviceIndex>(plan.device_index));
+  }
+  return at::Device(at::kCPU);
+}
+
+at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
+  if (!t.defined()) return t;
+  const int64_t storage_elements = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+  at::Tensor whole = t.as_strided({storage_elements}, {1}, 0);
+  at::Tensor copy = whole.to(device, /*non_blocking=*/false, /*copy=*/true);
+  return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+namespace {
+
+std::string make_case_id(const std::string& operation, const json& parameters) {
+  std::string id = operation;
+  for (const auto& [key, value] : parameters.items()) {
+    id += "/" + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return id;
+}
+
+// Do two tensors share any byte of storage?
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (!a.has_storage() || !b.has_storage()) return false;
+  const auto* a0 = static_cast<const char*>(a.storage().data());
+  const auto* b0 = static_cast<const char*>(b.storage().data());
+  if (a0 == nullptr || b0 == nullptr) return false;
+  return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
+}
+
+struct State {
+  Example example;
+  Expected expected;
+  std::vector<at::Tensor> inputs;    // on the device, what the implementation sees
+  std::vector<at::Tensor> pristine;  // on the device, the values before any call
+  std::vector<at::Tensor> outputs;
+};
+
+}  // namespace
+
+TensorCase::TensorCase(std::string operation, json parameters, ExampleBuilder builder)
+    : operation_(std::move(operation)),
+      parameters_(std::move(parameters)),
+      case_id_(make_case_id(operation_, parameters_)),
+      builder_(std::move(builder)) {}
+
+std::optional<std::string> TensorCase::unsupported_reason(const Plan& plan) const {
+  if (plan.mode == ExecutionMode::kGraph) {
+    const DeviceApi* api = device_api(plan.device);
+    if (api == nullptr) return std::string("device ") + to_string(plan.device) + " has no runtime support loaded";
+    if (auto reason = api->graph_unsupported_reason()) return reason;
+  }
+  if (plan.kernel && !plan.kernel->spec().supports(plan.mode)) {
+    return plan.kernel->spec().name + " does not support " + to_string(plan.mode) + " mode";
+  }
+  return std::nullopt;
+}
+
+PreparedCase TensorCase::prepare(const Plan& plan) const {
+  // Inputs depend on the seed and the case only, never on the order cases run in.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(plan.seed ^ std::hash<std::string>{}(case_id_));
+  auto state = std::make_shared<State>();
+  state->example = builder_(parameters_, generator);
+  const Example& ex = state->example;
+  state->expected = ex.reference(ex.tensors);
+  const at::Device device = torch_device(plan);
+  for (const auto& t : ex.tensors) {
+    state->inputs.push_back(copy_with_layout(t, device));
+    state->pristine.push_back(copy_with_layout(t, device));
+  }
+  auto kernel = plan.kernel;
+
+  PreparedCase prepared;
+  prepared.metadata = ex.metadata;
+  prepared.function = [state, kernel] { state->outputs = state->example.call(*kernel, state->inputs); };
+  if (!ex.mutates.empty()) {
+    prepared.reset = [state] {
+      for (size_t i = 0; i < state->inputs.size(); ++i) {
+        const auto& m = state->example.mutates;
+        if (state->inputs[i].defined() && std::find(m.begin(), m.end(), state->example.names[i]) != m.end()) {
+          state->inputs[i].copy_(state->pristine[i]);
+        }
+      }
+    };
+  }
+  prepared.validate = [state] {
+    const Example& ex = state->example;
+    Validation v;
+    auto tolerance = [&](const std::string& name) {
+      auto it = ex.tolerance_overrides.find(name);
+      return it == ex.tolerance_overrides.end() ? ex.tolerance : it->second;
+    };
+    if (state->outputs.size() != state->expected.outputs.size()) {
+      v.passed = false;
+      v.failures.push_back("returned " + std::to_string(state->outputs.size()) + " outputs, expected " +
+                           std::to_string(state->expected.outputs.size()));
+      return v;
+    }
+    for (size_t k = 0; k < state->outputs.size(); ++k) {
+      const std::string name = "out" + std::to_string(k);
+      compare(v, name, "output", state->outputs[k], state->expected.outputs[k], tolerance(name));
+      if (!ex.aliases_inputs) {
+        for (size_t i = 0; i < state->inputs.size(); ++i) {
+          if (overlaps(state->outputs[k], state->inputs[i])) {
+            v.passed = false;
+            v.failures.push_back("output " + name + " aliases input " + ex.names[i] + ", which the contract does not allow");
+            v.checks.push_back({{"name", name}, {"kind", "alias"}, {"passed", false}, {"aliases", ex.names[i]}});
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < state->inputs.size(); ++i) {
+      const std::string& name = ex.names[i];
+      if (!state->inputs[i].defined()) continue;
+      if (std::find(ex.mutates.begin(), ex.mutates.end(), name) != ex.mutates.end()) {
+        auto want = state->expected.mutated.find(name);
+        if (want == state->expected.mutated.end()) {
+          v.passed = false;
+          v.failures.push_back("reference gives no value for mutated argument " + name);
+          continue;
+        }
+        compare(v, name, "mutation", state->inputs[i], want->second, tolerance(name));
+      } else {
+        // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
+        const at::Tensor& now = state->inputs[i];
+        const at::Tensor& before = state->pristine[i];
+        const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
+        const bool same = bitwise_equal(now.as_strided({n}, {1}, 0), before.as_strided({n}, {1}, 0));
+        v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
+        if (!same) {
+          v.passed = false;
+          v.failures.push_back("input " + name + " was modified, but the contract does not declare it mutated");
+        }
+      }
+    }
+    // Declared mutations must not spill outside the viewed elements either.
+    for (size_t i = 0; i < state->inputs.size(); ++i) {
+      const std::string& name = ex.names[i];
+      if (!state->inputs[i].defined() || std::find(ex.mutates.begin(), ex.mutates.end(), name) == ex.mutates.end()) continue;
+      at::Tensor now = state->inputs[i].to(at::kCPU);
+      at::Tensor expected_storage = copy_with_layout(state->pristine[i], at::kCPU);
+      expected_storage.copy_(now);  // the view's elements as written; the rest as before
+      const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
+      at::Tensor whole_now = copy_with_layout(state->inputs[i], at::kCPU);
+      const bool same = bitwise_equal(whole_now.as_strided({n}, {1}, 0), expected_storage.as_strided({n}, {1}, 0));
+      if (!same) {
+        v.passed = false;
+        v.failures.push_back("mutated argument " + name + " was written outside its elements");
+        v.checks.push_back({{"name", name}, {"kind", "bounds"}, {"passed", false}});
+      }
+    }
+    return v;
+  };
+  return prepared;
+}
+
+std::vector<json> cartesian(const std::vector<Dimension>& dimensions) {
+  std::vector<json> points{json::object()};
+  for (const auto& d : dimensions) {
+    std::vector<json> next;
+    for (const auto& p : points) {
+      for (const auto& value : d.values) {
+        json q = p;
+        q[d.name] = value;
+        next.push_back(std::move(q));
+      }
+    }
+    points = std::move(next);
+  }
+  return points;
+}
+
+std::vector<std::shared_ptr<const KernelCase>> tensor_cases(const std::string& operation,
+                                                            const std::vector<Dimension>& dimensions,
+                                                            const std::vector<json>& extra, ExampleBuilder builder) {
+  std::vector<std::shared_ptr<const KernelCase>> cases;
+  for (const auto& p : cartesian(dimensions)) cases.push_back(std::make_shared<TensorCase>(operation, p, builder));
+  for (const auto& p : extra) cases.push_back(std::make_shared<TensorCase>(operation, p, builder));
+  return cases;
+}
+
+}  // namespace xllm_kernel::numerics

@@ -1,0 +1,70 @@
+// Tensor-tree cases: a suite describes one example (CPU inputs from a fixed seed, how to call an
+// implementation, a float64 reference) and TensorCase does the rest: moves the inputs to the
+// device with their layout, runs, and validates outputs, declared mutations, undeclared
+// mutations (bitwise) and aliasing.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "src/numerics/suite.h"
+#include "src/numerics/verify.h"
+
+namespace xllm_kernel::numerics {
+
+// Float64 CPU values the implementation must produce.
+struct Expected {
+  std::vector<at::Tensor> outputs;
+  std::map<std::string, at::Tensor> mutated;  // final value of each mutated argument
+};
+
+struct Example {
+  std::vector<std::string> names;   // argument names, in schema order
+  std::vector<at::Tensor> tensors;  // CPU values (undefined: None); views keep their layout
+  std::function<std::vector<at::Tensor>(const PreparedKernel& kernel, std::vector<at::Tensor>& inputs)> call;
+  std::function<Expected(const std::vector<at::Tensor>& inputs)> reference;
+  std::vector<std::string> mutates;  // from the contract
+  bool aliases_inputs = false;       // from the contract
+  Tolerance tolerance;               // for outputs and mutated arguments
+  std::map<std::string, Tolerance> tolerance_overrides;  // by name ("out0", or an argument), with reason
+  CaseMetadata metadata;
+};
+
+using ExampleBuilder = std::function<Example(const json& parameters, at::Generator& generator)>;
+
+// A case built from one point of a dimension matrix.
+class TensorCase final : public KernelCase {
+ public:
+  TensorCase(std::string operation, json parameters, ExampleBuilder builder);
+  std::string case_id() const override { return case_id_; }
+  json parameters() const override { return parameters_; }
+  std::optional<std::string> unsupported_reason(const Plan& plan) const override;
+  PreparedCase prepare(const Plan& plan) const override;
+
+ private:
+  std::string operation_;
+  json parameters_;
+  std::string case_id_;
+  ExampleBuilder builder_;
+};
+
+// One axis of a dimension matrix: a parameter name and its values.
+struct Dimension {
+  std::string name;
+  std::vector<json> values;
+};
+
+// Every combination of the dimensions, in order (the last dimension varies fastest).
+std::vector<json> cartesian(const std::vector<Dimension>& dimensions);
+
+// Cases for every point of `dimensions`, plus `extra` points (e.g. empty dimensions).
+std::vector<std::shared_ptr<const KernelCase>> tensor_cases(const std::string& operation,
+                                                            const std::vector<Dimension>& dimensions,
+                                                            const std::vector<json>& extra, ExampleBuilder builder);
+
+// A copy of `t` on `device` with the same sizes, strides and storage offset (the whole storage is
+// copied, so padding between rows is defined and checkable).
+at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device);
+
+at::Device torch_device(const Plan& plan);
+
+}  // namespace xllm_kernel::numerics

@@ -1,0 +1,248 @@
+// The numerics tool end to end on the CPU: real suites pass, deliberately wrong implementations
+// are caught, exit codes and reports follow the documented protocol.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "src/numerics/suite.h"
+#include "xllm_kernel/xllm_kernel.h"
+#include "xllm_kernel/tools.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// ---- deliberately wrong implementations (priority -100: never selected) ----
+
+at::Tensor correct_rms(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  at::Tensor x = input.to(at::kFloat);
+  return (x * at::rsqrt(x.square().mean(-1, true) + eps) * weight.to(at::kFloat)).to(input.scalar_type());
+}
+at::Tensor wrong_value_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return correct_rms(input, weight, eps) * 1.05;
+}
+at::Tensor mutating_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  at::Tensor out = correct_rms(input, weight, eps);
+  const_cast<at::Tensor&>(input).add_(1);  // writes an input the contract says is read-only
+  return out;
+}
+at::Tensor aliasing_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                               double eps) {
+  at::Tensor x = input.to(at::kFloat);
+  at::Tensor y = at::layer_norm(x, {input.size(-1)}, weight.to(at::kFloat), bias ? std::optional<at::Tensor>(bias->to(at::kFloat)) : std::nullopt, eps);
+  const_cast<at::Tensor&>(input).copy_(y);
+  return input;  // the result aliases the input
+}
+void forgetful_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  at::Tensor sum = input + residual;  // never written back to residual
+  input.copy_(correct_rms(sum, weight, eps));
+}
+
+KernelSpec wrong(const std::string& solution, const OpContract& c) {
+  return KernelSpec{"cpu." + solution + "." + c.operation, &c, Device::kCpu, {ExecutionMode::kEager}, "test", solution, "", "test", -100};
+}
+
+XLLM_REGISTER_KERNEL(wrong_value, rms_norm_operation(), wrong("test_wrong_value", rms_norm_contract()), wrong_value_rms_norm);
+XLLM_REGISTER_KERNEL(mutating, rms_norm_operation(), wrong("test_mutating", rms_norm_contract()), mutating_rms_norm);
+XLLM_REGISTER_KERNEL(aliasing, layer_norm_operation(), wrong("test_aliasing", layer_norm_contract()), aliasing_layer_norm);
+XLLM_REGISTER_KERNEL(forgetful, fused_add_rms_norm_operation(), wrong("test_forgetful", fused_add_rms_norm_contract()),
+                     forgetful_fused_add_rms_norm);
+
+// ---- helpers ----
+
+struct ToolRun {
+  int code;
+  json report;
+};
+
+ToolRun numerics(std::vector<std::string> args, const std::string& tag) {
+  const fs::path out = fs::temp_directory_path() / ("xk_numerics_" + tag + "_" + std::to_string(::getpid()) + ".json");
+  fs::remove(out);
+  args.insert(args.begin(), "xllm-kernel-numerics");
+  args.push_back("--output");
+  args.push_back(out.string());
+  ToolRun r{tools::numerics_main(args), json()};
+  if (fs::exists(out)) {
+    std::ifstream in(out);
+    r.report = json::parse(in);
+    fs::remove(out);
+  }
+  return r;
+}
+
+std::string failures_of(const json& report) {
+  std::string all;
+  for (const auto& impl : report["implementations"])
+    for (const auto& r : impl["results"])
+      for (const auto& f : r.value("failures", json::array())) all += f.get<std::string>() + "\n";
+  return all;
+}
+
+// ---- tests ----
+
+TEST(Numerics, RealSuitesPassForEveryCpuImplementation) {
+  for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
+    for (const char* solution : {"native", "torch"}) {
+      const std::string impl = std::string("cpu.") + solution + "." + op;
+      SCOPED_TRACE(impl);
+      ToolRun r = numerics({"--operation", op, "--implementation", impl, "--revision", "test"}, "real");
+      ASSERT_EQ(r.code, 0) << failures_of(r.report);
+      ASSERT_EQ(r.report["implementations"].size(), 1u);
+      const json& i = r.report["implementations"][0];
+      EXPECT_EQ(i["implementation"]["name"], impl);
+      EXPECT_EQ(i["implementation"]["solution"], solution);
+      EXPECT_EQ(i["implementation"]["contract_version"], 1);
+      EXPECT_GT(i["coverage"]["passed"].get<int>(), 100);
+      EXPECT_EQ(i["coverage"]["failed"], 0);
+      EXPECT_LE(i["worst_headroom"].get<double>(), 1.0);
+      EXPECT_GT(i["worst_headroom"].get<double>(), 0.0);  // errors are measured, not zero by accident
+      EXPECT_EQ(r.report["environment"]["revision"], "test");
+      // Zero tokens and tails are covered.
+      bool zero = false, tail = false;
+      for (const auto& c : i["results"]) {
+        zero |= c["parameters"]["tokens"] == 0;
+        tail |= c["parameters"]["hidden"] == 4109;
+      }
+      EXPECT_TRUE(zero && tail);
+    }
+  }
+}
+
+TEST(Numerics, CatchesWrongValue) {
+  ToolRun r = numerics({"--operation", "rms_norm", "--implementation", "cpu.test_wrong_value.rms_norm", "--hidden", "64"}, "value");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.report["summary"]["status"], "failed");
+  EXPECT_NE(failures_of(r.report).find("output out0:"), std::string::npos) << failures_of(r.report);
+  EXPECT_GT(r.report["implementations"][0]["worst_headroom"].get<double>(), 1.0);
+}
+
+TEST(Numerics, CatchesUndeclaredMutation) {
+  ToolRun r = numerics({"--operation", "rms_norm", "--implementation", "cpu.test_mutating.rms_norm", "--hidden", "64"}, "mutation");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(failures_of(r.report).find("input input was modified, but the contract does not declare it mutated"),
+            std::string::npos)
+      << failures_of(r.report);
+}
+
+TEST(Numerics, CatchesUndeclaredAlias) {
+  ToolRun r = numerics({"--operation", "layer_norm", "--implementation", "cpu.test_aliasing.layer_norm", "--hidden", "64"}, "alias");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(failures_of(r.report).find("output out0 aliases input input"), std::string::npos) << failures_of(r.report);
+}
+
+TEST(Numerics, CatchesMissingDeclaredMutation) {
+  ToolRun r = numerics({"--operation", "fused_add_rms_norm", "--implementation", "cpu.test_forgetful.fused_add_rms_norm", "--hidden", "64"},
+                   "forgetful");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(failures_of(r.report).find("mutation residual:"), std::string::npos) << failures_of(r.report);
+}
+
+TEST(Numerics, NothingPassedIsExitThree) {
+  // The CPU has no graph API: every case is unsupported, with the reason.
+  ToolRun r = numerics({"--operation", "rms_norm", "--mode", "graph", "--hidden", "64"}, "graph");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.report["summary"]["status"], "nothing_passed");
+  EXPECT_EQ(r.report["summary"]["passed"], 0);
+  EXPECT_EQ(r.report["implementations"][0]["results"][0]["reason"], "device cpu has no graph API");
+}
+
+TEST(Numerics, UsageErrorsAreExitTwoWithoutReport) {
+  const std::vector<std::vector<std::string>> bad{
+      {"--operation", "no_such_op"},
+      {"--operation", "rms_norm", "--implementation", "cpu.natve.rms_norm"},
+      {"--operation", "rms_norm", "--tokens", "x"},
+      {"--operation", "rms_norm", "--hidden", "0"},
+      {"--operation", "rms_norm", "--dtype", "float64"},
+      {"--operation", "rms_norm", "--mode", "aclgraph"},
+      {"--operation", "rms_norm", "--device", "tpu"},
+      {"--no-such-flag"},
+      {},
+  };
+  for (const auto& args : bad) {
+    ToolRun r = numerics(args, "usage");
+    EXPECT_EQ(r.code, 2) << (args.empty() ? "(no args)" : args.back());
+    EXPECT_TRUE(r.report.is_null());
+  }
+}
+
+TEST(Numerics, HelpShowsSuiteOptions) {
+  ::testing::internal::CaptureStdout();
+  const int code = tools::numerics_main({"xllm-kernel-numerics", "--operation", "layer_norm", "--help"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0);
+  for (const char* flag : {"--tokens", "--hidden", "--dtype", "--bias", "--implementation", "--seed"}) {
+    EXPECT_NE(out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(Numerics, ListShowsAvailability) {
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(tools::numerics_main({"xllm-kernel-numerics", "--list"}), 0);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("cpu.native.rms_norm  available (selected)"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu.torch.layer_norm  available"), std::string::npos) << out;
+}
+
+TEST(Numerics, SameSeedSameInputsAnyOrder) {
+  ToolRun a = numerics({"--operation", "rms_norm", "--implementation", "cpu.torch.rms_norm", "--hidden", "7,64", "--dtype", "bfloat16"}, "seed_a");
+  ToolRun b = numerics({"--operation", "rms_norm", "--implementation", "cpu.torch.rms_norm", "--hidden", "64", "--dtype", "bfloat16"}, "seed_b");
+  ASSERT_EQ(a.code, 0);
+  ASSERT_EQ(b.code, 0);
+  // The hidden=64 cases saw the same inputs whether or not hidden=7 ran first.
+  for (const auto& rb : b.report["implementations"][0]["results"]) {
+    for (const auto& ra : a.report["implementations"][0]["results"]) {
+      if (ra["case_id"] == rb["case_id"]) EXPECT_EQ(ra["max_abs_error"], rb["max_abs_error"]) << rb["case_id"];
+    }
+  }
+  ToolRun c = numerics({"--operation", "rms_norm", "--implementation", "cpu.torch.rms_norm", "--hidden", "64", "--dtype", "bfloat16", "--seed", "7"}, "seed_c");
+  bool differs = false;
+  for (size_t i = 0; i < c.report["implementations"][0]["results"].size(); ++i) {
+    differs |= c.report["implementations"][0]["results"][i]["max_abs_error"] != b.report["implementations"][0]["results"][i]["max_abs_error"];
+  }
+  EXPECT_TRUE(differs) << "another seed should give other inputs";
+}
+
+TEST(Numerics, ReportsAreWrittenAtomically) {
+  const fs::path dir = fs::temp_directory_path() / ("xk_atomic_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path missing_dir = dir / "missing" / "r.json";
+  EXPECT_EQ(tools::numerics_main({"xllm-kernel-numerics", "--operation", "rms_norm", "--hidden", "7", "--output", missing_dir.string()}), 1);
+  EXPECT_FALSE(fs::exists(missing_dir));
+  // An existing report is replaced whole, and no temporary file stays behind.
+  const fs::path out = dir / "r.json";
+  { std::ofstream(out) << "old"; }
+  EXPECT_EQ(tools::numerics_main({"xllm-kernel-numerics", "--operation", "rms_norm", "--hidden", "7", "--output", out.string(),
+                                  "--markdown", (dir / "r.md").string()}),
+            0);
+  std::ifstream in(out);
+  EXPECT_NO_THROW(json::parse(in));
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2u);  // r.json and r.md only
+  fs::remove_all(dir);
+}
+
+// The "adding an operator" checklist: every catalog operation has a fake, a suite and a reference.
+TEST(Checklist, EveryOperationHasFakeSuiteAndReference) {
+  for (const Operation* op : builtin_operations()) {
+    SCOPED_TRACE(op->name());
+    auto handle = c10::Dispatcher::singleton().findSchema({"xllm_kernel::" + op->name(), ""});
+    ASSERT_TRUE(handle.has_value()) << "no torch schema";
+    EXPECT_TRUE(handle->hasKernelForDispatchKey(c10::DispatchKey::Meta)) << "no fake (Meta) kernel";
+    const numerics::OperationSuite* suite = numerics::find_suite(op->name());
+    ASSERT_NE(suite, nullptr) << "no numerics suite";
+    EXPECT_TRUE(suite->has_reference) << "suite without an independent reference";
+    EXPECT_FALSE(suite->cases({}).empty()) << "suite without default cases";
+  }
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
