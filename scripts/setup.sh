@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the build needs and prints the Python to build with (last line of stdout).
-#   Debian packages: compilers, CMake, Ninja, ccache, Highway, nlohmann-json, CLI11, GoogleTest.
+#   Debian packages: compilers, CMake, Ninja, ccache, Highway, nlohmann-json, CLI11, GoogleTest,
+#   Python headers (the extension module xllm_kernel._C).
 #   A virtual environment with the pinned torch wheel (reused across clones; pip's cache makes a
 #   reinstall cheap). Override its place with XLLM_KERNEL_VENV.
 set -euo pipefail
 
 TORCH_VERSION="2.14.1"
 VENV="${XLLM_KERNEL_VENV:-${HOME}/.cache/xllm-kernel/venv-torch${TORCH_VERSION}}"
-APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv python3-dev
               libhwy-dev nlohmann-json3-dev libcli11-dev libgtest-dev)
 
 log() { echo "[setup] $*" >&2; }

@@ -1,0 +1,60 @@
+"""Shared fixtures. The package under test is the build tree's (scripts/test.sh puts
+$BUILD_DIR/python on PYTHONPATH) or, failing that, build/python, or an installed one.
+
+initialize() selects once per process, so this process initializes the CPU with the defaults
+(session fixture `cpu`) and never registers kernels; tests that need another configuration run
+Python in a subprocess (run_python)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+try:
+    import xllm_kernel  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(ROOT / os.environ.get("BUILD_DIR", "build") / "python"))
+    import xllm_kernel  # noqa: F401
+
+# The directory that holds the package (not resolved: the build tree links its sources in).
+PACKAGE_PARENT = pathlib.Path(xllm_kernel.__file__).parent.parent
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLLM_KERNEL_OVERRIDE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), env.get("PYTHONPATH")]))
+    env["XLLM_KERNEL_LOG"] = "off"
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (a process of its own for initialize())."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=python_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def cpu():
+    """The CPU bindings of this process: the whole catalog, default selection."""
+    import xllm_kernel
+
+    for key in list(os.environ):
+        if key.startswith("XLLM_KERNEL_OVERRIDE_"):
+            del os.environ[key]
+    return xllm_kernel.initialize(device="cpu")
