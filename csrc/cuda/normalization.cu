@@ -1,0 +1,145 @@
+// Launchers of the CUDA normalization kernels (csrc/cuda/normalization.cuh): validate what the
+// kernels rely on, shape the launch, enqueue on the caller's stream, check the launch.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "csrc/cuda/normalization.cuh"
+#include "csrc/cuda/normalization.h"
+
+namespace xllm_kernel::cuda {
+namespace {
+
+using kernels::KernelArgs;
+using kernels::kWarp;
+using kernels::Op;
+
+constexpr int kMaxThreads = 1024;
+// Blocks a warp-per-row launch puts in one block (256 threads).
+constexpr int kRowsPerWarpBlock = 8;
+// The grid holds at most this many full waves (at 2048 resident threads per SM); blocks loop
+// over the remaining rows, which also keeps gridDim.x far below its 2^31 - 1 limit.
+constexpr int64_t kMaxWaves = 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+size_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
+// SM count of the current device, cached per device (an attribute query is cheap, but the
+// serving path should not repeat it).
+cudaError_t current_sm_count(int* count) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cache[kCachedDevices] = {};
+  if (device >= 0 && device < kCachedDevices) {
+    if (const int cached = cache[device].load(std::memory_order_relaxed); cached > 0) {
+      *count = cached;
+      return cudaSuccess;
+    }
+  }
+  if (cudaError_t e = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
+    return e;
+  }
+  if (device >= 0 && device < kCachedDevices) cache[device].store(*count, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
+
+// What the kernels assume (the bridge checked the tensors; this guards the torch-free API).
+bool valid(const NormParams& p, Op op) {
+  if (!valid_dtype(p.dtype) || !(p.weight_dtype == DType::kFloat32 || p.weight_dtype == p.dtype)) return false;
+  if (p.hidden < 1 || p.rows < 0 || p.row_ndim < 1 || p.row_ndim > kMaxRowDims) return false;
+  if (!std::isfinite(p.eps) || p.eps < 0) return false;
+  int64_t rows = 1;
+  for (int d = 0; d < p.row_ndim; ++d) {
+    if (p.row_sizes[d] < 0) return false;
+    rows *= p.row_sizes[d];
+  }
+  if (rows != p.rows) return false;
+  if (p.rows == 0) return true;
+  if (p.input == nullptr || p.weight == nullptr) return false;
+  if (op == Op::kFusedAddRmsNorm) return p.residual != nullptr;
+  return p.out != nullptr && (op == Op::kLayerNorm || p.bias == nullptr);
+}
+
+template <Op kOp, class T, class W>
+cudaError_t launch_typed(const KernelArgs& args, const LaunchPlan& plan, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads));
+  if (plan.warp_per_row) {
+    kernels::norm_rows<kOp, T, W, true><<<grid, block, plan.shared_bytes, stream>>>(args);
+  } else {
+    kernels::norm_rows<kOp, T, W, false><<<grid, block, plan.shared_bytes, stream>>>(args);
+  }
+  return cudaGetLastError();
+}
+
+template <Op kOp>
+cudaError_t launch(const NormParams& p, cudaStream_t stream) {
+  if (!valid(p, kOp)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  int sm_count = 0;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  KernelArgs args;
+  args.p = p;
+  args.eps = static_cast<float>(p.eps);
+  args.weights_aligned = kernels::aligned16(p.weight) && kernels::aligned16(p.bias);
+  const LaunchPlan plan = plan_launch(p.rows, p.hidden, element_bytes(p.dtype), sm_count);
+  const bool float_weight = p.weight_dtype == DType::kFloat32;
+  switch (p.dtype) {
+    case DType::kFloat32:
+      return launch_typed<kOp, float, float>(args, plan, stream);
+    case DType::kBFloat16:
+      return float_weight ? launch_typed<kOp, __nv_bfloat16, float>(args, plan, stream)
+                          : launch_typed<kOp, __nv_bfloat16, __nv_bfloat16>(args, plan, stream);
+    case DType::kFloat16:
+      return float_weight ? launch_typed<kOp, __half, float>(args, plan, stream)
+                          : launch_typed<kOp, __half, __half>(args, plan, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+LaunchPlan plan_launch(int64_t rows, int64_t hidden, size_t element_bytes, int sm_count) {
+  LaunchPlan plan;
+  if (rows <= 0 || hidden <= 0 || element_bytes == 0) return plan;
+  sm_count = std::max(sm_count, 1);
+  const int64_t vec = std::max<int64_t>(1, kernels::kVectorBytes / static_cast<int64_t>(element_bytes));
+  const int64_t pieces = ceil_div(hidden, vec);  // 16-byte accesses per row
+  // Rows enough to give every SM 32 warps: a warp per row then keeps the GPU busy without
+  // block barriers, as long as a row is a few accesses per lane.
+  const bool many_rows = rows >= int64_t{sm_count} * 32;
+  if (pieces <= kWarp || (pieces <= 4 * kWarp && many_rows)) {
+    const int64_t rows_per_block = std::min<int64_t>(kRowsPerWarpBlock, rows);
+    plan.warp_per_row = true;
+    plan.threads = static_cast<int>(rows_per_block) * kWarp;
+    plan.blocks = ceil_div(rows, rows_per_block);
+    plan.shared_bytes = 0;
+  } else {
+    // A block per row. Few rows (less than two per SM): as many threads as the row has accesses,
+    // so that a lone row is read with the most parallelism. Many rows: about four accesses per
+    // thread, leaving room for several rows in flight per SM.
+    const int64_t per_thread = rows >= 2 * int64_t{sm_count} ? 4 : 1;
+    const int64_t threads = ceil_div(ceil_div(pieces, per_thread), kWarp) * kWarp;
+    plan.warp_per_row = false;
+    plan.threads = static_cast<int>(std::clamp<int64_t>(threads, kWarp, kMaxThreads));
+    plan.blocks = rows;
+    // Two alternating slots per warp (see kernels::block_sum).
+    plan.shared_bytes = 2 * static_cast<size_t>(plan.threads / kWarp) * sizeof(float);
+  }
+  const int64_t max_blocks = int64_t{sm_count} * std::max(1, 2048 / plan.threads) * kMaxWaves;
+  plan.blocks = std::min(plan.blocks, max_blocks);
+  return plan;
+}
+
+cudaError_t rms_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kRmsNorm>(p, stream); }
+
+cudaError_t fused_add_rms_norm(const NormParams& p, cudaStream_t stream) {
+  return launch<Op::kFusedAddRmsNorm>(p, stream);
+}
+
+cudaError_t layer_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kLayerNorm>(p, stream); }
+
+}  // namespace xllm_kernel::cuda
