@@ -399,9 +399,12 @@ Selection select(Device device, const Operation& operation, const Config& config
 std::shared_ptr<const Bindings> Runtime::initialize(Device device, const InitializeOptions& options) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const std::string who = std::string("initialize(") + to_string(device) + ")";
-  if (auto errors = registry_.errors(); !errors.empty()) {
-    throw std::runtime_error(who + ": an implementation failed to register: " + errors.front());
-  }
+  auto check_registrations = [&] {
+    if (auto errors = registry_.errors(); !errors.empty()) {
+      throw std::runtime_error(who + ": an implementation failed to register: " + errors.front());
+    }
+  };
+  check_registrations();
   const auto catalog = operations();
   Config config = resolve(device, options, catalog);
   const int index = static_cast<int>(device);
@@ -413,6 +416,8 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
   }
 
   state_->load_modules(device, groups_);
+  // A plugin registers while it loads: its failures are known only now.
+  check_registrations();
   registry_.freeze(device);
 
   std::map<std::string, std::shared_ptr<const PreparedKernel>> kernels;

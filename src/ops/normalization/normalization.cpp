@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "src/core/cuda_driver.h"
 #include "src/core/devices.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/boxing.h"
@@ -82,10 +83,10 @@ const TypedOperation<LayerNormFn>& layer_norm_operation() {
 }
 
 const Group& normalization_group() {
-  auto declare = [](const std::string& solution) {
+  auto declare = [](Device device, const std::string& solution) {
     std::vector<DeclaredImplementation> out;
     for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
-      out.push_back({op, "cpu." + solution + "." + op, solution});
+      out.push_back({op, std::string(to_string(device)) + "." + solution + "." + op, solution});
     }
     return out;
   };
@@ -93,11 +94,34 @@ const Group& normalization_group() {
       "normalization",
       {&rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()},
       {
-          BackendModule{"normalization.torch_cpu", Device::kCpu, declare("torch"), nullptr, ""},
-          BackendModule{"normalization.native_cpu", Device::kCpu, declare("native"), &normalization::probe_native_cpu, ""},
+          BackendModule{"normalization.torch_cpu", Device::kCpu, declare(Device::kCpu, "torch"), nullptr, ""},
+          BackendModule{"normalization.native_cpu", Device::kCpu, declare(Device::kCpu, "native"),
+                        &normalization::probe_native_cpu, ""},
+          // ATen on CUDA tensors, linked in (src/ops/normalization/torch.cpp).
+          BackendModule{"normalization.torch_cuda", Device::kCuda, declare(Device::kCuda, "torch"),
+                        &normalization::probe_torch_cuda, ""},
+          // Our CUDA kernels, in the plugin built by cmake/cuda.cmake (native_cuda.cpp).
+          BackendModule{"normalization.native_cuda", Device::kCuda, declare(Device::kCuda, "native"),
+                        &normalization::probe_native_cuda, "libxllm_kernel_cuda.so"},
       }};
   return group;
 }
+
+namespace normalization {
+
+// In the main library, not the plugin: it decides whether the plugin is loaded at all.
+ProbeResult probe_native_cuda() {
+  // The plugin holds sm_80 and sm_90 code (and compute_90 PTX for newer GPUs).
+  constexpr int kMinCapability = 80;
+  const detail::CudaDriver& driver = detail::cuda_driver();
+  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
+  if (driver.best_capability() < kMinCapability) {
+    return ProbeResult::missing("no CUDA device of compute capability >= 8.0 (" + driver.describe() + ")");
+  }
+  return ProbeResult::ok(driver.describe());
+}
+
+}  // namespace normalization
 
 namespace ops {
 
@@ -146,6 +170,12 @@ TORCH_LIBRARY_IMPL(xllm_kernel, Meta, m) {
 }
 
 TORCH_LIBRARY_IMPL(xllm_kernel, CPU, m) {
+  m.impl("rms_norm", &xllm_kernel::ops::rms_norm);
+  m.impl("fused_add_rms_norm", &xllm_kernel::ops::fused_add_rms_norm);
+  m.impl("layer_norm", &xllm_kernel::ops::layer_norm);
+}
+
+TORCH_LIBRARY_IMPL(xllm_kernel, CUDA, m) {
   m.impl("rms_norm", &xllm_kernel::ops::rms_norm);
   m.impl("fused_add_rms_norm", &xllm_kernel::ops::fused_add_rms_norm);
   m.impl("layer_norm", &xllm_kernel::ops::layer_norm);

@@ -1,10 +1,24 @@
-// cpu.torch.*: the normalization ops composed from ATen ops (float32 compute, one rounding).
+// cpu.torch.* and cuda.torch.*: the normalization ops composed from ATen ops (float32 compute,
+// one rounding). The same code serves both devices: ATen dispatches on the tensors' device, and
+// on CUDA it runs on the current stream under a device guard of its own, so the ops are also
+// capturable into a CUDA graph.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
+#include "src/core/cuda_driver.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::normalization {
+
+// Asks the driver first: torch's own check warns when there is no driver.
+ProbeResult probe_torch_cuda() {
+  const detail::CudaDriver& driver = detail::cuda_driver();
+  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
+  if (!at::hasCUDA()) return ProbeResult::missing("torch without CUDA (this torch build cannot use the CUDA devices)");
+  return ProbeResult::ok("torch CUDA, " + driver.describe());
+}
+
 namespace {
 
 // A contiguous float32 view of x (a copy unless x already is one).
@@ -18,45 +32,62 @@ at::Tensor rms_norm_float(const at::Tensor& x, const at::Tensor& weight, double 
   return xf.mul(inv_rms).mul_(weight.to(at::kFloat));
 }
 
+template <c10::DeviceType kDevice>
 at::Tensor torch_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
+  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, kDevice);
   return rms_norm_float(input, weight, eps).to(input.scalar_type());
 }
 
+template <c10::DeviceType kDevice>
 void torch_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CPU);
+  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, kDevice);
   residual.add_(input);  // float32 add, rounded to residual's dtype
   input.copy_(rms_norm_float(residual, weight, eps));
 }
 
+template <c10::DeviceType kDevice>
 at::Tensor torch_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                             double eps) {
-  check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
+  check_arguments("layer_norm", input, weight, bias, nullptr, eps, kDevice);
   std::optional<at::Tensor> bias_float;
   if (bias.has_value() && bias->defined()) bias_float = bias->to(at::kFloat);
   return at::layer_norm(as_float(input), {input.size(-1)}, weight.to(at::kFloat), bias_float, eps)
       .to(input.scalar_type());
 }
 
-KernelSpec spec(const char* operation, const OpContract& contract) {
-  return KernelSpec{std::string("cpu.torch.") + operation,
+KernelSpec spec(Device device, const char* operation, const OpContract& contract) {
+  const bool cuda = device == Device::kCuda;
+  return KernelSpec{std::string(to_string(device)) + ".torch." + operation,
                     &contract,
-                    Device::kCpu,
-                    {ExecutionMode::kEager},
-                    "cpu tensors, float32/bfloat16/float16, weight in input dtype or float32",
+                    device,
+                    cuda ? std::vector<ExecutionMode>{ExecutionMode::kEager, ExecutionMode::kGraph}
+                         : std::vector<ExecutionMode>{ExecutionMode::kEager},
+                    std::string(to_string(device)) + " tensors, float32/bfloat16/float16, weight in input dtype or float32",
                     "torch",
                     "",
                     "aten",
                     10};
 }
 
+constexpr auto kCpu = c10::DeviceType::CPU;
+constexpr auto kCuda = c10::DeviceType::CUDA;
+
 }  // namespace
 
-XLLM_REGISTER_KERNEL(cpu_torch_rms_norm, rms_norm_operation(), spec("rms_norm", rms_norm_contract()),
-                     torch_rms_norm);
+XLLM_REGISTER_KERNEL(cpu_torch_rms_norm, rms_norm_operation(), spec(Device::kCpu, "rms_norm", rms_norm_contract()),
+                     torch_rms_norm<kCpu>);
 XLLM_REGISTER_KERNEL(cpu_torch_fused_add_rms_norm, fused_add_rms_norm_operation(),
-                     spec("fused_add_rms_norm", fused_add_rms_norm_contract()), torch_fused_add_rms_norm);
-XLLM_REGISTER_KERNEL(cpu_torch_layer_norm, layer_norm_operation(), spec("layer_norm", layer_norm_contract()),
-                     torch_layer_norm);
+                     spec(Device::kCpu, "fused_add_rms_norm", fused_add_rms_norm_contract()),
+                     torch_fused_add_rms_norm<kCpu>);
+XLLM_REGISTER_KERNEL(cpu_torch_layer_norm, layer_norm_operation(),
+                     spec(Device::kCpu, "layer_norm", layer_norm_contract()), torch_layer_norm<kCpu>);
+
+XLLM_REGISTER_KERNEL(cuda_torch_rms_norm, rms_norm_operation(), spec(Device::kCuda, "rms_norm", rms_norm_contract()),
+                     torch_rms_norm<kCuda>);
+XLLM_REGISTER_KERNEL(cuda_torch_fused_add_rms_norm, fused_add_rms_norm_operation(),
+                     spec(Device::kCuda, "fused_add_rms_norm", fused_add_rms_norm_contract()),
+                     torch_fused_add_rms_norm<kCuda>);
+XLLM_REGISTER_KERNEL(cuda_torch_layer_norm, layer_norm_operation(),
+                     spec(Device::kCuda, "layer_norm", layer_norm_contract()), torch_layer_norm<kCuda>);
 
 }  // namespace xllm_kernel::normalization
