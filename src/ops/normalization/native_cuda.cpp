@@ -1,0 +1,102 @@
+// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/normalization.cu.
+// Built into the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the
+// normalization.native_cuda module's probe finds a usable device; loading it registers these.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include "csrc/cuda/normalization.h"
+#include "src/ops/normalization/internal.h"
+#include "xllm_kernel/ops/normalization.h"
+
+namespace xllm_kernel::normalization {
+namespace {
+
+cuda::DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return cuda::DType::kFloat32;
+    case at::kBFloat16: return cuda::DType::kBFloat16;
+    case at::kHalf: return cuda::DType::kFloat16;
+    default: TORCH_CHECK(false, "native cuda normalization: unsupported dtype ", t);  // checked before
+  }
+}
+
+cuda::NormParams common(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  cuda::NormParams p;
+  p.dtype = to_dtype(input.scalar_type());
+  p.weight_dtype = to_dtype(weight.scalar_type());
+  p.hidden = input.size(-1);
+  p.weight = weight.const_data_ptr();
+  p.eps = eps;
+  return p;
+}
+
+void check_launch(const char* op, cudaError_t status) {
+  TORCH_CHECK(status == cudaSuccess, op, ": cuda.native kernel failed to launch: ", cudaGetErrorName(status), " (",
+              cudaGetErrorString(status), ")");
+}
+
+at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  cuda::NormParams p = common(input, weight, eps);
+  p.row_ndim = describe_rows("rms_norm", input, {{&input, p.input_strides}, {&out, p.out_strides}},
+                             cuda::kMaxRowDims, p.row_sizes, p.rows);
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  check_launch("rms_norm", cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(input.device());
+  cuda::NormParams p = common(input, weight, eps);
+  p.row_ndim = describe_rows("fused_add_rms_norm", input,
+                             {{&input, p.input_strides}, {&residual, p.residual_strides}}, cuda::kMaxRowDims,
+                             p.row_sizes, p.rows);
+  p.input = input.mutable_data_ptr();
+  p.residual = residual.mutable_data_ptr();
+  check_launch("fused_add_rms_norm", cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             double eps) {
+  check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  cuda::NormParams p = common(input, weight, eps);
+  p.row_ndim = describe_rows("layer_norm", input, {{&input, p.input_strides}, {&out, p.out_strides}},
+                             cuda::kMaxRowDims, p.row_sizes, p.rows);
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
+  check_launch("layer_norm", cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+KernelSpec spec(const char* operation, const OpContract& contract) {
+  return KernelSpec{std::string("cuda.native.") + operation,
+                    &contract,
+                    Device::kCuda,
+                    {ExecutionMode::kEager, ExecutionMode::kGraph},
+                    "cuda tensors (sm_80+), float32/bfloat16/float16, weight in input dtype or float32, contiguous "
+                    "last dim, any leading strides",
+                    "native",
+                    "",
+                    "cuda",
+                    20};
+}
+
+}  // namespace
+
+XLLM_REGISTER_KERNEL(cuda_native_rms_norm, rms_norm_operation(), spec("rms_norm", rms_norm_contract()),
+                     native_rms_norm);
+XLLM_REGISTER_KERNEL(cuda_native_fused_add_rms_norm, fused_add_rms_norm_operation(),
+                     spec("fused_add_rms_norm", fused_add_rms_norm_contract()), native_fused_add_rms_norm);
+XLLM_REGISTER_KERNEL(cuda_native_layer_norm, layer_norm_operation(), spec("layer_norm", layer_norm_contract()),
+                     native_layer_norm);
+
+}  // namespace xllm_kernel::normalization
