@@ -1,0 +1,138 @@
+// What the cuda device looks like where it cannot run, and the plugin's packaging. Runs on any
+// machine: the checks of a machine without a usable GPU skip (saying why) where one exists.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "test/cuda/cuda_test_support.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+const char* const kOperations[] = {"rms_norm", "fused_add_rms_norm", "layer_norm"};
+
+// Empty when torch's CUDA can run here (then initialize("cuda") succeeds); otherwise why not.
+std::string torch_cuda_unavailable() {
+  const Candidate c = cuda_candidate("rms_norm", "cuda.torch.rms_norm");
+  return c.verdict == Verdict::kExcluded ? c.reason : std::string();
+}
+
+#define XLLM_SKIP_WITH_CUDA_DEVICE()                                                                        \
+  do {                                                                                                      \
+    if (torch_cuda_unavailable().empty()) GTEST_SKIP() << "a usable CUDA device is present; the GPU tests " \
+                                                          "(normalization_cuda_test.cpp) cover this machine"; \
+  } while (0)
+
+class NoCudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override { runtime().reset_for_testing(); }
+  void TearDown() override { runtime().reset_for_testing(); }
+};
+
+// explain lists both CUDA solutions as excluded, with the probe's missing dependency.
+TEST_F(NoCudaDevice, ExplainExcludesCudaImplementationsWithTheReason) {
+  XLLM_SKIP_WITH_CUDA_DEVICE();
+  for (const char* op : kOperations) {
+    SCOPED_TRACE(op);
+    const Explanation ex = explain("cuda", op);
+    EXPECT_EQ(ex.selected(), nullptr);
+    EXPECT_NE(ex.error.find(std::string(op) + ": no eligible implementation on cuda in eager mode"), std::string::npos)
+        << ex.error;
+    for (const std::string solution : {"native", "torch"}) {
+      const std::string name = "cuda." + solution + "." + op;
+      const Candidate c = cuda_candidate(op, name);
+      EXPECT_EQ(c.verdict, Verdict::kExcluded) << name;
+      // "no CUDA driver (libcuda.so.1 not found)" here; "no CUDA device" with a driver only.
+      EXPECT_EQ(c.reason.rfind("missing dependency: no CUDA driver", 0) == 0 ||
+                    c.reason.rfind("missing dependency: no CUDA device", 0) == 0 ||
+                    c.reason.rfind("missing dependency: CUDA driver unusable", 0) == 0,
+                true)
+          << name << ": " << c.reason;
+    }
+    const std::string table = ex.to_string();
+    EXPECT_NE(table.find(std::string("cuda.native.") + op), std::string::npos) << table;
+    EXPECT_NE(table.find("excluded: missing dependency: "), std::string::npos) << table;
+  }
+}
+
+// initialize("cuda") fails with an error naming the operation and every candidate's reason;
+// nothing is published, and the process goes on (cpu still initializes).
+TEST_F(NoCudaDevice, InitializeFailsWithAClearError) {
+  XLLM_SKIP_WITH_CUDA_DEVICE();
+  std::string e = error_of([] { initialize("cuda", {"rms_norm"}); });
+  EXPECT_NE(e.find("initialize(cuda): rms_norm: no eligible implementation on cuda in eager mode"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("cuda.native.rms_norm"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing dependency: "), std::string::npos) << e;
+  e = error_of([] { initialize("cuda"); });
+  EXPECT_NE(e.find("no eligible implementation on cuda"), std::string::npos) << e;
+  e = error_of([] { initialize("cuda", {"layer_norm"}, {}, "graph"); });
+  EXPECT_NE(e.find("layer_norm: no eligible implementation on cuda in graph mode"), std::string::npos) << e;
+  e = error_of([] { initialize("cuda", {"rms_norm"}, {{"rms_norm", "native"}}); });
+  EXPECT_NE(e.find("every implementation of that solution is excluded: cuda.native.rms_norm: missing dependency: "),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(runtime().bindings(Device::kCuda), nullptr);
+  const at::Tensor x = at::randn({2, 8}), w = at::ones({8});
+  e = error_of([&] { rms_norm_operation().call(Device::kCuda, x, w, 1e-6); });
+  EXPECT_NE(e.find("rms_norm: device cuda is not initialized"), std::string::npos) << e;
+  EXPECT_NO_THROW(initialize("cpu"));
+}
+
+// The runtime looks for the plugin beside libxllm_kernel.so, where the build puts it.
+TEST(CudaPlugin, IsBuiltBesideTheLibrary) {
+  const std::filesystem::path plugin(XLLM_KERNEL_CUDA_PLUGIN_PATH);
+  EXPECT_EQ(plugin.filename(), "libxllm_kernel_cuda.so");
+  EXPECT_TRUE(std::filesystem::exists(plugin)) << plugin;
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&xllm_kernel::registry), &info), 0);
+  EXPECT_EQ(std::filesystem::canonical(std::filesystem::path(info.dli_fname).parent_path()),
+            std::filesystem::canonical(plugin.parent_path()));
+  EXPECT_EQ(std::filesystem::canonical(XLLM_KERNEL_LIBRARY_DIR), std::filesystem::canonical(plugin.parent_path()));
+}
+
+// Loading the plugin needs no GPU (its symbols resolve, its registrations succeed), and its
+// bridges reject tensors of another device before touching CUDA.
+TEST(CudaPlugin, LoadsRegistersAndChecksArgumentsWithoutADevice) {
+  runtime().reset_for_testing();  // registering needs an unfrozen cuda registry
+  void* handle = dlopen(XLLM_KERNEL_CUDA_PLUGIN_PATH, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  EXPECT_TRUE(registry().errors().empty()) << registry().errors().front();
+  for (const char* op : kOperations) {
+    const auto k = registry().find(std::string("cuda.native.") + op);
+    ASSERT_TRUE(k) << op;
+    EXPECT_EQ(k->spec.device, Device::kCuda);
+    EXPECT_EQ(k->spec.solution, "native");
+    EXPECT_EQ(k->spec.binding, "cuda");
+    EXPECT_EQ(k->spec.priority, 20);
+    EXPECT_TRUE(k->spec.supports(ExecutionMode::kEager));
+    EXPECT_TRUE(k->spec.supports(ExecutionMode::kGraph));
+  }
+  const at::Tensor x = at::randn({4, 16}), w = at::ones({16});
+  for (const std::string solution : {"native", "torch"}) {
+    SCOPED_TRACE(solution);
+    std::string e = error_of([&] { function_of<RmsNormFn>("cuda." + solution + ".rms_norm")(x, w, 1e-6); });
+    EXPECT_NE(e.find("rms_norm: input must be on cuda for this implementation, got cpu"), std::string::npos) << e;
+    e = error_of([&] {
+      at::Tensor a = x.clone(), r = x.clone();
+      function_of<FusedAddRmsNormFn>("cuda." + solution + ".fused_add_rms_norm")(a, r, w, 1e-6);
+    });
+    EXPECT_NE(e.find("fused_add_rms_norm: input must be on cuda for this implementation, got cpu"), std::string::npos)
+        << e;
+    e = error_of([&] { function_of<LayerNormFn>("cuda." + solution + ".layer_norm")(x, w, std::nullopt, 1e-5); });
+    EXPECT_NE(e.find("layer_norm: input must be on cuda for this implementation, got cpu"), std::string::npos) << e;
+  }
+  // Still excluded for the probe's reason where there is no device, now that it is registered.
+  if (!torch_cuda_unavailable().empty()) {
+    const Candidate c = cuda_candidate("rms_norm", "cuda.native.rms_norm");
+    EXPECT_EQ(c.verdict, Verdict::kExcluded);
+    EXPECT_EQ(c.reason.rfind("missing dependency: ", 0), 0u) << c.reason;
+    EXPECT_EQ(c.priority, 20);
+  }
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing

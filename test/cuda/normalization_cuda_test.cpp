@@ -1,0 +1,412 @@
+// Every CUDA normalization implementation in the registry (cuda.native.* from the plugin,
+// cuda.torch.*) on a GPU against the float64 reference on the CPU, over the grid of the issue and
+// misaligned rows; argument errors that need a device; CUDA-graph capture equal to eager; and
+// selection through initialize("cuda"). Every test skips, saying why, where no usable GPU is.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "test/cuda/cuda_test_support.h"
+#include "test/ops/normalization_reference.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+const std::vector<int64_t> kTokens{0, 1, 7, 257};
+const std::vector<int64_t> kHidden{1, 7, 64, 4096 + 13};
+const std::vector<at::ScalarType> kDtypes{at::kFloat, at::kBFloat16, at::kHalf};
+
+enum class Layout { kContiguous, kRowStrided, kUnmergeable3d, kMisaligned };
+const Layout kLayouts[] = {Layout::kContiguous, Layout::kRowStrided, Layout::kUnmergeable3d, Layout::kMisaligned};
+const char* name_of(Layout l) {
+  switch (l) {
+    case Layout::kContiguous: return "contiguous";
+    case Layout::kRowStrided: return "row-strided";
+    case Layout::kUnmergeable3d: return "3-D unmergeable";
+    case Layout::kMisaligned: return "starts at element 1";
+  }
+  return "?";
+}
+
+at::TensorOptions on_gpu() { return at::TensorOptions().device(at::kCUDA, 0); }
+
+// A view in `layout` over a padded GPU buffer, filled on the CPU (fixed seed) with
+// randn + offset, then moved; the whole buffer is returned too, to check what lies outside.
+struct Input {
+  at::Tensor view, buffer;
+};
+at::Tensor view_of(const at::Tensor& buffer, Layout layout, int64_t tokens, int64_t hidden) {
+  switch (layout) {
+    case Layout::kContiguous: return buffer;
+    case Layout::kRowStrided: return buffer.narrow(1, 0, hidden);
+    case Layout::kUnmergeable3d: return buffer.narrow(1, 0, 2).narrow(2, 0, hidden);  // [tokens, 2, hidden]
+    case Layout::kMisaligned: return buffer.narrow(0, 1, tokens * hidden).view({tokens, hidden});
+  }
+  return buffer;
+}
+Input make_input(int64_t tokens, int64_t hidden, at::ScalarType dtype, Layout layout, double offset, int pad) {
+  at::Tensor buffer;
+  switch (layout) {
+    case Layout::kContiguous: buffer = at::randn({tokens, hidden}); break;
+    case Layout::kRowStrided: buffer = at::randn({tokens, hidden + pad}); break;
+    case Layout::kUnmergeable3d: buffer = at::randn({tokens, 3, hidden + pad}); break;
+    case Layout::kMisaligned: buffer = at::randn({tokens * hidden + 1}); break;
+  }
+  buffer = buffer.add_(offset).to(dtype).to(at::kCUDA);
+  return {view_of(buffer, layout, tokens, hidden), buffer};
+}
+
+at::Tensor make_weight(int64_t hidden, at::ScalarType dtype) {
+  return (at::randn({hidden}) * 0.5 + 1).to(dtype).to(at::kCUDA);
+}
+
+std::string case_name(int64_t tokens, int64_t hidden, at::ScalarType w, Layout l) {
+  return "tokens=" + std::to_string(tokens) + " hidden=" + std::to_string(hidden) + " weight=" +
+         std::string(c10::toString(w)) + " " + name_of(l);
+}
+
+struct ImplAndDtype {
+  std::string implementation;
+  at::ScalarType dtype;
+};
+void PrintTo(const ImplAndDtype& p, std::ostream* os) { *os << p.implementation << " " << c10::toString(p.dtype); }
+std::string param_name(const ::testing::TestParamInfo<ImplAndDtype>& info) {
+  std::string n = info.param.implementation + "_" + c10::toString(info.param.dtype);
+  for (char& c : n)
+    if (c == '.') c = '_';
+  return n;
+}
+std::vector<ImplAndDtype> params_for(const std::string& operation) {
+  std::vector<ImplAndDtype> out;
+  for (const auto& impl : cuda_implementations_of(operation))
+    for (auto dtype : kDtypes) out.push_back({impl, dtype});
+  return out;
+}
+
+at::Tensor cpu(const at::Tensor& t) { return t.to(at::kCPU); }
+
+class CudaRmsNormImpl : public ::testing::TestWithParam<ImplAndDtype> {};
+class CudaFusedAddRmsNormImpl : public ::testing::TestWithParam<ImplAndDtype> {};
+class CudaLayerNormImpl : public ::testing::TestWithParam<ImplAndDtype> {};
+
+TEST_P(CudaRmsNormImpl, MatchesFloat64ReferenceOverGrid) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const auto [impl, dtype] = GetParam();
+  auto fn = function_of<RmsNormFn>(impl);
+  const Tolerance tol = tolerance_for(dtype);
+  at::manual_seed(1);
+  for (int64_t tokens : kTokens)
+    for (int64_t hidden : kHidden)
+      for (at::ScalarType wdtype : {dtype, at::kFloat})
+        for (Layout layout : kLayouts) {
+          SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout));
+          Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/4, /*pad=*/5);
+          const at::Tensor before = in.buffer.clone();
+          const at::Tensor w = make_weight(hidden, wdtype);
+          const at::Tensor out = fn(in.view, w, 1e-6);
+          ASSERT_TRUE(out.is_cuda());
+          ASSERT_EQ(out.sizes(), in.view.sizes());
+          ASSERT_EQ(out.scalar_type(), dtype);
+          ASSERT_TRUE(out.is_contiguous());
+          EXPECT_LE(headroom(cpu(out), reference_rms_norm(cpu(in.view), cpu(w), 1e-6), tol), 1.0);
+          EXPECT_TRUE(at::equal(in.buffer, before)) << "input was modified";
+        }
+}
+
+TEST_P(CudaFusedAddRmsNormImpl, MatchesFloat64ReferenceOverGrid) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const auto [impl, dtype] = GetParam();
+  auto fn = function_of<FusedAddRmsNormFn>(impl);
+  const Tolerance tol = tolerance_for(dtype);
+  at::manual_seed(2);
+  for (int64_t tokens : kTokens)
+    for (int64_t hidden : kHidden)
+      for (at::ScalarType wdtype : {dtype, at::kFloat})
+        for (Layout layout : kLayouts) {
+          SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout));
+          Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/2, /*pad=*/5);
+          // Other strides for the residual (and contiguous where the input is misaligned).
+          const Layout res_layout = layout == Layout::kMisaligned ? Layout::kContiguous : layout;
+          Input res = make_input(tokens, hidden, dtype, res_layout, /*offset=*/3, /*pad=*/3);
+          at::Tensor in_buffer = in.buffer.clone(), res_buffer = res.buffer.clone();
+          const at::Tensor w = make_weight(hidden, wdtype);
+          // The sum of two values of this dtype is exact in float64: one rounding is bitwise.
+          const at::Tensor want_residual = (cpu(in.view).to(at::kDouble) + cpu(res.view).to(at::kDouble)).to(dtype);
+          const at::Tensor want_input = reference_rms_norm(want_residual, cpu(w), 1e-5);
+          fn(in.view, res.view, w, 1e-5);
+          EXPECT_TRUE(at::equal(cpu(res.view), want_residual)) << "residual is not the rounded sum";
+          EXPECT_LE(headroom(cpu(in.view), want_input, tol), 1.0);
+          // Nothing outside the views was written.
+          view_of(in_buffer, layout, tokens, hidden).copy_(in.view);
+          view_of(res_buffer, res_layout, tokens, hidden).copy_(res.view);
+          EXPECT_TRUE(at::equal(in.buffer, in_buffer)) << "wrote outside input";
+          EXPECT_TRUE(at::equal(res.buffer, res_buffer)) << "wrote outside residual";
+        }
+}
+
+TEST_P(CudaLayerNormImpl, MatchesFloat64ReferenceOverGrid) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const auto [impl, dtype] = GetParam();
+  auto fn = function_of<LayerNormFn>(impl);
+  const Tolerance tol = tolerance_for(dtype);
+  at::manual_seed(3);
+  for (int64_t tokens : kTokens)
+    for (int64_t hidden : kHidden)
+      for (at::ScalarType wdtype : {dtype, at::kFloat})
+        for (Layout layout : kLayouts)
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout) + (with_bias ? " bias" : " no bias"));
+            // A large offset: E[x^2] - E[x]^2 or half-precision sums would fail here.
+            Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/50, /*pad=*/5);
+            const at::Tensor before = in.buffer.clone();
+            const at::Tensor w = make_weight(hidden, wdtype);
+            std::optional<at::Tensor> b;
+            if (with_bias) b = at::randn({hidden}).to(wdtype).to(at::kCUDA);
+            const at::Tensor out = fn(in.view, w, b, 1e-5);
+            ASSERT_EQ(out.sizes(), in.view.sizes());
+            ASSERT_EQ(out.scalar_type(), dtype);
+            ASSERT_TRUE(out.is_contiguous());
+            std::optional<at::Tensor> b_cpu;
+            if (b) b_cpu = cpu(*b);
+            EXPECT_LE(headroom(cpu(out), reference_layer_norm(cpu(in.view), cpu(w), b_cpu, 1e-5), tol), 1.0);
+            EXPECT_TRUE(at::equal(in.buffer, before)) << "input was modified";
+          }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaRmsNormImpl, ::testing::ValuesIn(params_for("rms_norm")), param_name);
+INSTANTIATE_TEST_SUITE_P(All, CudaFusedAddRmsNormImpl, ::testing::ValuesIn(params_for("fused_add_rms_norm")),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(All, CudaLayerNormImpl, ::testing::ValuesIn(params_for("layer_norm")), param_name);
+
+// Rows 2^31 + 16 elements apart (4 GiB of bfloat16 reserved per tensor, two rows touched).
+TEST(CudaNormalizationLargeStride, RowStrideBeyond2To31Elements) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t hidden = 64, stride = (int64_t{1} << 31) + 16;
+  at::Tensor storage, r_storage;
+  try {
+    storage = at::empty({stride + hidden}, on_gpu().dtype(at::kBFloat16));
+    r_storage = at::empty({stride + hidden}, on_gpu().dtype(at::kBFloat16));
+  } catch (const c10::OutOfMemoryError& e) {
+    GTEST_SKIP() << "needs 8 GiB of free device memory: " << e.what_without_backtrace();
+  }
+  at::Tensor x = storage.as_strided({2, hidden}, {stride, 1});
+  x.copy_(at::randn({2, hidden}) + 1);
+  const at::Tensor w = make_weight(hidden, at::kFloat);
+  const Tolerance tol = tolerance_for(at::kBFloat16);
+  for (const auto& impl : cuda_implementations_of("rms_norm")) {
+    SCOPED_TRACE(impl);
+    EXPECT_LE(headroom(cpu(function_of<RmsNormFn>(impl)(x, w, 1e-6)), reference_rms_norm(cpu(x), cpu(w), 1e-6), tol),
+              1.0);
+  }
+  for (const auto& impl : cuda_implementations_of("layer_norm")) {
+    SCOPED_TRACE(impl);
+    EXPECT_LE(headroom(cpu(function_of<LayerNormFn>(impl)(x, w, std::nullopt, 1e-6)),
+                       reference_layer_norm(cpu(x), cpu(w), std::nullopt, 1e-6), tol),
+              1.0);
+  }
+  for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
+    SCOPED_TRACE(impl);
+    at::Tensor xi = x.clone();  // contiguous input, huge-stride residual
+    at::Tensor r = r_storage.as_strided({2, hidden}, {stride, 1});
+    r.copy_(at::randn({2, hidden}));
+    const at::Tensor want_r = (cpu(xi).to(at::kDouble) + cpu(r).to(at::kDouble)).to(at::kBFloat16);
+    function_of<FusedAddRmsNormFn>(impl)(xi, r, w, 1e-6);
+    EXPECT_TRUE(at::equal(cpu(r), want_r));
+    EXPECT_LE(headroom(cpu(xi), reference_rms_norm(want_r, cpu(w), 1e-6), tol), 1.0);
+  }
+}
+
+// ---- errors that need a device: mixed devices ----
+
+TEST(CudaNormalizationErrors, MixedDevices) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const at::Tensor x = at::randn({4, 16}, on_gpu().dtype(at::kBFloat16));
+  const at::Tensor w = at::ones({16}, on_gpu().dtype(at::kBFloat16));
+  for (const auto& impl : cuda_implementations_of("rms_norm")) {
+    EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x, w.cpu(), 1e-6); })
+                  .find("rms_norm: weight must be on cuda:0 (the input's device), got cpu"),
+              std::string::npos)
+        << impl;
+    EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x.cpu(), w.cpu(), 1e-6); })
+                  .find("rms_norm: input must be on cuda for this implementation, got cpu"),
+              std::string::npos)
+        << impl;
+  }
+  for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
+    at::Tensor a = x.clone(), r = x.cpu();
+    EXPECT_NE(error_of([&] { function_of<FusedAddRmsNormFn>(impl)(a, r, w, 1e-6); })
+                  .find("fused_add_rms_norm: residual must be on cuda:0 (the input's device), got cpu"),
+              std::string::npos)
+        << impl;
+  }
+  for (const auto& impl : cuda_implementations_of("layer_norm")) {
+    EXPECT_NE(error_of([&] { function_of<LayerNormFn>(impl)(x, w, w.cpu(), 1e-5); })
+                  .find("layer_norm: bias must be on cuda:0 (the input's device), got cpu"),
+              std::string::npos)
+        << impl;
+  }
+  if (c10::cuda::device_count() >= 2) {
+    for (const auto& impl : cuda_implementations_of("rms_norm")) {
+      EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x, w.to(at::Device(at::kCUDA, 1)), 1e-6); })
+                    .find("rms_norm: weight must be on cuda:0 (the input's device), got cuda:1"),
+                std::string::npos)
+          << impl;
+    }
+  }
+}
+
+// The bridge runs on the input's device, not the current one.
+TEST(CudaNormalization, RunsOnTheInputsDevice) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  if (c10::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, found " << int{c10::cuda::device_count()};
+  const at::Device second(at::kCUDA, 1);
+  const c10::cuda::CUDAGuard current(0);
+  const at::Tensor x = (at::randn({7, 4109}) + 1).to(at::kHalf).to(second), w = make_weight(4109, at::kFloat).to(second);
+  for (const auto& impl : cuda_implementations_of("rms_norm")) {
+    SCOPED_TRACE(impl);
+    const at::Tensor out = function_of<RmsNormFn>(impl)(x, w, 1e-6);
+    EXPECT_EQ(out.device(), second);
+    EXPECT_LE(headroom(cpu(out), reference_rms_norm(cpu(x), cpu(w), 1e-6), tolerance_for(at::kHalf)), 1.0);
+  }
+}
+
+// ---- CUDA graphs: a captured call replays to the same bits as an eager one ----
+
+// Warms `enqueue` up on a side stream, captures one call into a graph, and returns it.
+std::unique_ptr<at::cuda::CUDAGraph> capture(const std::function<void()>& enqueue) {
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  c10::cuda::device_synchronize();
+  {
+    const c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+    enqueue();
+    c10::cuda::getCurrentCUDAStream().synchronize();
+    graph->capture_begin();
+    enqueue();
+    graph->capture_end();
+  }
+  c10::cuda::device_synchronize();
+  return graph;
+}
+
+TEST(CudaGraphs, CapturedCallsEqualEager) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  at::manual_seed(4);
+  for (at::ScalarType dtype : kDtypes)
+    for (int64_t tokens : {1, 257})
+      for (int64_t hidden : {64, 4109}) {
+        const std::string shape = std::string(c10::toString(dtype)) + " " + std::to_string(tokens) + "x" +
+                                  std::to_string(hidden);
+        const at::Tensor x0 = (at::randn({tokens, hidden}) + 2).to(dtype).to(at::kCUDA);
+        const at::Tensor r0 = (at::randn({tokens, hidden}) + 3).to(dtype).to(at::kCUDA);
+        const at::Tensor w = make_weight(hidden, at::kFloat), b = at::randn({hidden}).to(at::kCUDA);
+        for (const auto& impl : cuda_implementations_of("rms_norm")) {
+          SCOPED_TRACE(impl + " " + shape);
+          auto fn = function_of<RmsNormFn>(impl);
+          at::Tensor x = x0.clone(), captured;
+          auto graph = capture([&] { captured = fn(x, w, 1e-6); });
+          captured.zero_();
+          graph->replay();
+          EXPECT_TRUE(at::equal(captured, fn(x0, w, 1e-6)));
+        }
+        for (const auto& impl : cuda_implementations_of("layer_norm")) {
+          SCOPED_TRACE(impl + " " + shape);
+          auto fn = function_of<LayerNormFn>(impl);
+          for (bool with_bias : {false, true}) {
+            std::optional<at::Tensor> bias;
+            if (with_bias) bias = b;
+            at::Tensor x = x0.clone(), captured;
+            auto graph = capture([&] { captured = fn(x, w, bias, 1e-5); });
+            captured.zero_();
+            graph->replay();
+            EXPECT_TRUE(at::equal(captured, fn(x0, w, bias, 1e-5))) << (with_bias ? "bias" : "no bias");
+          }
+        }
+        for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
+          SCOPED_TRACE(impl + " " + shape);
+          auto fn = function_of<FusedAddRmsNormFn>(impl);
+          at::Tensor x = x0.clone(), r = r0.clone();
+          auto graph = capture([&] { fn(x, r, w, 1e-6); });
+          at::Tensor want_x = x0.clone(), want_r = r0.clone();
+          fn(want_x, want_r, w, 1e-6);
+          for (int replay = 0; replay < 2; ++replay) {  // replays are repeatable after a reset
+            x.copy_(x0);
+            r.copy_(r0);
+            graph->replay();
+            EXPECT_TRUE(at::equal(x, want_x)) << "input, replay " << replay;
+            EXPECT_TRUE(at::equal(r, want_r)) << "residual, replay " << replay;
+          }
+        }
+      }
+}
+
+// ---- selection through the process-wide runtime ----
+
+class CudaSelection : public ::testing::Test {
+ protected:
+  void SetUp() override { runtime().reset_for_testing(); }
+  void TearDown() override { runtime().reset_for_testing(); }
+};
+
+// Where torch sees a device the plugin supports, the plugin must have loaded (no false skips).
+TEST_F(CudaSelection, NativeIsAvailableWhereTorchSeesAnSm80Device) {
+  if (c10::cuda::device_count() == 0) GTEST_SKIP() << "torch sees no CUDA device";
+  int best = 0;
+  for (int d = 0; d < c10::cuda::device_count(); ++d) {
+    const cudaDeviceProp* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(d));
+    best = std::max(best, 10 * props->major + props->minor);
+  }
+  if (best < 80) GTEST_SKIP() << "no device of compute capability >= 8.0 (best sm_" << best << ")";
+  EXPECT_EQ(native_cuda_unavailable(), "");
+}
+
+TEST_F(CudaSelection, InitializePicksNativeAndExplainShowsIt) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const char* mode : {"eager", "graph"}) {
+    SCOPED_TRACE(mode);
+    runtime().reset_for_testing();
+    auto b = initialize("cuda", {}, {}, mode);
+    ASSERT_EQ(b->size(), 3u);
+    for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
+      EXPECT_EQ(b->at(op).spec().name, std::string("cuda.native.") + op);
+      const Explanation ex = explain("cuda", op);
+      ASSERT_TRUE(ex.selected()) << ex.to_string();
+      EXPECT_EQ(ex.selected()->name, std::string("cuda.native.") + op);
+      EXPECT_EQ(ex.selected()->binding, "cuda");
+      EXPECT_NE(ex.selected()->detail.find("driver"), std::string::npos) << ex.selected()->detail;
+      ASSERT_GE(ex.candidates.size(), 2u);
+      EXPECT_EQ(ex.candidates[1].name, std::string("cuda.torch.") + op);
+      EXPECT_EQ(ex.candidates[1].verdict, Verdict::kLowerPriority);
+      EXPECT_NE(ex.to_string().find(std::string("cuda.native.") + op), std::string::npos);
+    }
+  }
+}
+
+TEST_F(CudaSelection, PublicApiAndDispatcherReachTheBinding) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  initialize("cuda");
+  const at::Tensor x = (at::randn({3, 40}) + 1).to(at::kBFloat16).to(at::kCUDA), w = make_weight(40, at::kFloat);
+  const at::Tensor via_api = ops::rms_norm(x, w, 1e-6);
+  EXPECT_LE(headroom(cpu(via_api), reference_rms_norm(cpu(x), cpu(w), 1e-6), tolerance_for(at::kBFloat16)), 1.0);
+  const auto op = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow("xllm_kernel::rms_norm", "")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  EXPECT_TRUE(at::equal(op.call(x, w, 1e-6), via_api));
+  EXPECT_TRUE(at::equal(initialize("cuda")->at("rms_norm").function<RmsNormFn>()(x, w, 1e-6), via_api));
+}
+
+TEST_F(CudaSelection, OverrideSelectsTorch) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  auto b = initialize("cuda", {"layer_norm"}, {{"layer_norm", "torch"}});
+  EXPECT_EQ(b->at("layer_norm").spec().name, "cuda.torch.layer_norm");
+  EXPECT_EQ(layer_norm_operation().prepared(Device::kCuda)->spec().name, "cuda.torch.layer_norm");
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
