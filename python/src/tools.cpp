@@ -6,6 +6,14 @@
 
 #ifdef XLLM_KERNEL_HAVE_TOOLS
 #include "xllm_kernel/tools.h"
+
+// Weak references: libxllm_kernel_tools gains its entry points one tool at a time, and a missing
+// one must not make `import xllm_kernel` fail on an undefined symbol. Each resolves to null when
+// the library lacks it, and Python then reports that tool as not built.
+namespace xllm_kernel::tools {
+[[gnu::weak]] int numerics_main(const std::vector<std::string>& argv);
+[[gnu::weak]] int benchmark_main(const std::vector<std::string>& argv);
+}  // namespace xllm_kernel::tools
 #endif
 
 namespace xllm_kernel::python {
@@ -15,21 +23,23 @@ void bind_tools(py::module_& m) {
   // The tools print through std::cout while Python buffers its own sys.stdout: the caller flushes
   // Python's first, and std::cout is flushed before returning, so the two never interleave.
   // Without the GIL, because a tool may call kernels registered from Python.
-  auto run = [](int (*main)(const std::vector<std::string>&)) {
-    return [main](const std::vector<std::string>& argv) {
+  auto bind = [&m](const char* name, int (*main)(const std::vector<std::string>&), const char* doc) {
+    if (main == nullptr) return;
+    m.def(name, [main](const std::vector<std::string>& argv) {
       py::gil_scoped_release no_gil;
       const int code = main(argv);
       std::cout.flush();
       std::cerr.flush();
       return code;
-    };
+    }, py::arg("argv"), doc);
   };
-  m.def("numerics_main", run(&tools::numerics_main), py::arg("argv"),
-        "Runs the numerics tool with argv (argv[0] is the program name); returns its exit code.");
-  m.def("benchmark_main", run(&tools::benchmark_main), py::arg("argv"),
-        "Runs the benchmark tool with argv (argv[0] is the program name); returns its exit code.");
+  bind("numerics_main", &tools::numerics_main,
+       "Runs the numerics tool with argv (argv[0] is the program name); returns its exit code.");
+  bind("benchmark_main", &tools::benchmark_main,
+       "Runs the benchmark tool with argv (argv[0] is the program name); returns its exit code.");
+  m.attr("tools_built") = true;
 #else
-  (void)m;  // built without XLLM_KERNEL_BUILD_TOOLS: the package reports that the tools are missing
+  m.attr("tools_built") = false;  // built without XLLM_KERNEL_BUILD_TOOLS
 #endif
 }
 

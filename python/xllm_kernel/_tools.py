@@ -12,11 +12,12 @@ def run(tool: str, argv: list[str] | None = None) -> int:
     prog = f"python -m xllm_kernel.{tool}"
     main = getattr(_C, f"{tool}_main", None)
     if main is None:
-        print(
-            f"{prog}: this build of xllm_kernel has no {tool} tool (it was built without "
-            "XLLM_KERNEL_BUILD_TOOLS=ON, which needs CLI11 and nlohmann-json); rebuild the package with it",
-            file=sys.stderr,
+        why = (
+            f"its libxllm_kernel_tools has no {tool} entry point"
+            if _C.tools_built
+            else "it was built with XLLM_KERNEL_BUILD_TOOLS=OFF (the tools need CLI11 and nlohmann-json)"
         )
+        print(f"{prog}: this build of xllm_kernel has no {tool} tool: {why}", file=sys.stderr)
         return 2
     # Both languages write to the same file descriptors; flush Python's buffers first so output
     # stays in order.

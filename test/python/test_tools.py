@@ -24,7 +24,7 @@ def test_tool_help(tool):
     result = run_module(f"xllm_kernel.{tool}", "--help")
     if hasattr(_C, f"{tool}_main"):
         assert result.returncode == 0, result.stderr
-        assert f"python -m xllm_kernel.{tool}" in result.stdout and "--operation" in result.stdout
+        assert "--operation" in result.stdout and "--device" in result.stdout
     else:
         assert result.returncode == 2
         assert f"this build of xllm_kernel has no {tool} tool" in result.stderr
