@@ -5,6 +5,7 @@
 //   if (auto reason = api->graph_unsupported_reason()) ... else { auto g = api->capture(0, fn, 64); g->replay(); }
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -35,6 +36,9 @@ class DeviceApi {
   virtual std::optional<std::string> graph_unsupported_reason() const = 0;
   // Captures `calls` invocations of `enqueue` into one graph (warm up before capturing).
   virtual std::unique_ptr<DeviceGraph> capture(int index, const std::function<void()>& enqueue, int calls) const = 0;
+  // Bytes of the last-level cache in front of the device's memory (L3 on a CPU, L2 on a GPU), or
+  // -1 when unknown; the benchmark's cold-cache rotation sizes itself by it.
+  virtual int64_t last_level_cache_bytes(int index) const { return -1; }
 };
 
 // The registered API of a device, or null.

@@ -1,6 +1,8 @@
 #include "xllm_kernel/device_api.h"
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <stdexcept>
 
@@ -20,6 +22,26 @@ class CpuApi final : public DeviceApi {
   std::optional<std::string> graph_unsupported_reason() const override { return "device cpu has no graph API"; }
   std::unique_ptr<DeviceGraph> capture(int, const std::function<void()>&, int) const override {
     throw std::logic_error("capture: device cpu has no graph API");
+  }
+  int64_t last_level_cache_bytes(int) const override {
+    // The largest cache level sysfs lists for cpu0 (shared L3 on current x86 and Arm servers).
+    int64_t best = -1;
+    int best_level = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      int level = 0;
+      std::string size;
+      if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+      int64_t bytes = std::stoll(size);
+      if (size.back() == 'K') bytes <<= 10;
+      if (size.back() == 'M') bytes <<= 20;
+      if (level >= best_level) {
+        best_level = level;
+        best = bytes;
+      }
+    }
+    return best;
   }
 };
 

@@ -76,6 +76,9 @@ struct OperationSuite {
   std::function<void(CLI::App& app, SuiteOptions& options)> add_arguments;
   std::function<std::vector<std::shared_ptr<const KernelCase>>(const SuiteOptions& options)> cases;
   bool has_reference = false;  // an independent float64 reference validates every case
+  // Option values the benchmark uses where the user gave none (timing wants fewer, larger cases
+  // than validation does).
+  SuiteOptions benchmark_defaults;
 };
 
 // Suite discovery: metadata only; nothing touches a device.

@@ -42,7 +42,8 @@ const OperationSuite& fused_add_rms_norm_suite() {
         auto g = normalization::grid(o, false);
         return tensor_cases("fused_add_rms_norm", g.dimensions, g.extra, build);
       },
-      true};
+      true,
+      normalization::benchmark_defaults()};
   return suite;
 }
 

@@ -53,7 +53,8 @@ const OperationSuite& layer_norm_suite() {
         auto g = normalization::grid(o, true);
         return tensor_cases("layer_norm", g.dimensions, g.extra, build);
       },
-      true};
+      true,
+      normalization::benchmark_defaults()};
   return suite;
 }
 

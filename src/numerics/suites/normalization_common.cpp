@@ -15,6 +15,11 @@ void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias) {
   if (with_bias) app.add_option("--bias", options["bias"], "With bias: true,false [default: both]")->delimiter(',');
 }
 
+SuiteOptions benchmark_defaults() {
+  return {{"tokens", {"1", "128", "8192"}}, {"hidden", {"4096"}},     {"dtype", {"bfloat16", "float32"}},
+          {"weight-dtype", {"input"}},      {"layout", {"contiguous"}}, {"bias", {"true"}}};
+}
+
 at::ScalarType parse_dtype(const std::string& name) {
   if (name == "float32") return at::kFloat;
   if (name == "bfloat16") return at::kBFloat16;

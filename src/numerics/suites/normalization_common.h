@@ -18,6 +18,9 @@ struct Grid {
 };
 Grid grid(const SuiteOptions& options, bool with_bias);
 
+// The benchmark's default grid: 1, 128 and 8192 tokens of 4096 in bfloat16 and float32.
+SuiteOptions benchmark_defaults();
+
 at::ScalarType parse_dtype(const std::string& name);
 const char* dtype_name(at::ScalarType dtype);
 

@@ -38,7 +38,8 @@ const OperationSuite& rms_norm_suite() {
         auto g = normalization::grid(o, false);
         return tensor_cases("rms_norm", g.dimensions, g.extra, build);
       },
-      true};
+      true,
+      normalization::benchmark_defaults()};
   return suite;
 }
 

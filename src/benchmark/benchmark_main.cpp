@@ -1,0 +1,261 @@
+// xllm-kernel-benchmark: times the validated cases of a suite, side by side, against the device's
+// copy bandwidth measured in the same run.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "src/benchmark/compare.h"
+#include "src/benchmark/statistics.h"
+#include "src/benchmark/timing.h"
+#include "src/numerics/arguments.h"
+#include "src/numerics/report.h"
+#include "src/numerics/tensor_case.h"
+#include "xllm_kernel/tools.h"
+
+namespace xllm_kernel {
+namespace benchmark {
+namespace {
+
+using numerics::CommonOptions;
+using numerics::json;
+using numerics::UsageError;
+
+struct BenchmarkOptions {
+  TimingOptions timing;
+  int threads = 0;
+  bool cold_cache = false;
+  int64_t copy_bytes = 0;
+};
+
+// Copies of a case so the rotation's working set exceeds the last-level cache (at most 64, and
+// at most 8 GiB in all).
+json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, int64_t case_bytes, int& copies) {
+  copies = 1;
+  const int64_t cache = api.last_level_cache_bytes(index);
+  if (o.cold_cache && case_bytes > 0) {
+    const int64_t target = cache > 0 ? 2 * cache : int64_t{256} << 20;
+    copies = static_cast<int>(std::min<int64_t>({64, (target + case_bytes - 1) / case_bytes + 1,
+                                                 std::max<int64_t>(1, (int64_t{8} << 30) / case_bytes)}));
+    copies = std::max(copies, 2);
+  }
+  const int64_t working_set = case_bytes * copies;
+  return {{"enabled", o.cold_cache},
+          {"copies", copies},
+          {"working_set_bytes", working_set},
+          {"last_level_cache_bytes", cache},
+          {"exceeds_cache", cache > 0 ? json(working_set > cache) : json(nullptr)}};
+}
+
+std::string us(double seconds) { return numerics::format_number(seconds * 1e6); }
+
+std::string markdown(const json& report) {
+  std::ostringstream md;
+  md << "# Benchmark: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
+     << " (" << report["mode"].get<std::string>() << ")\n\n";
+  const json& env = report["environment"];
+  md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
+     << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), "
+     << env["threads"] << " threads, load " << env["load_average"][0] << ". Copy bandwidth measured in this run: "
+     << numerics::format_number(report["copy_bandwidth_gbps"].get<double>()) << " GB/s. "
+     << report["device_timer"].get<std::string>() << ".\n\n";
+  md << "| case | implementation | median us | p10-p90 us | GB/s | % of copy | x fastest | speed-up vs torch |\n";
+  md << "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : report["results"]) {
+    md << "| `" << r["case_id"].get<std::string>() << "` | `" << r["implementation"].get<std::string>() << "` | ";
+    if (r["status"] != "timed") {
+      md << r["status"].get<std::string>() << ": " << r.value("reason", std::string()) << " | | | | | |\n";
+      continue;
+    }
+    const json& d = r["device"];
+    md << us(d["median"].get<double>()) << " | " << us(d["p10"].get<double>()) << "-" << us(d["p90"].get<double>())
+       << " | " << numerics::format_number(r["achieved_gbps"].get<double>()) << " | "
+       << numerics::format_number(r["percent_of_copy"].get<double>()) << (r["warm_cache"].get<bool>() ? " (warm cache)" : "")
+       << " | " << numerics::format_number(r["ratio_to_fastest"].get<double>()) << " | "
+       << (r["speedup_vs_torch"].is_null() ? std::string("-") : numerics::format_number(r["speedup_vs_torch"].get<double>()))
+       << " |\n";
+  }
+  return md.str();
+}
+
+int run(const std::vector<std::string>& argv) {
+  if (argv.size() >= 2 && argv[1] == "compare") return compare_main(argv);
+  CLI::App app{"xllm-kernel-benchmark: time validated cases against the in-run copy bandwidth.\n"
+               "Subcommand: `compare BASELINE CANDIDATE BASELINE2`. Exit codes: 0 timed, 1 a case failed "
+               "validation (or an execution error), 2 usage error, 3 nothing timed.",
+               "xllm-kernel-benchmark"};
+  CommonOptions common;
+  numerics::SuiteOptions suite_options;
+  BenchmarkOptions bo;
+  const numerics::OperationSuite* suite = numerics::add_arguments(app, common, suite_options, argv);
+  app.add_option("--iterations", bo.timing.iterations, "Timed samples per case")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", bo.timing.warmup, "Untimed calls before sampling")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--graph-calls", bo.timing.graph_calls, "Calls captured per graph (1 when the case resets)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", bo.threads, "CPU threads (0: torch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--cold-cache", bo.cold_cache, "Rotate copies of the inputs so the working set exceeds the last-level cache");
+  app.add_option("--copy-bytes", bo.copy_bytes, "Buffer size of the copy-bandwidth measurement [default: 256 MiB]");
+  if (auto code = numerics::parse(app, argv)) return *code;
+  if (common.list) {
+    std::cout << numerics::list_text();
+    return 0;
+  }
+  if (common.operation.empty()) throw UsageError("--operation is required (or --list, or compare); see --help");
+  if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
+  Device device;
+  try {
+    device = parse_device(common.device);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  const auto colon = common.device.find(':');
+  const int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  const ExecutionMode mode = parse_execution_mode(common.mode);
+  for (const auto& [key, values] : suite->benchmark_defaults) {
+    if (suite_options[key].empty()) suite_options[key] = values;
+  }
+  std::vector<std::shared_ptr<const numerics::KernelCase>> cases;
+  try {
+    cases = suite->cases(suite_options);
+  } catch (const CLI::ValidationError& e) {
+    throw UsageError(e.what());
+  }
+  const auto targets = numerics::resolve_targets(suite->operation, device, mode, common.implementation);
+  const DeviceApi* api = device_api(device);
+  if (api == nullptr) throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
+  if (bo.threads > 0) at::set_num_threads(bo.threads);
+  const at::Device torch_device = numerics::torch_device(numerics::Plan{device, index});
+
+  const bool progress = isatty(STDERR_FILENO);
+  if (progress) std::cerr << "measuring copy bandwidth...\r" << std::flush;
+  const int64_t copy_bytes = bo.copy_bytes > 0 ? bo.copy_bytes : int64_t{256} << 20;
+  const double copy_bw = copy_bandwidth(*api, torch_device, index, copy_bytes, 10);
+
+  json results = json::array();
+  int timed = 0, failed = 0;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto& c = *cases[ci];
+    json row_start = results.size();
+    // Interleaved: every implementation on this case before the next case.
+    for (const auto& target : targets) {
+      if (progress) std::cerr << "\r\033[K" << c.case_id() << "  " << target.name << " (" << ci + 1 << "/" << cases.size() << ")" << std::flush;
+      numerics::Plan plan{device, index, mode, target.kernel, common.seed};
+      json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}, {"implementation", target.name}};
+      std::optional<std::string> reason;
+      if (!target.kernel) reason = target.excluded_reason;
+      if (!reason) reason = c.unsupported_reason(plan);
+      if (reason) {
+        r["status"] = "unsupported";
+        r["reason"] = *reason;
+        results.push_back(r);
+        continue;
+      }
+      std::vector<PreparedCase> copies;
+      copies.push_back(c.prepare(plan));
+      int n = 1;
+      const auto& meta = copies[0].metadata;
+      r["rotation"] = plan_rotation(bo, *api, index, meta.bytes_read + meta.bytes_written, n);
+      // Only validated cases are timed (eager validation here; graph mode validates its replay).
+      copies[0].function();
+      api->synchronize(index);
+      const numerics::Validation v = copies[0].validate();
+      if (!v.passed) {
+        ++failed;
+        r["status"] = "failed";
+        r["reason"] = "validation failed: " + (v.failures.empty() ? std::string() : v.failures[0]);
+        results.push_back(r);
+        continue;
+      }
+      for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
+      const Samples s = mode == ExecutionMode::kGraph ? time_graph(*api, index, copies[0], bo.timing)
+                                                      : time_eager(*api, index, copies, bo.timing);
+      ++timed;
+      const Summary device_summary = summarize(s.device);
+      const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
+      const double gbps = bytes / device_summary.median / 1e9;
+      r.update({{"status", "timed"},
+                {"implementation_detail", numerics::implementation_json(*target.kernel)},
+                {"bytes_read", meta.bytes_read},
+                {"bytes_written", meta.bytes_written},
+                {"flops", meta.flops},
+                {"calls_per_sample", s.calls_per_sample},
+                {"host_enqueue", to_json(summarize(s.host_enqueue))},
+                {"device", to_json(device_summary)},
+                {"wall", to_json(summarize(s.wall))},
+                {"achieved_gbps", gbps},
+                {"percent_of_copy", 100.0 * gbps * 1e9 / copy_bw},
+                {"warm_cache", gbps * 1e9 > copy_bw},
+                {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}}}});
+      results.push_back(r);
+    }
+    // Ratios within this case: to the fastest implementation and to the torch solution.
+    double fastest = 0, torch_time = 0;
+    for (size_t i = row_start.get<size_t>(); i < results.size(); ++i) {
+      const json& r = results[i];
+      if (r["status"] != "timed") continue;
+      const double t = r["device"]["median"].get<double>();
+      if (fastest == 0 || t < fastest) fastest = t;
+      if (r["implementation_detail"]["solution"] == "torch") torch_time = t;
+    }
+    for (size_t i = row_start.get<size_t>(); i < results.size(); ++i) {
+      json& r = results[i];
+      if (r["status"] != "timed") continue;
+      const double t = r["device"]["median"].get<double>();
+      r["ratio_to_fastest"] = t / fastest;
+      r["speedup_vs_torch"] = torch_time > 0 ? json(torch_time / t) : json(nullptr);
+    }
+  }
+  if (progress) std::cerr << "\r\033[K";
+  const int code = failed > 0 ? numerics::kCaseFailed : timed == 0 ? numerics::kNothingPassed : numerics::kPassed;
+  json report{{"schema", "xllm-kernel/benchmark-report/1"},
+              {"tool", "benchmark"},
+              {"operation", suite->operation},
+              {"device", common.device},
+              {"mode", common.mode},
+              {"seed", common.seed},
+              {"environment", numerics::environment(device, index, common.revision)},
+              {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
+              {"device_timer", api->has_device_events() ? "device intervals from device events"
+                                                        : "on the CPU a call is synchronous: the device interval is the call's wall time"},
+              {"copy_bandwidth_gbps", copy_bw / 1e9},
+              {"copy_bytes", copy_bytes},
+              {"implementations", [&] {
+                 json names = json::array();
+                 for (const auto& t : targets) names.push_back(t.name);
+                 return names;
+               }()},
+              {"results", results},
+              {"summary", {{"timed", timed}, {"failed", failed}, {"exit_code", code}}}};
+  const std::string md = markdown(report);
+  std::cout << md;
+  if (!common.output.empty()) numerics::write_atomically(common.output, report.dump(2) + "\n");
+  if (!common.markdown.empty()) numerics::write_atomically(common.markdown, md);
+  if (code == numerics::kNothingPassed) std::cerr << "xllm-kernel-benchmark: nothing was timed; that is a failure\n";
+  return code;
+}
+
+}  // namespace
+}  // namespace benchmark
+
+namespace tools {
+
+int benchmark_main(const std::vector<std::string>& argv) {
+  try {
+    return benchmark::run(argv);
+  } catch (const numerics::UsageError& e) {
+    std::cerr << "xllm-kernel-benchmark: " << e.what() << "\n";
+    return numerics::kUsage;
+  } catch (const c10::Error& e) {
+    std::cerr << "xllm-kernel-benchmark: error: " << e.what_without_backtrace() << "\n";
+    return numerics::kCaseFailed;
+  } catch (const std::exception& e) {
+    std::cerr << "xllm-kernel-benchmark: error: " << e.what() << "\n";
+    return numerics::kCaseFailed;
+  }
+}
+
+}  // namespace tools
+}  // namespace xllm_kernel

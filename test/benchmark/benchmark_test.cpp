@@ -1,0 +1,245 @@
+// The benchmark tool: statistics, timing protocol (reset outside the intervals, only validated
+// cases timed), side-by-side ratios, cold-cache rotation and the baseline/candidate/baseline
+// comparison. No test asserts a speed.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "src/benchmark/compare.h"
+#include "src/benchmark/statistics.h"
+#include "src/benchmark/timing.h"
+#include "xllm_kernel/tools.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using namespace xllm_kernel::benchmark;
+
+TEST(Statistics, KnownSamples) {
+  const Summary s = summarize({3, 1, 2, 10, 4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(s.count, 10u);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 10);
+  EXPECT_DOUBLE_EQ(s.median, 5.5);
+  EXPECT_DOUBLE_EQ(s.mean, 5.5);
+  EXPECT_NEAR(s.p10, 1.9, 1e-12);
+  EXPECT_NEAR(s.p90, 9.1, 1e-12);
+  EXPECT_NEAR(s.stddev, 3.0276503540974917, 1e-12);
+  const Summary one = summarize({4});
+  EXPECT_DOUBLE_EQ(one.median, 4);
+  EXPECT_DOUBLE_EQ(one.stddev, 0);
+  EXPECT_THROW(percentile({}, 50), std::invalid_argument);
+}
+
+TEST(Statistics, MedianRatioInterval) {
+  std::mt19937 rng(1);
+  std::normal_distribution<double> noise(0, 1);
+  std::vector<double> a, b;
+  for (int i = 0; i < 50; ++i) {
+    a.push_back(100 + noise(rng));
+    b.push_back(2 * (100 + noise(rng)));
+  }
+  const Ratio same = median_ratio(a, a);
+  EXPECT_DOUBLE_EQ(same.point, 1);
+  EXPECT_LE(same.low, 1);
+  EXPECT_GE(same.high, 1);
+  const Ratio twice = median_ratio(a, b);
+  EXPECT_NEAR(twice.point, 2, 0.05);
+  EXPECT_GT(twice.low, 1.9);
+  EXPECT_LT(twice.high, 2.1);
+}
+
+TEST(Timing, ResetRunsOutsideTheTimedIntervals) {
+  int calls = 0, resets = 0;
+  numerics::PreparedCase c;
+  c.function = [&] { ++calls; };
+  c.reset = [&] {
+    ++resets;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  std::vector<numerics::PreparedCase> copies{c};
+  TimingOptions o;
+  o.warmup = 2;
+  o.iterations = 5;
+  const Samples s = time_eager(*device_api(Device::kCpu), 0, copies, o);
+  EXPECT_EQ(calls, 7);
+  EXPECT_EQ(resets, 7);  // before every call, warmup included
+  ASSERT_EQ(s.device.size(), 5u);
+  for (size_t i = 0; i < s.device.size(); ++i) {
+    // A 20 ms reset inside any interval would show; the call itself takes nanoseconds.
+    EXPECT_LT(s.device[i], 0.010);
+    EXPECT_LT(s.host_enqueue[i], 0.010);
+    EXPECT_LT(s.wall[i], 0.010);
+  }
+}
+
+TEST(Timing, CpuHasNoGraphs) {
+  EXPECT_EQ(device_api(Device::kCpu)->graph_unsupported_reason().value(), "device cpu has no graph API");
+  EXPECT_FALSE(device_api(Device::kCpu)->has_device_events());
+}
+
+struct BenchRun {
+  int code;
+  json report;
+};
+
+BenchRun bench(std::vector<std::string> args, const std::string& tag) {
+  const fs::path out = fs::temp_directory_path() / ("xk_bench_" + tag + "_" + std::to_string(::getpid()) + ".json");
+  fs::remove(out);
+  args.insert(args.begin(), "xllm-kernel-benchmark");
+  for (const char* a : {"--iterations", "3", "--warmup", "1", "--copy-bytes", "4194304", "--output"}) args.push_back(a);
+  args.push_back(out.string());
+  BenchRun r{tools::benchmark_main(args), json()};
+  if (fs::exists(out)) {
+    std::ifstream in(out);
+    r.report = json::parse(in);
+    fs::remove(out);
+  }
+  return r;
+}
+
+TEST(Benchmark, SideBySideOnSameInputsWithRatios) {
+  BenchRun r = bench({"--operation", "rms_norm", "--implementation", "cpu.native.rms_norm", "--tokens", "4,32", "--hidden",
+                      "64", "--dtype", "bfloat16"},
+                     "single");
+  ASSERT_EQ(r.code, 0);
+  r = bench({"--operation", "layer_norm", "--implementation", "all", "--tokens", "4,32", "--hidden", "64", "--dtype",
+             "bfloat16"},
+            "all");
+  // This test binary registers a deliberately aliasing layer_norm: it fails validation, untimed.
+  ASSERT_EQ(r.code, 1);
+  bool aliasing_failed = false;
+  for (const auto& row : r.report["results"]) {
+    if (row["implementation"] == "cpu.test_aliasing.layer_norm") aliasing_failed = row["status"] == "failed";
+  }
+  EXPECT_TRUE(aliasing_failed);
+  EXPECT_GT(r.report["copy_bandwidth_gbps"].get<double>(), 0);
+  std::map<std::string, int> timed_per_case;
+  for (const auto& row : r.report["results"]) {
+    if (row["status"] != "timed") continue;  // the test binary's wrong kernels fail validation
+    ++timed_per_case[row["case_id"]];
+    EXPECT_EQ(row["samples"]["device"].size(), 3u);
+    EXPECT_EQ(row["device"]["count"], 3);
+    EXPECT_GE(row["ratio_to_fastest"].get<double>(), 1.0);
+    EXPECT_GT(row["achieved_gbps"].get<double>(), 0);
+    EXPECT_EQ(row["warm_cache"].get<bool>(), row["percent_of_copy"].get<double>() > 100);
+    if (row["implementation"] == "cpu.torch.layer_norm") EXPECT_DOUBLE_EQ(row["speedup_vs_torch"].get<double>(), 1.0);
+    EXPECT_EQ(row["bytes_written"].get<int64_t>(), row["parameters"]["tokens"].get<int64_t>() * 64 * 2);
+  }
+  ASSERT_EQ(timed_per_case.size(), 2u);
+  for (const auto& [id, n] : timed_per_case) EXPECT_EQ(n, 2) << id;  // native and torch, interleaved
+  for (const auto& [id, n] : timed_per_case) {
+    double best = 1e9;
+    for (const auto& row : r.report["results"])
+      if (row["case_id"] == id && row["status"] == "timed") best = std::min(best, row["ratio_to_fastest"].get<double>());
+    EXPECT_DOUBLE_EQ(best, 1.0);
+  }
+}
+
+TEST(Benchmark, OnlyValidatedCasesAreTimed) {
+  BenchRun r = bench({"--operation", "rms_norm", "--implementation", "cpu.test_wrong_value.rms_norm", "--tokens", "4",
+                      "--hidden", "64"},
+                     "wrong");
+  EXPECT_EQ(r.code, 1);
+  ASSERT_FALSE(r.report["results"].empty());
+  for (const auto& row : r.report["results"]) {
+    EXPECT_EQ(row["status"], "failed");
+    EXPECT_FALSE(row.contains("samples"));
+    EXPECT_NE(row["reason"].get<std::string>().find("validation failed"), std::string::npos);
+  }
+}
+
+TEST(Benchmark, ColdCacheRotationReportsWhetherItExceededTheCache) {
+  BenchRun r = bench({"--operation", "rms_norm", "--implementation", "cpu.native.rms_norm", "--tokens", "1024", "--hidden",
+                      "4096", "--dtype", "float32", "--cold-cache"},
+                     "cold");
+  ASSERT_EQ(r.code, 0);
+  const json& rot = r.report["results"][0]["rotation"];
+  EXPECT_TRUE(rot["enabled"].get<bool>());
+  EXPECT_GE(rot["copies"].get<int>(), 2);
+  const int64_t case_bytes = 1024 * 4096 * 4 * 2 + 4096 * 4;
+  EXPECT_EQ(rot["working_set_bytes"].get<int64_t>(), case_bytes * rot["copies"].get<int64_t>());
+  if (rot["last_level_cache_bytes"].get<int64_t>() > 0) {
+    EXPECT_EQ(rot["exceeds_cache"].get<bool>(), rot["working_set_bytes"].get<int64_t>() > rot["last_level_cache_bytes"].get<int64_t>());
+    EXPECT_TRUE(rot["exceeds_cache"].get<bool>());
+  }
+}
+
+TEST(Benchmark, GraphModeOnCpuTimesNothing) {
+  BenchRun r = bench({"--operation", "rms_norm", "--mode", "graph", "--tokens", "4", "--hidden", "64"}, "graph");
+  EXPECT_EQ(r.code, 3);
+  for (const auto& row : r.report["results"]) EXPECT_EQ(row["status"], "unsupported");
+}
+
+TEST(Benchmark, UsageErrors) {
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "--operation", "rms_norm", "--iterations", "0"}), 2);
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "--operation", "nope"}), 2);
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark"}), 2);
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", "only-one.json"}), 2);
+}
+
+// Synthetic reports: one case whose candidate is faster, one the same, one slower; then a second
+// baseline that drifted.
+json synthetic(double fast, double same, double slow, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0, 0.005);
+  auto samples = [&](double center) {
+    std::vector<double> s;
+    for (int i = 0; i < 40; ++i) s.push_back(center * (1 + noise(rng)));
+    return s;
+  };
+  json results = json::array();
+  for (auto [id, t] : {std::pair{"a", fast}, std::pair{"b", same}, std::pair{"c", slow}}) {
+    results.push_back({{"case_id", id}, {"implementation", "cpu.native.rms_norm"}, {"status", "timed"},
+                       {"samples", {{"device", samples(t)}}}});
+  }
+  return {{"results", results}};
+}
+
+TEST(Compare, VerdictsAndDrift) {
+  const json base = synthetic(1.0, 1.0, 1.0, 1), base2 = synthetic(1.0, 1.0, 1.0, 2);
+  const json cand = synthetic(0.8, 1.0, 1.25, 3);
+  const json c = compare_reports(base, cand, base2);
+  ASSERT_EQ(c["rows"].size(), 3u);
+  EXPECT_EQ(c["rows"][0]["verdict"], "faster");
+  EXPECT_EQ(c["rows"][1]["verdict"], "same");
+  EXPECT_EQ(c["rows"][2]["verdict"], "slower");
+  EXPECT_FALSE(c["drift"].get<bool>());
+  EXPECT_NEAR(c["rows"][0]["candidate_over_baseline"]["point"].get<double>(), 0.8, 0.01);
+
+  const json drifted = synthetic(1.1, 1.1, 1.1, 4);  // the machine got 10% slower between baselines
+  const json d = compare_reports(base, cand, drifted);
+  EXPECT_TRUE(d["drift"].get<bool>());
+  for (const auto& row : d["rows"]) EXPECT_EQ(row["verdict"], "drift");
+  EXPECT_NE(compare_markdown(d).find("drift"), std::string::npos);
+}
+
+TEST(Compare, CommandLine) {
+  const fs::path dir = fs::temp_directory_path() / ("xk_compare_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const json base = synthetic(1.0, 1.0, 1.0, 1), cand = synthetic(0.8, 1.0, 1.25, 3), base2 = synthetic(1.0, 1.0, 1.0, 2);
+  std::ofstream(dir / "a.json") << base.dump();
+  std::ofstream(dir / "b.json") << cand.dump();
+  std::ofstream(dir / "c.json") << base2.dump();
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / "b.json").string(),
+                                   (dir / "c.json").string(), "--output", (dir / "cmp.json").string()}),
+            0);
+  std::ifstream in(dir / "cmp.json");
+  const json c = json::parse(in);
+  EXPECT_EQ(c["rows"][0]["verdict"], "faster");
+  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / "missing.json").string(),
+                                   (dir / "c.json").string()}),
+            2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
