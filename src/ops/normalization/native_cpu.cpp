@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "csrc/cpu/normalization.h"
+#include "src/core/cpu_allocator.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -92,7 +93,7 @@ cpu::NormParams common(const at::Tensor& input, const at::Tensor& weight, double
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
   check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
   cpu::NormParams p = common(input, weight, eps);
   describe_rows("rms_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
   p.input = input.const_data_ptr();
@@ -113,7 +114,7 @@ void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
   check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
   cpu::NormParams p = common(input, weight, eps);
   describe_rows("layer_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
   p.input = input.const_data_ptr();
