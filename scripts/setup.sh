@@ -35,7 +35,7 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
   "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" >&2
 fi
-"$VENV/bin/python" -c "import numpy, pytest" 2>/dev/null ||
-  "$VENV/bin/python" -m pip install -q "numpy" "pytest" >&2
+"$VENV/bin/python" -c "import numpy, pytest, jsonschema, matplotlib" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q "numpy" "pytest" "jsonschema" "matplotlib" >&2
 log "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
 echo "$VENV/bin/python"

@@ -1,0 +1,70 @@
+"""The numerics and benchmark reports validate against the JSON schemas documented in docs/schemas/."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import jsonschema
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = ROOT / os.environ.get("BUILD_DIR", "build")
+SCHEMAS = ROOT / "docs" / "schemas"
+
+
+def schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def run_tool(tool: str, *args: str, out: pathlib.Path, expect: int = 0) -> dict:
+    binary = BUILD / f"xllm-kernel-{tool}"
+    if not binary.exists():
+        pytest.fail(f"{binary} is not built")
+    env = dict(os.environ, XLLM_KERNEL_LOG="off")
+    result = subprocess.run([str(binary), *args, "--output", str(out)], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == expect, result.stdout[-2000:] + result.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("operation", ["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_numerics_report_validates(tmp_path, operation):
+    report = run_tool("numerics", "--operation", operation, "--implementation", "all", "--hidden", "7,64",
+                      "--revision", "schema-test", out=tmp_path / "r.json")
+    jsonschema.validate(report, schema("numerics-report"))
+    assert report["summary"]["status"] == "passed"
+    assert {i["implementation"]["solution"] for i in report["implementations"]} >= {"native", "torch"}
+
+
+def test_numerics_report_with_unsupported_cases_validates(tmp_path):
+    report = run_tool("numerics", "--operation", "rms_norm", "--mode", "graph", "--hidden", "64",
+                      out=tmp_path / "r.json", expect=3)
+    jsonschema.validate(report, schema("numerics-report"))
+    assert report["summary"]["status"] == "nothing_passed"
+
+
+def test_schema_rejects_a_broken_report(tmp_path):
+    report = run_tool("numerics", "--operation", "rms_norm", "--hidden", "7", out=tmp_path / "r.json")
+    del report["implementations"][0]["results"][0]["headroom"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, schema("numerics-report"))
+
+
+def test_benchmark_report_and_comparison_validate(tmp_path):
+    args = ("--operation", "rms_norm", "--implementation", "all", "--tokens", "4,64", "--hidden", "256",
+            "--iterations", "5", "--warmup", "1", "--copy-bytes", "4194304")
+    paths = [tmp_path / f"{name}.json" for name in ("base", "cand", "base2")]
+    for path in paths:
+        report = run_tool("benchmark", *args, out=path)
+        jsonschema.validate(report, schema("benchmark-report"))
+        assert report["summary"]["timed"] == 8  # 2 token counts x 2 default dtypes x 2 implementations
+    out = tmp_path / "cmp.json"
+    result = subprocess.run([str(BUILD / "xllm-kernel-benchmark"), "compare", *map(str, paths), "--output", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    comparison = json.loads(out.read_text())
+    jsonschema.validate(comparison, schema("benchmark-comparison"))
+    assert comparison["compared"] == 8
