@@ -1,6 +1,6 @@
 """The wheel: the package in python/xllm_kernel plus the same CMake project scripts/build.sh builds.
 
-    pip install --no-build-isolation .        # builds against the environment's torch (recommended)
+    pip install --no-build-isolation .        # builds against the environment's torch (an isolated build stops)
     pip wheel --no-build-isolation --no-deps -w dist .
 
 Nothing compiles at import time: CMake builds libxllm_kernel (+ libxllm_kernel_tools, + any device
@@ -19,6 +19,7 @@ Environment:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -44,6 +45,7 @@ def torch_requirement() -> str:
         import torch
     except ImportError:  # metadata only (an sdist): any torch the code builds with
         return "torch>=2.4"
+    # The extension is built against this torch's C++ ABI.
     return "torch==" + torch.__version__.split("+")[0]
 
 
@@ -54,6 +56,11 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
+        if importlib.util.find_spec("torch") is None:
+            raise RuntimeError(
+                f"torch is not importable from {sys.executable}: build in the environment that has the torch "
+                "to build against, without build isolation: pip install --no-build-isolation ."
+            )
         given = os.environ.get("XLLM_KERNEL_CMAKE_BUILD_DIR")
         build_dir = pathlib.Path(given).resolve() if given else ROOT / "build-wheel"
         reuse = bool(given) and (build_dir / "CMakeCache.txt").exists()
