@@ -107,13 +107,14 @@ int main(int argc, char** argv) {
   std::string mode = "eager";
   std::vector<std::string> operations;
   std::vector<std::string> overrides;
-  bool list = false, explain_all = false, run = false, operators_doc = false;
+  bool list = false, explain_all = false, run = false, operators_doc = false, operations_list = false;
   app.add_option("--device", device, "Device to initialize: cpu, cuda, npu")->capture_default_str();
   app.add_option("--mode", mode, "Execution mode: eager or graph")->capture_default_str();
   app.add_option("--operations", operations, "Operations to initialize (default: the whole catalog)")->delimiter(',');
   app.add_option("--override", overrides, "OPERATION=IMPLEMENTATION_OR_SOLUTION, repeatable");
   app.add_flag("--list", list, "Print the catalog and every registered implementation");
   app.add_flag("--explain", explain_all, "Print every candidate of each operation with its verdict");
+  app.add_flag("--operations-list", operations_list, "Print the catalog's operation names, one a line");
   app.add_flag("--operators-doc", operators_doc, "Print docs/operators.md, generated from the contracts");
   app.add_flag("--run", run, "Initialize and call each selected operation once");
   try {
@@ -122,6 +123,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    if (operations_list) {
+      for (const Operation* op : builtin_operations()) std::cout << op->name() << "\n";
+    }
     if (operators_doc) print_operators_doc();
     if (list) print_list();
     if (!explain_all && !run) return 0;

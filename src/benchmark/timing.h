@@ -5,6 +5,7 @@
 
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <vector>
 
 #include "src/numerics/suite.h"
@@ -15,9 +16,12 @@ namespace xllm_kernel::benchmark {
 using numerics::PreparedCase;
 
 struct TimingOptions {
-  int warmup = 5;
-  int iterations = 30;
+  int warmup = 3;
+  int iterations = 20;
   int graph_calls = 64;  // calls captured per graph (1 when the case has a reset)
+  // Runs before each timed sample, after its reset and outside every timed interval (a distributed
+  // run aligns the ranks' samples with a barrier here).
+  std::function<void()> before_sample;
 };
 
 // Seconds per call, one entry per sample.

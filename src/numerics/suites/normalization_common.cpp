@@ -16,7 +16,7 @@ void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias) {
 }
 
 SuiteOptions benchmark_defaults() {
-  return {{"tokens", {"1", "128", "8192"}}, {"hidden", {"4096"}},     {"dtype", {"bfloat16", "float32"}},
+  return {{"tokens", {"1", "128", "2048"}}, {"hidden", {"4096"}},     {"dtype", {"bfloat16", "float32"}},
           {"weight-dtype", {"input"}},      {"layout", {"contiguous"}}, {"bias", {"true"}}};
 }
 
