@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 
 from xllm_kernel import _C
-from xllm_kernel.platforms import Platform, device_name
+from xllm_kernel.platforms import Platform, PlatformEnum, device_name
 from xllm_kernel.registry import KernelSpec, PreparedKernel, execution_mode
 
 
@@ -103,7 +103,7 @@ def bindings(device: object) -> Bindings | None:
 def prepared(operation: str, device: object = None) -> PreparedKernel:
     """The prepared kernel of `operation` (Operation.get_prepared)."""
     if device is None:
-        initialized = [d for d in ("cpu", "cuda", "npu") if _C.bindings(d) is not None]
+        initialized = [p.value for p in PlatformEnum if _C.bindings(p.value) is not None]
         if len(initialized) != 1:
             raise RuntimeError(
                 f"{operation}: name the device; initialized devices: {initialized or 'none'} "
