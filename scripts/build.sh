@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="$(bash scripts/setup.sh | tail -n 1)"
 BUILD_DIR="${BUILD_DIR:-build}"
+# Clones in other folders share the compiler cache (paths become relative to the checkout).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DPython3_EXECUTABLE="$PYTHON" ${CMAKE_ARGS:-} >&2
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" >&2
