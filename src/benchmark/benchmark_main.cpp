@@ -12,6 +12,8 @@
 #include "src/benchmark/statistics.h"
 #include "src/benchmark/timing.h"
 #include "src/numerics/arguments.h"
+#include "src/numerics/distributed.h"
+#include "src/numerics/distributed_report.h"
 #include "src/numerics/report.h"
 #include "src/numerics/tensor_case.h"
 #include "xllm_kernel/tools.h"
@@ -21,6 +23,7 @@ namespace benchmark {
 namespace {
 
 using numerics::CommonOptions;
+using numerics::DistributedRun;
 using numerics::json;
 using numerics::UsageError;
 
@@ -81,7 +84,7 @@ std::string markdown(const json& report) {
   return md.str();
 }
 
-int run(const std::vector<std::string>& argv) {
+int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& dist) {
   if (argv.size() >= 2 && argv[1] == "compare") return compare_main(argv);
   CLI::App app{"xllm-kernel-benchmark: time validated cases against the in-run copy bandwidth.\n"
                "Subcommand: `compare BASELINE CANDIDATE BASELINE2`. Exit codes: 0 timed, 1 a case failed "
@@ -112,7 +115,12 @@ int run(const std::vector<std::string>& argv) {
     throw UsageError(std::string("--device: ") + e.what());
   }
   const auto colon = common.device.find(':');
-  const int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  if (common.distributed) {
+    DistributedRun::start("benchmark", std::chrono::milliseconds(static_cast<int64_t>(common.distributed_timeout * 1000)),
+                          dist);
+    index = dist->device_index(device, common.device);
+  }
   const ExecutionMode mode = parse_execution_mode(common.mode);
   for (const auto& [key, values] : suite->benchmark_defaults) {
     if (suite_options[key].empty()) suite_options[key] = values;
@@ -128,6 +136,24 @@ int run(const std::vector<std::string>& argv) {
   if (api == nullptr) throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
   if (bo.threads > 0) at::set_num_threads(bo.threads);
   const at::Device torch_device = numerics::torch_device(numerics::Plan{device, index});
+  if (dist) {
+    std::vector<std::string> ids, names;
+    for (const auto& c : cases) ids.push_back(c->case_id());
+    for (const auto& t : targets) names.push_back(t.name + (t.kernel ? "" : " (excluded)"));
+    dist->check_same_configuration(
+        {{"operation", suite->operation},
+         {"device", to_string(device)},
+         {"mode", common.mode},
+         {"implementations", names},
+         {"seed", common.seed},
+         {"cases", numerics::case_list_digest(ids)},
+         {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
+         {"cold_cache", bo.cold_cache},
+         {"copy_bytes", bo.copy_bytes}});
+    // Every timed sample starts on every rank together.
+    bo.timing.before_sample = [&dist] { dist->group().barrier("sample"); };
+    dist->group().barrier("copy_bandwidth");
+  }
 
   const bool progress = isatty(STDERR_FILENO);
   if (progress) std::cerr << "measuring copy bandwidth...\r" << std::flush;
@@ -138,6 +164,7 @@ int run(const std::vector<std::string>& argv) {
   int timed = 0, failed = 0;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const auto& c = *cases[ci];
+    if (dist) dist->before_case(ci, cases.size());
     json row_start = results.size();
     // Interleaved: every implementation on this case before the next case.
     for (const auto& target : targets) {
@@ -147,9 +174,12 @@ int run(const std::vector<std::string>& argv) {
       std::optional<std::string> reason;
       if (!target.kernel) reason = target.excluded_reason;
       if (!reason) reason = c.unsupported_reason(plan);
+      // Distributed: a case is timed only where every rank can time it (each sample is a barrier).
+      const std::string label = c.case_id() + " " + target.name;
       if (reason) {
         r["status"] = "unsupported";
         r["reason"] = *reason;
+        if (dist) dist->agree_to_time(label, "unsupported: " + *reason);
         results.push_back(r);
         continue;
       }
@@ -161,13 +191,23 @@ int run(const std::vector<std::string>& argv) {
       // Only validated cases are timed (eager validation here; graph mode validates its replay).
       copies[0].function();
       api->synchronize(index);
-      const numerics::Validation v = copies[0].validate();
+      numerics::Validation v = copies[0].validate();
+      if (dist) dist->after_validation(v);
       if (!v.passed) {
         ++failed;
         r["status"] = "failed";
         r["reason"] = "validation failed: " + (v.failures.empty() ? std::string() : v.failures[0]);
+        if (dist) dist->agree_to_time(label, r["reason"].get<std::string>());
         results.push_back(r);
         continue;
+      }
+      if (dist) {
+        if (auto other = dist->agree_to_time(label, std::nullopt)) {
+          r["status"] = "not_timed";
+          r["reason"] = "validated here, but not timed: " + *other;
+          results.push_back(r);
+          continue;
+        }
       }
       for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
       const Samples s = mode == ExecutionMode::kGraph ? time_graph(*api, index, copies[0], bo.timing)
@@ -213,7 +253,8 @@ int run(const std::vector<std::string>& argv) {
   json report{{"schema", "xllm-kernel/benchmark-report/1"},
               {"tool", "benchmark"},
               {"operation", suite->operation},
-              {"device", common.device},
+              {"device", dist ? std::string(to_string(device)) + (device == Device::kCpu ? "" : ":" + std::to_string(index))
+                                : common.device},
               {"mode", common.mode},
               {"seed", common.seed},
               {"environment", numerics::environment(device, index, common.revision)},
@@ -229,6 +270,10 @@ int run(const std::vector<std::string>& argv) {
                }()},
               {"results", results},
               {"summary", {{"timed", timed}, {"failed", failed}, {"exit_code", code}}}};
+  if (dist) {
+    return dist->finish({report, common.output, common.markdown, [](const json& r, size_t) { return markdown(r); },
+                         numerics::aggregate_benchmark, numerics::benchmark_aggregate_markdown});
+  }
   const std::string md = markdown(report);
   std::cout << md;
   if (!common.output.empty()) numerics::write_atomically(common.output, report.dump(2) + "\n");
@@ -243,18 +288,8 @@ int run(const std::vector<std::string>& argv) {
 namespace tools {
 
 int benchmark_main(const std::vector<std::string>& argv) {
-  try {
-    return benchmark::run(argv);
-  } catch (const numerics::UsageError& e) {
-    std::cerr << "xllm-kernel-benchmark: " << e.what() << "\n";
-    return numerics::kUsage;
-  } catch (const c10::Error& e) {
-    std::cerr << "xllm-kernel-benchmark: error: " << e.what_without_backtrace() << "\n";
-    return numerics::kCaseFailed;
-  } catch (const std::exception& e) {
-    std::cerr << "xllm-kernel-benchmark: error: " << e.what() << "\n";
-    return numerics::kCaseFailed;
-  }
+  return numerics::run_tool("xllm-kernel-benchmark",
+                            [&](std::unique_ptr<numerics::DistributedRun>& dist) { return benchmark::run(argv, dist); });
 }
 
 }  // namespace tools

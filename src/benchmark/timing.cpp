@@ -35,6 +35,7 @@ Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& c
   for (int i = 0; i < o.iterations; ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
     reset_and_wait(api, index, c);
+    if (o.before_sample) o.before_sample();
     double host = 0;
     const auto wall_start = std::chrono::steady_clock::now();
     const double device = api.time_interval(index, [&] {
@@ -71,6 +72,7 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   s.calls_per_sample = calls;
   for (int i = 0; i < o.iterations; ++i) {
     reset_and_wait(api, index, c);
+    if (o.before_sample) o.before_sample();
     double host = 0;
     const auto wall_start = std::chrono::steady_clock::now();
     const double device = api.time_interval(index, [&] {

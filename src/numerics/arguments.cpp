@@ -20,6 +20,12 @@ const OperationSuite* add_arguments(CLI::App& app, CommonOptions& c, SuiteOption
   app.add_option("--output", c.output, "JSON report path (written atomically)");
   app.add_option("--markdown", c.markdown, "Markdown report path (written atomically)");
   app.add_option("--seed", c.seed, "Seed of the CPU generator the inputs come from")->capture_default_str();
+  app.add_flag("--distributed", c.distributed,
+               "Run on every rank of a torchrun launch (>= 2 ranks, each on its own device); each rank writes its "
+               "report with .rankN before the extension, rank 0 writes the aggregate (docs/distributed.md)");
+  app.add_option("--distributed-timeout", c.distributed_timeout, "Seconds a rank waits for the others before failing")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   for (size_t i = 1; i < argv.size(); ++i) {
     std::string name;
     if (argv[i] == "--operation" && i + 1 < argv.size()) name = argv[i + 1];

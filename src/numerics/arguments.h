@@ -25,6 +25,8 @@ struct CommonOptions {
   std::string output;
   std::string markdown;
   uint64_t seed = 0;
+  bool distributed = false;          // under torchrun: see src/numerics/distributed.h
+  double distributed_timeout = 300;  // seconds any rank waits for the others
 };
 
 // Adds the common flags; if argv names a known --operation, that suite's flags too (so that

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "src/numerics/arguments.h"
+#include "src/numerics/distributed.h"
+#include "src/numerics/distributed_report.h"
 #include "src/numerics/report.h"
 #include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
@@ -20,7 +22,7 @@ struct Counts {
 };
 
 // Runs one case; returns its result object.
-json run_case(const KernelCase& c, const Plan& plan, const Target& target, Counts& counts) {
+json run_case(const KernelCase& c, const Plan& plan, const Target& target, Counts& counts, DistributedRun* dist) {
   json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}};
   std::optional<std::string> reason;
   if (!target.kernel) reason = target.excluded_reason;
@@ -42,7 +44,8 @@ json run_case(const KernelCase& c, const Plan& plan, const Target& target, Count
     prepared.function();
   }
   api->synchronize(plan.device_index);
-  const Validation v = prepared.validate();
+  Validation v = prepared.validate();
+  if (dist) dist->after_validation(v);
   (v.passed ? counts.passed : counts.failed) += 1;
   r["status"] = v.passed ? "passed" : "failed";
   r["max_abs_error"] = v.max_abs_error;
@@ -99,7 +102,7 @@ std::string markdown(const json& report, size_t limit) {
   return md.str();
 }
 
-int run(const std::vector<std::string>& argv) {
+int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& dist) {
   CLI::App app{"xllm-kernel-numerics: validate implementations against float64 references.\n"
                "Exit codes: 0 every supported case passed, 1 a case failed (or an execution error), "
                "2 usage error, 3 nothing passed.",
@@ -125,7 +128,12 @@ int run(const std::vector<std::string>& argv) {
     throw UsageError(std::string("--device: ") + e.what());
   }
   const auto colon = common.device.find(':');
-  const int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  if (common.distributed) {
+    DistributedRun::start("numerics", std::chrono::milliseconds(static_cast<int64_t>(common.distributed_timeout * 1000)),
+                          dist);
+    index = dist->device_index(device, common.device);
+  }
   const ExecutionMode mode = parse_execution_mode(common.mode);
   std::vector<std::shared_ptr<const KernelCase>> cases;
   try {
@@ -137,11 +145,23 @@ int run(const std::vector<std::string>& argv) {
   if (device_api(device) == nullptr) {
     throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
   }
+  if (dist) {
+    std::vector<std::string> ids, names;
+    for (const auto& c : cases) ids.push_back(c->case_id());
+    for (const auto& t : targets) names.push_back(t.name + (t.kernel ? "" : " (excluded)"));
+    dist->check_same_configuration({{"operation", suite->operation},
+                                    {"device", to_string(device)},
+                                    {"mode", common.mode},
+                                    {"implementations", names},
+                                    {"seed", common.seed},
+                                    {"cases", case_list_digest(ids)}});
+  }
 
   json report{{"schema", "xllm-kernel/numerics-report/1"},
               {"tool", "numerics"},
               {"operation", suite->operation},
-              {"device", common.device},
+              {"device", dist ? std::string(to_string(device)) + (device == Device::kCpu ? "" : ":" + std::to_string(index))
+                                : common.device},
               {"mode", common.mode},
               {"seed", common.seed},
               {"environment", environment(device, index, common.revision)},
@@ -156,8 +176,9 @@ int run(const std::vector<std::string>& argv) {
     for (size_t i = 0; i < cases.size(); ++i) {
       if (progress) std::cerr << "\r" << target.name << " " << i + 1 << "/" << cases.size() << std::flush;
       json r;
+      if (dist) dist->before_case(i, cases.size());
       try {
-        r = run_case(*cases[i], plan, target, counts);
+        r = run_case(*cases[i], plan, target, counts, dist.get());
       } catch (const std::exception& e) {
         throw std::runtime_error(target.name + " on " + cases[i]->case_id() + ": " + e.what());
       }
@@ -187,6 +208,10 @@ int run(const std::vector<std::string>& argv) {
                        {"unsupported", total.unsupported},
                        {"status", code == kPassed ? "passed" : code == kCaseFailed ? "failed" : "nothing_passed"},
                        {"exit_code", code}};
+  if (dist) {
+    return dist->finish({report, common.output, common.markdown, markdown, aggregate_numerics,
+                         numerics_aggregate_markdown});
+  }
   const std::string md = markdown(report, SIZE_MAX);
   std::cout << markdown(report, 20);
   if (!common.output.empty()) write_atomically(common.output, report.dump(2) + "\n");
@@ -201,18 +226,8 @@ int run(const std::vector<std::string>& argv) {
 namespace tools {
 
 int numerics_main(const std::vector<std::string>& argv) {
-  try {
-    return numerics::run(argv);
-  } catch (const numerics::UsageError& e) {
-    std::cerr << "xllm-kernel-numerics: " << e.what() << "\n";
-    return numerics::kUsage;
-  } catch (const c10::Error& e) {
-    std::cerr << "xllm-kernel-numerics: error: " << e.what_without_backtrace() << "\n";
-    return numerics::kCaseFailed;
-  } catch (const std::exception& e) {
-    std::cerr << "xllm-kernel-numerics: error: " << e.what() << "\n";
-    return numerics::kCaseFailed;
-  }
+  return numerics::run_tool("xllm-kernel-numerics",
+                            [&](std::unique_ptr<numerics::DistributedRun>& dist) { return numerics::run(argv, dist); });
 }
 
 }  // namespace tools
