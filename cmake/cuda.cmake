@@ -84,6 +84,7 @@ target_compile_options(xllm_kernel_cuda_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUD
 # The plugin: bridges (C++20, torch headers) + kernels. Not exported: engines link
 # xllm_kernel::xllm_kernel and the runtime loads this at initialize("cuda").
 add_library(xllm_kernel_cuda SHARED
+  src/cuda/device_api_cuda.cpp
   src/ops/normalization/native_cuda.cpp
   $<TARGET_OBJECTS:xllm_kernel_cuda_kernels>)
 target_include_directories(xllm_kernel_cuda PRIVATE "${PROJECT_SOURCE_DIR}")

@@ -9,6 +9,7 @@
 #include "src/numerics/distributed.h"
 #include "src/numerics/distributed_report.h"
 #include "src/numerics/report.h"
+#include "src/numerics/verify.h"
 #include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
 #include "xllm_kernel/tools.h"
@@ -35,8 +36,14 @@ json run_case(const KernelCase& c, const Plan& plan, const Target& target, Count
   }
   PreparedCase prepared = c.prepare(plan);
   const DeviceApi* api = device_api(plan.device);
+  std::vector<at::Tensor> eager;
   if (plan.mode == ExecutionMode::kGraph) {
-    // Capture one call, replay it, and validate what the replay produced.
+    // Eager first (also the warmup capture needs), then capture one call, replay it, and validate
+    // what the replay produced; the replay must also equal the eager call bitwise.
+    prepared.function();
+    api->synchronize(plan.device_index);
+    if (prepared.snapshot) eager = prepared.snapshot();
+    if (prepared.reset) prepared.reset();
     auto graph = api->capture(plan.device_index, prepared.function, 1);
     if (prepared.reset) prepared.reset();
     graph->replay();
@@ -45,6 +52,16 @@ json run_case(const KernelCase& c, const Plan& plan, const Target& target, Count
   }
   api->synchronize(plan.device_index);
   Validation v = prepared.validate();
+  if (!eager.empty()) {
+    const std::vector<at::Tensor> replayed = prepared.snapshot();
+    bool same = replayed.size() == eager.size();
+    for (size_t i = 0; same && i < eager.size(); ++i) same = bitwise_equal(replayed[i], eager[i]);
+    v.checks.push_back({{"name", "graph"}, {"kind", "graph_equals_eager"}, {"passed", same}});
+    if (!same) {
+      v.passed = false;
+      v.failures.push_back("graph replay differs from the eager call (bitwise)");
+    }
+  }
   if (dist) dist->after_validation(v);
   (v.passed ? counts.passed : counts.failed) += 1;
   r["status"] = v.passed ? "passed" : "failed";

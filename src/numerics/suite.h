@@ -6,6 +6,7 @@
 // flops it moves, and an optional reset that restores mutated inputs.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,9 @@ struct PreparedCase {
   std::function<Validation()> validate;  // checks the state `function` left
   CaseMetadata metadata;
   std::function<void()> reset;          // restores mutated inputs; null when nothing is mutated
+  // Copies of what `function` produced (outputs, then mutated arguments), for comparing a graph
+  // replay with an eager call; may be null.
+  std::function<std::vector<at::Tensor>()> snapshot;
 };
 
 class KernelCase {

@@ -101,6 +101,15 @@ PreparedCase TensorCase::prepare(const Plan& plan) const {
       }
     };
   }
+  prepared.snapshot = [state] {
+    std::vector<at::Tensor> out;
+    for (const auto& t : state->outputs) out.push_back(t.clone());
+    for (size_t i = 0; i < state->inputs.size(); ++i) {
+      const auto& m = state->example.mutates;
+      if (std::find(m.begin(), m.end(), state->example.names[i]) != m.end()) out.push_back(state->inputs[i].clone());
+    }
+    return out;
+  };
   prepared.validate = [state] {
     const Example& ex = state->example;
     Validation v;
