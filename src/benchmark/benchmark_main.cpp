@@ -133,7 +133,11 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   }
   const auto targets = numerics::resolve_targets(suite->operation, device, mode, common.implementation);
   const DeviceApi* api = device_api(device);
-  if (api == nullptr) throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
+  if (api == nullptr) {
+    std::string why;
+    for (const auto& t : targets) why += (why.empty() ? "" : "; ") + t.name + ": " + t.excluded_reason;
+    throw std::runtime_error(std::string("device ") + to_string(device) + ": nothing can run here (" + why + ")");
+  }
   if (bo.threads > 0) at::set_num_threads(bo.threads);
   const at::Device torch_device = numerics::torch_device(numerics::Plan{device, index});
   if (dist) {

@@ -159,7 +159,11 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     throw UsageError(e.what());
   }
   const auto targets = resolve_targets(suite->operation, device, mode, common.implementation);
-  if (device_api(device) == nullptr) {
+  // Without the device's runtime support only excluded implementations can be listed: their
+  // cases are reported unsupported with the exclusion's reason (exit 3).
+  bool runnable = false;
+  for (const Target& t : targets) runnable |= t.kernel != nullptr;
+  if (device_api(device) == nullptr && runnable) {
     throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
   }
   if (dist) {
