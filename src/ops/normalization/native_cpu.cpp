@@ -26,45 +26,9 @@ cpu::DType to_dtype(at::ScalarType t) {
   }
 }
 
-// Describes the leading dimensions of up to three same-shaped tensors, merging dimensions that
-// every tensor lays out as one. `outs` may hold null entries.
 void describe_rows(const char* op, cpu::NormParams& p, const at::Tensor& shape,
                    std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors) {
-  const int64_t lead = shape.dim() - 1;
-  struct Dim {
-    int64_t size;
-    int64_t strides[3];
-  };
-  std::vector<Dim> dims;
-  for (int64_t d = 0; d < lead; ++d) {
-    if (shape.size(d) == 1) continue;
-    Dim dim{shape.size(d), {0, 0, 0}};
-    int i = 0;
-    for (const auto& [t, out] : tensors) dim.strides[i++] = t->stride(d);
-    if (!dims.empty()) {
-      Dim& outer = dims.back();
-      bool mergeable = true;
-      for (int k = 0; k < i; ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
-      if (mergeable) {
-        outer.size *= dim.size;
-        for (int k = 0; k < i; ++k) outer.strides[k] = dim.strides[k];
-        continue;
-      }
-    }
-    dims.push_back(dim);
-  }
-  if (dims.empty()) dims.push_back(Dim{1, {0, 0, 0}});
-  TORCH_CHECK(static_cast<int>(dims.size()) <= cpu::kMaxRowDims, op, ": input's leading dimensions must merge into at most ",
-              cpu::kMaxRowDims, " strided dimensions, got ", dims.size(), " (shape ", shape.sizes(), ")");
-  p.row_ndim = static_cast<int>(dims.size());
-  p.rows = 1;
-  for (int d = 0; d < p.row_ndim; ++d) {
-    p.row_sizes[d] = dims[d].size;
-    p.rows *= dims[d].size;
-    int i = 0;
-    for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
-  }
-  if (shape.numel() == 0) p.rows = 0;
+  p.row_ndim = normalization::describe_rows(op, shape, tensors, cpu::kMaxRowDims, p.row_sizes, p.rows);
 }
 
 template <class Kernel>
