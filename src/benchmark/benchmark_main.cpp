@@ -108,14 +108,9 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list, or compare); see --help");
   if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
-  Device device;
-  try {
-    device = parse_device(common.device);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--device: ") + e.what());
-  }
-  const auto colon = common.device.find(':');
-  int index = colon == std::string::npos ? 0 : std::stoi(common.device.substr(colon + 1));
+  const numerics::DeviceFlag device_flag = numerics::parse_device_flag(common.device);
+  const Device device = device_flag.device;
+  int index = device_flag.index;
   if (common.distributed) {
     DistributedRun::start("benchmark", std::chrono::milliseconds(static_cast<int64_t>(common.distributed_timeout * 1000)),
                           dist);

@@ -44,6 +44,28 @@ const OperationSuite* add_arguments(CLI::App& app, CommonOptions& c, SuiteOption
   return nullptr;
 }
 
+DeviceFlag parse_device_flag(const std::string& text) {
+  DeviceFlag flag;
+  try {
+    flag.device = parse_device(text);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return flag;
+  const std::string index = text.substr(colon + 1);
+  size_t used = 0;
+  try {
+    flag.index = std::stoi(index, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (index.empty() || used != index.size() || flag.index < 0) {
+    throw UsageError("--device: expected a device index >= 0 after ':', got '" + text + "'");
+  }
+  return flag;
+}
+
 std::optional<int> parse(CLI::App& app, const std::vector<std::string>& argv) {
   std::vector<std::string> args(argv.rbegin(), argv.rend() - 1);  // CLI11 takes them reversed
   try {

@@ -34,6 +34,13 @@ struct CommonOptions {
 const OperationSuite* add_arguments(CLI::App& app, CommonOptions& common, SuiteOptions& suite_options,
                                     const std::vector<std::string>& argv);
 
+// --device: "cpu", "cuda", "cuda:1", ... Throws UsageError for an unknown device or a bad index.
+struct DeviceFlag {
+  Device device = Device::kCpu;
+  int index = 0;
+};
+DeviceFlag parse_device_flag(const std::string& text);
+
 // Parses; returns an exit code when the run should stop here (help, usage error), else nothing.
 std::optional<int> parse(CLI::App& app, const std::vector<std::string>& argv);
 

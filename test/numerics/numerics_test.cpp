@@ -162,6 +162,7 @@ TEST(Numerics, UsageErrorsAreExitTwoWithoutReport) {
       {"--operation", "rms_norm", "--dtype", "float64"},
       {"--operation", "rms_norm", "--mode", "aclgraph"},
       {"--operation", "rms_norm", "--device", "tpu"},
+      {"--operation", "rms_norm", "--device", "cuda:x"},
       {"--no-such-flag"},
       {},
   };
