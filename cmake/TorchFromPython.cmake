@@ -36,3 +36,20 @@ target_link_libraries(xllm_kernel_torch INTERFACE
   "${XLLM_TORCH_DIR}/lib/libtorch.so" "${XLLM_TORCH_DIR}/lib/libtorch_cpu.so" "${XLLM_TORCH_DIR}/lib/libc10.so")
 target_compile_definitions(xllm_kernel_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_xk_torch_abi})
 set_target_properties(xllm_kernel_torch PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${XLLM_TORCH_DIR}/lib")
+
+# An OpenMP build of torch (ATen/Config.h: AT_PARALLEL_OPENMP 1) runs at::parallel_for's body
+# as a `#pragma omp parallel` compiled into the caller, so callers need -fopenmp and must share
+# torch's OpenMP runtime (the wheel ships libgomp.so.1 in torch/lib). XLLM_TORCH_OPENMP_LIBRARY
+# is that runtime, or empty when torch uses its native thread pool.
+set(XLLM_TORCH_OPENMP_LIBRARY "")
+file(STRINGS "${XLLM_TORCH_DIR}/include/ATen/Config.h" _xk_torch_openmp REGEX "^#define AT_PARALLEL_OPENMP 1")
+if(_xk_torch_openmp)
+  file(GLOB _xk_torch_gomp "${XLLM_TORCH_DIR}/lib/libgomp*.so*")
+  if(_xk_torch_gomp)
+    list(GET _xk_torch_gomp 0 XLLM_TORCH_OPENMP_LIBRARY)
+  else()
+    find_package(OpenMP REQUIRED COMPONENTS CXX)
+    set(XLLM_TORCH_OPENMP_LIBRARY "${OpenMP_CXX_LIBRARIES}")
+  endif()
+  message(STATUS "xllm_kernel: torch parallelizes with OpenMP (${XLLM_TORCH_OPENMP_LIBRARY})")
+endif()

@@ -1,5 +1,4 @@
 // cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/normalization.cpp.
-#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -7,6 +6,7 @@
 
 #include "csrc/cpu/normalization.h"
 #include "src/core/cpu_allocator.h"
+#include "src/core/parallel.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -37,7 +37,7 @@ void run_rows(const char* op, const cpu::NormParams& p, Kernel kernel) {
   // About 64 KiB of float32 work per task keeps thread overhead small at small hidden sizes.
   const int64_t grain = std::max<int64_t>(1, 16384 / p.hidden);
   std::atomic<int> status{static_cast<int>(cpu::Status::kOk)};
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+  detail::parallel_rows(p.rows, grain, [&](int64_t begin, int64_t end) {
     const cpu::Status s = kernel(p, begin, end);
     if (s != cpu::Status::kOk) status.store(static_cast<int>(s));
   });
