@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/normalization.cpp"
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
@@ -144,6 +146,16 @@ HWY_INLINE VU Bf16UpperFromF32(VF v) {
                         hn::Add(bits, bias));
 }
 
+// The same rounding without the NaN guard. Only for values that cannot carry a NaN payload
+// from the inputs: a NaN the FPU creates itself (0 * Inf, Inf - Inf) is the default quiet NaN
+// 0xFFC00000, which this rounds to the bf16 NaN 0xFFC0, and finite values and Inf round
+// correctly (a carry out of the largest finite values gives Inf, as RNE requires).
+HWY_INLINE VU Bf16UpperFromF32NoNaNPayload(VF v) {
+  const DU du;
+  const VU bits = hn::BitCast(du, v);
+  return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
+}
+
 // Narrows u32 lanes holding values < 2^16 and stores them as 16-bit elements.
 HWY_INLINE void StoreLow16(VU v, void* p) {
   const DI di;
@@ -234,6 +246,25 @@ HWY_INLINE void Store2F(VF& v0, VF& v1, bfloat16_t* p) {
   v0 = hn::BitCast(DF(), hn::And(u0, hn::Set(du, 0xFFFF0000u)));
   v1 = hn::BitCast(DF(), hn::And(u1, hn::Set(du, 0xFFFF0000u)));
 #endif
+}
+
+// bf16 rows in even/odd form: 2N elements loaded as N u32 lanes give the even elements (low
+// halves) and the odd elements (high halves) as two f32 vectors with one shift and one mask, and
+// the rounded results go back with a shift, a mask and an or: no widening or narrowing shuffles.
+// Elementwise work only needs the weights in the same order (PreparedWeights below).
+HWY_INLINE void LoadEvenOdd(const bfloat16_t* p, VF& even, VF& odd) { Load2Unordered(p, even, odd); }
+
+// Rounds both vectors to bf16, stores the 2N elements in memory order and replaces the vectors
+// with the stored values. kNaNPayload: the values may carry a NaN payload from the inputs.
+template <bool kNaNPayload>
+HWY_INLINE void StoreEvenOdd(VF& even, VF& odd, bfloat16_t* p) {
+  const DU du;
+  const VU mask = hn::Set(du, 0xFFFF0000u);
+  const VU ue = kNaNPayload ? Bf16UpperFromF32(even) : Bf16UpperFromF32NoNaNPayload(even);
+  const VU uo = hn::And(kNaNPayload ? Bf16UpperFromF32(odd) : Bf16UpperFromF32NoNaNPayload(odd), mask);
+  hn::StoreU(hn::Or(hn::ShiftRight<16>(ue), uo), du, reinterpret_cast<uint32_t*>(p));
+  even = hn::BitCast(DF(), hn::And(ue, mask));
+  odd = hn::BitCast(DF(), uo);
 }
 
 // Partial vectors go through a stack buffer: Highway 1.0.3 has no LoadN/StoreN and its AVX2
@@ -375,12 +406,223 @@ HWY_INLINE float AddRoundSumSquares(const T* x, T* r, size_t hidden) {
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
 
+// AffineRow for bf16 rows on f32 weights (and bias) in even/odd order per block of 2N elements
+// (natural order after the last full block, see PreparedWeights).
+template <bool kShift, bool kBias, bool kNaNPayload>
+HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale_s, const float* w, const float* b,
+                                 bfloat16_t* y, size_t hidden, const bfloat16_t* next) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const VF shift = hn::Set(d, kShift ? shift_s : 0.0f);
+  const VF scale = hn::Set(d, scale_s);
+  size_t i = 0;
+  for (; i + 4 * n <= hidden; i += 4 * n) {
+    PrefetchElems(next + i, 4 * n);
+    VF e0, o0, e1, o1;
+    LoadEvenOdd(x + i, e0, o0);
+    LoadEvenOdd(x + i + 2 * n, e1, o1);
+    e0 = Affine<kBias>(e0, shift, scale, w + i, b + i);
+    o0 = Affine<kBias>(o0, shift, scale, w + i + n, b + i + n);
+    e1 = Affine<kBias>(e1, shift, scale, w + i + 2 * n, b + i + 2 * n);
+    o1 = Affine<kBias>(o1, shift, scale, w + i + 3 * n, b + i + 3 * n);
+    StoreEvenOdd<kNaNPayload>(e0, o0, y + i);
+    StoreEvenOdd<kNaNPayload>(e1, o1, y + i + 2 * n);
+  }
+  for (; i + 2 * n <= hidden; i += 2 * n) {
+    VF e, o;
+    LoadEvenOdd(x + i, e, o);
+    e = Affine<kBias>(e, shift, scale, w + i, b + i);
+    o = Affine<kBias>(o, shift, scale, w + i + n, b + i + n);
+    StoreEvenOdd<kNaNPayload>(e, o, y + i);
+  }
+  // Fewer than 2N elements left, weights in natural order.
+  if (i < hidden) AffineRow<kShift, kBias>(x + i, shift_s, scale_s, w + i, b + i, y + i, hidden - i, x + i);
+}
+
+// AddRoundSumSquares for bf16 in even/odd form (elementwise, so no reordering is needed).
+HWY_INLINE float AddRoundSumSquaresEvenOdd(const bfloat16_t* x, bfloat16_t* r, size_t hidden) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * n <= hidden; i += 4 * n) {
+    VF xe0, xo0, xe1, xo1, re0, ro0, re1, ro1;
+    LoadEvenOdd(x + i, xe0, xo0);
+    LoadEvenOdd(x + i + 2 * n, xe1, xo1);
+    LoadEvenOdd(r + i, re0, ro0);
+    LoadEvenOdd(r + i + 2 * n, re1, ro1);
+    VF s0 = hn::Add(xe0, re0), s1 = hn::Add(xo0, ro0), s2 = hn::Add(xe1, re1), s3 = hn::Add(xo1, ro1);
+    StoreEvenOdd</*kNaNPayload=*/true>(s0, s1, r + i);
+    StoreEvenOdd</*kNaNPayload=*/true>(s2, s3, r + i + 2 * n);
+    a0 = hn::MulAdd(s0, s0, a0);
+    a1 = hn::MulAdd(s1, s1, a1);
+    a2 = hn::MulAdd(s2, s2, a2);
+    a3 = hn::MulAdd(s3, s3, a3);
+  }
+  const float head = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  return i < hidden ? head + AddRoundSumSquares(x + i, r + i, hidden - i) : head;
+}
+
+// Sums of (x - k) and (x - k)^2 over a row in one pass.
+template <typename T>
+HWY_INLINE void ShiftedMoments(const T* x, size_t hidden, float k_s, float& s1, float& s2) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const VF k = hn::Set(d, k_s);
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  VF q0 = hn::Zero(d), q1 = hn::Zero(d), q2 = hn::Zero(d), q3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * n <= hidden; i += 4 * n) {
+    VF v0, v1, v2, v3;
+    Load2Unordered(x + i, v0, v1);
+    Load2Unordered(x + i + 2 * n, v2, v3);
+    v0 = hn::Sub(v0, k);
+    v1 = hn::Sub(v1, k);
+    v2 = hn::Sub(v2, k);
+    v3 = hn::Sub(v3, k);
+    a0 = hn::Add(v0, a0);
+    a1 = hn::Add(v1, a1);
+    a2 = hn::Add(v2, a2);
+    a3 = hn::Add(v3, a3);
+    q0 = hn::MulAdd(v0, v0, q0);
+    q1 = hn::MulAdd(v1, v1, q1);
+    q2 = hn::MulAdd(v2, v2, q2);
+    q3 = hn::MulAdd(v3, v3, q3);
+  }
+  for (; i + n <= hidden; i += n) {
+    const VF v = hn::Sub(LoadF(x + i), k);
+    a0 = hn::Add(v, a0);
+    q0 = hn::MulAdd(v, v, q0);
+  }
+  if (i < hidden) {
+    const VF v = hn::IfThenElseZero(hn::FirstN(d, hidden - i), hn::Sub(LoadTail(x + i, hidden - i), k));
+    a1 = hn::Add(v, a1);
+    q1 = hn::MulAdd(v, v, q1);
+  }
+  s1 = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  s2 = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(q0, q1), hn::Add(q2, q3))));
+}
+
+// Mean and biased variance of a row. One pass over the data shifted by k, an estimate of the
+// mean from the row's first vector: var = E[(x-k)^2] - (mean-k)^2 is accurate while
+// (mean-k)^2 <= E[(x-k)^2] / 2 (the subtraction then loses at most one bit), which holds unless
+// the first elements are far from the rest. Otherwise two exact passes: the mean, then the
+// squared deviations from it (the row is in L1 by then).
+template <typename T>
+HWY_INLINE void RowMeanVar(const T* x, size_t hidden, float inv_hidden, float& mean, float& var, bool& nan) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const float k = hidden >= n ? hn::GetLane(hn::SumOfLanes(d, LoadF(x))) / static_cast<float>(n)
+                              : hn::GetLane(LoadTail(x, 1));
+  float s1, s2;
+  ShiftedMoments(x, hidden, k, s1, s2);
+  const float dk = s1 * inv_hidden;
+  const float m2 = s2 * inv_hidden;
+  nan = std::isnan(s1) || std::isnan(s2);
+  if (dk * dk <= 0.5f * m2) {
+    mean = k + dk;
+    var = m2 - dk * dk;
+    return;
+  }
+  mean = ReduceRow(x, hidden, SumOp()) * inv_hidden;
+  var = ReduceRow(x, hidden, DeviationSquareOp{hn::Set(d, mean)}) * inv_hidden;
+}
+
+// Weight and bias converted once per row range to f32, in the order the row loop reads them:
+// for bf16 rows, even/odd per full block of 2N elements, then natural order; for other rows,
+// natural order. Worth it from a few rows on (it costs about one row's weight conversion), so
+// shorter ranges keep the original weights. has_nan: a weight or bias is NaN.
+template <typename T, typename W>
+class PreparedWeights {
+ public:
+  static constexpr bool kEvenOdd = std::is_same_v<T, bfloat16_t>;
+  static constexpr int64_t kMinRows = 4;
+
+  PreparedWeights(const W* w, const W* b, size_t hidden, int64_t rows) : w_(w), b_(b) {
+    if (!(kEvenOdd || !std::is_same_v<W, float>) || rows < kMinRows) return;
+    buffer_ = hwy::AllocateAligned<float>(b != nullptr ? 2 * hidden : hidden);
+    if (!buffer_) return;  // out of memory: use the weights as they are
+    bool nan = Convert(w, buffer_.get(), hidden);
+    if (b != nullptr) nan |= Convert(b, buffer_.get() + hidden, hidden);
+    has_nan_ = nan;
+    prepared_ = true;
+  }
+
+  // y = (x - shift) * scale * w (+ b) for one row. row_nan: the row's input may hold a NaN.
+  template <bool kShift, bool kBias>
+  HWY_INLINE void Row(const T* x, float shift, float scale, T* y, size_t hidden, const T* next, bool row_nan) const {
+    if (!prepared_) {
+      AffineRow<kShift, kBias>(x, shift, scale, w_, kBias ? b_ : w_, y, hidden, next);
+      return;
+    }
+    const float* w = buffer_.get();
+    const float* b = kBias ? w + hidden : w;
+    if constexpr (kEvenOdd) {
+      if (row_nan || has_nan_) {
+        AffineRowEvenOdd<kShift, kBias, true>(x, shift, scale, w, b, y, hidden, next);
+      } else {
+        AffineRowEvenOdd<kShift, kBias, false>(x, shift, scale, w, b, y, hidden, next);
+      }
+    } else {
+      AffineRow<kShift, kBias>(x, shift, scale, w, b, y, hidden, next);
+    }
+  }
+
+ private:
+  // Converts src into dst in the row loop's order; returns whether src holds a NaN.
+  static bool Convert(const W* src, float* dst, size_t hidden) {
+    const DF d;
+    const size_t n = hn::Lanes(d);
+    auto nan = hn::Zero(d);  // becomes NaN when a NaN is converted
+    size_t i = 0;
+    if constexpr (kEvenOdd) {
+      for (; i + 2 * n <= hidden; i += 2 * n) {
+        VF even, odd;
+        if constexpr (std::is_same_v<W, bfloat16_t>) {
+          LoadEvenOdd(src + i, even, odd);
+        } else {
+#if HWY_TARGET == HWY_SCALAR
+          even = LoadF(src + i);
+          odd = LoadF(src + i + 1);
+#else
+          const VF lo = LoadF(src + i), hi = LoadF(src + i + n);
+          even = hn::ConcatEven(d, hi, lo);
+          odd = hn::ConcatOdd(d, hi, lo);
+#endif
+        }
+        hn::StoreU(even, d, dst + i);
+        hn::StoreU(odd, d, dst + i + n);
+        nan = hn::Add(nan, hn::Add(hn::IfThenElseZero(hn::IsNaN(even), even), hn::IfThenElseZero(hn::IsNaN(odd), odd)));
+      }
+    }
+    for (; i + n <= hidden; i += n) {
+      const VF v = LoadF(src + i);
+      hn::StoreU(v, d, dst + i);
+      nan = hn::Add(nan, hn::IfThenElseZero(hn::IsNaN(v), v));
+    }
+    if (i < hidden) {
+      alignas(64) float tail[kMaxLanes];
+      const VF v = LoadTail(src + i, hidden - i);
+      hn::Store(v, d, tail);
+      std::memcpy(dst + i, tail, (hidden - i) * sizeof(float));
+      nan = hn::Add(nan, hn::IfThenElseZero(hn::IsNaN(v), v));
+    }
+    return std::isnan(hn::GetLane(hn::SumOfLanes(d, nan)));
+  }
+
+  const W* w_;
+  const W* b_;
+  hwy::AlignedFreeUniquePtr<float[]> buffer_;
+  bool prepared_ = false;
+  bool has_nan_ = true;
+};
+
 // ---------------------------------------------------------------- kernels
 
 template <typename T, typename W>
 void RmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
   const size_t hidden = static_cast<size_t>(p.hidden);
-  const W* w = static_cast<const W*>(p.weight);
+  const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
   detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.out_strides});
@@ -390,14 +632,14 @@ void RmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
     const T* next = row + 1 < row_end ? static_cast<const T*>(p.input) + rc.NextOffset(0) : x;
     const float ss = ReduceRow(x, hidden, SquareOp());
     const float inv = 1.0f / std::sqrt(ss * inv_hidden + eps);
-    AffineRow<false, false>(x, 0.0f, inv, w, w, y, hidden, next);
+    weights.template Row<false, false>(x, 0.0f, inv, y, hidden, next, std::isnan(ss));
   }
 }
 
 template <typename T, typename W>
 void FusedAddRmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
   const size_t hidden = static_cast<size_t>(p.hidden);
-  const W* w = static_cast<const W*>(p.weight);
+  const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
   detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.residual_strides});
@@ -405,31 +647,35 @@ void FusedAddRmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
     T* x = static_cast<T*>(const_cast<void*>(p.input)) + rc.offset[0];
     T* r = static_cast<T*>(p.residual) + rc.offset[1];
     const T* next = row + 1 < row_end ? static_cast<const T*>(p.residual) + rc.NextOffset(1) : r;
-    const float ss = AddRoundSumSquares(x, r, hidden);
+    float ss;
+    if constexpr (std::is_same_v<T, bfloat16_t>) {
+      ss = AddRoundSumSquaresEvenOdd(x, r, hidden);
+    } else {
+      ss = AddRoundSumSquares(x, r, hidden);
+    }
     const float inv = 1.0f / std::sqrt(ss * inv_hidden + eps);
     // Normalizes the rounded residual as stored, so the result matches rms_norm(residual).
-    AffineRow<false, false>(static_cast<const T*>(r), 0.0f, inv, w, w, x, hidden, next);
+    weights.template Row<false, false>(static_cast<const T*>(r), 0.0f, inv, x, hidden, next, std::isnan(ss));
   }
 }
 
 template <bool kBias, typename T, typename W>
 void LayerNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
   const size_t hidden = static_cast<size_t>(p.hidden);
-  const W* w = static_cast<const W*>(p.weight);
-  const W* b = kBias ? static_cast<const W*>(p.bias) : w;
+  const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), kBias ? static_cast<const W*>(p.bias) : nullptr,
+                                      hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
-  const DF d;
   detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.out_strides});
   for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
     const T* x = static_cast<const T*>(p.input) + rc.offset[0];
     T* y = static_cast<T*>(p.out) + rc.offset[1];
     const T* next = row + 1 < row_end ? static_cast<const T*>(p.input) + rc.NextOffset(0) : x;
-    // Two-pass variance: E[x^2] - mean^2 cancels catastrophically when |mean| >> std.
-    const float mean = ReduceRow(x, hidden, SumOp()) * inv_hidden;
-    const float var = ReduceRow(x, hidden, DeviationSquareOp{hn::Set(d, mean)}) * inv_hidden;
+    float mean, var;
+    bool nan;
+    RowMeanVar(x, hidden, inv_hidden, mean, var, nan);
     const float inv = 1.0f / std::sqrt(var + eps);
-    AffineRow<true, kBias>(x, mean, inv, w, b, y, hidden, next);
+    weights.template Row<true, kBias>(x, mean, inv, y, hidden, next, nan);
   }
 }
 

@@ -293,8 +293,9 @@ const DTypes kAllDTypes[] = {
 
 // Checks one kernel on one shape against the float64 reference, reporting the first few
 // mismatches.
+// outlying_head: the first 16 elements of each input row sit 3000 above the rest.
 void CheckCase(Kernel kernel, DTypes dt, Layout layout, int64_t rows, int64_t hidden,
-               uint32_t seed) {
+               uint32_t seed, bool outlying_head = false) {
   SCOPED_TRACE(std::string(Name(kernel)) + " " + DTypesName(dt) + " " + Name(layout) +
                " rows=" + std::to_string(rows) + " hidden=" + std::to_string(hidden));
   const DType t = dt.dtype;
@@ -316,7 +317,8 @@ void CheckCase(Kernel kernel, DTypes dt, Layout layout, int64_t rows, int64_t hi
   for (int64_t r = 0; r < nrows; ++r) {
     const float xo = offset(rng), ro = 0.5f * offset(rng);
     for (int64_t j = 0; j < hidden; ++j) {
-      xs[r * hidden + j] = Store(t, in.data(), in.row_offsets[r] + j, xo + noise(rng));
+      const float head = outlying_head && j < 16 ? 3000.0f : 0.0f;
+      xs[r * hidden + j] = Store(t, in.data(), in.row_offsets[r] + j, xo + head + noise(rng));
       rs[r * hidden + j] = Store(t, res.data(), res.row_offsets[r] + j, ro + noise(rng));
     }
   }
@@ -442,6 +444,25 @@ TEST_P(NormReferenceTest, MatchesFloat64Reference) {
   }
 }
 
+TEST(NormLayerNorm, OutlyingFirstElementsMatchReference) {
+  // layer_norm estimates the mean from the row's first vector and computes the variance in one
+  // pass around it. First elements far from the rest would make that subtraction cancel (about
+  // 1% error at hidden 4109 here), so the kernel must detect it and take its exact two passes.
+  uint32_t seed = 1000;
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    for (const DTypes& dt : kAllDTypes) {
+      for (Kernel kernel : {Kernel::kLayerNorm, Kernel::kLayerNormBias}) {
+        for (int64_t hidden : {64, 4096 + 13}) {
+          CheckCase(kernel, dt, Layout::kContiguous, 7, hidden, seed++, /*outlying_head=*/true);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllKernels, NormReferenceTest,
     ::testing::Combine(::testing::Values(Kernel::kRms, Kernel::kFused, Kernel::kLayerNorm,
@@ -456,10 +477,13 @@ INSTANTIATE_TEST_SUITE_P(
 // ---------------------------------------------------------------- exact rounding
 
 // layer_norm of an all-zero row with weight 1 and eps 1 is exactly 0 + bias, so the output is
-// bias rounded once to the dtype: an exact probe of the kernel's conversions.
-std::vector<uint32_t> LayerNormOfZeroRows(DType t, DType wt, const std::vector<uint32_t>& bias) {
+// bias rounded once to the dtype: an exact probe of the kernel's conversions. With 1 row the
+// kernel reads the weights as given; from 4 rows on it converts them once (bf16 rows then take
+// the even/odd path, and with no NaN among weights and bias, the rounding without a NaN guard).
+// Every row must give the same bits; returns row 0.
+std::vector<uint32_t> LayerNormOfZeroRows(DType t, DType wt, const std::vector<uint32_t>& bias, int64_t rows) {
   const int64_t hidden = static_cast<int64_t>(bias.size());
-  std::vector<unsigned char> x(hidden * ElemSize(t), 0), y(hidden * ElemSize(t), kSentinel);
+  std::vector<unsigned char> x(rows * hidden * ElemSize(t), 0), y(rows * hidden * ElemSize(t), kSentinel);
   std::vector<unsigned char> w(hidden * ElemSize(wt)), b(hidden * ElemSize(wt));
   for (int64_t j = 0; j < hidden; ++j) {
     StoreBits(wt, w.data(), j, EncodeBits(wt, 1.0f));
@@ -468,10 +492,10 @@ std::vector<uint32_t> LayerNormOfZeroRows(DType t, DType wt, const std::vector<u
   NormParams p;
   p.dtype = t;
   p.weight_dtype = wt;
-  p.rows = 1;
+  p.rows = rows;
   p.hidden = hidden;
   p.row_ndim = 1;
-  p.row_sizes[0] = 1;
+  p.row_sizes[0] = rows;
   p.input_strides[0] = hidden;
   p.out_strides[0] = hidden;
   p.input = x.data();
@@ -479,10 +503,27 @@ std::vector<uint32_t> LayerNormOfZeroRows(DType t, DType wt, const std::vector<u
   p.weight = w.data();
   p.bias = b.data();
   p.eps = 1.0;
-  EXPECT_EQ(layer_norm(p, 0, 1), Status::kOk);
+  EXPECT_EQ(layer_norm(p, 0, rows), Status::kOk);
   std::vector<uint32_t> got(hidden);
   for (int64_t j = 0; j < hidden; ++j) got[j] = LoadBits(t, y.data(), j);
+  int64_t differ = 0;
+  for (int64_t r = 1; r < rows; ++r) {
+    for (int64_t j = 0; j < hidden; ++j) differ += LoadBits(t, y.data(), r * hidden + j) != got[j];
+  }
+  EXPECT_EQ(differ, 0) << "rows of the same input differ";
   return got;
+}
+
+// Each check below runs on one row and on several, with all biases at once and with only the
+// finite ones, so every rounding path of the kernel is probed.
+constexpr int64_t kRowCounts[] = {1, 5};
+
+std::vector<uint32_t> WithoutNaN(DType t, const std::vector<uint32_t>& bits) {
+  std::vector<uint32_t> out;
+  for (uint32_t u : bits) {
+    if (!std::isnan(DecodeBits(t, u))) out.push_back(u);
+  }
+  return out;
 }
 
 TEST(NormRounding, HalfDTypesRoundTripEveryBitPattern) {
@@ -492,17 +533,22 @@ TEST(NormRounding, HalfDTypesRoundTripEveryBitPattern) {
     TargetScope scope(target);
     for (DType t : {DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(t));
-      std::vector<uint32_t> bias(65536);
-      for (uint32_t i = 0; i < 65536; ++i) bias[i] = i;
-      const std::vector<uint32_t> got = LayerNormOfZeroRows(t, t, bias);
-      int64_t bad = 0;
-      for (uint32_t i = 0; i < 65536; ++i) {
-        const uint32_t want = EncodeBits(t, 0.0f + DecodeBits(t, i));
-        if (!SameValue(t, want, got[i]) && bad++ < 5) {
-          ADD_FAILURE() << std::hex << "bits 0x" << i << ": got 0x" << got[i] << " want 0x" << want;
+      std::vector<uint32_t> all(65536);
+      for (uint32_t i = 0; i < 65536; ++i) all[i] = i;
+      for (const auto& bias : {all, WithoutNaN(t, all)}) {
+        for (int64_t rows : kRowCounts) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + ", biases " + std::to_string(bias.size()));
+          const std::vector<uint32_t> got = LayerNormOfZeroRows(t, t, bias, rows);
+          int64_t bad = 0;
+          for (size_t i = 0; i < bias.size(); ++i) {
+            const uint32_t want = EncodeBits(t, 0.0f + DecodeBits(t, bias[i]));
+            if (!SameValue(t, want, got[i]) && bad++ < 5) {
+              ADD_FAILURE() << std::hex << "bits 0x" << bias[i] << ": got 0x" << got[i] << " want 0x" << want;
+            }
+          }
+          EXPECT_EQ(bad, 0);
         }
       }
-      EXPECT_EQ(bad, 0);
     }
   }
 }
@@ -534,46 +580,100 @@ TEST(NormRounding, Float32ToHalfIsRoundToNearestEven) {
     TargetScope scope(target);
     for (DType t : {DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(t));
-      const std::vector<uint32_t> got = LayerNormOfZeroRows(t, DType::kFloat32, bias);
-      int64_t bad = 0;
-      for (size_t i = 0; i < bias.size(); ++i) {
-        const uint32_t want = EncodeBits(t, 0.0f + F32FromBits(bias[i]));
-        if (!SameValue(t, want, got[i]) && bad++ < 5) {
-          ADD_FAILURE() << std::hex << "f32 0x" << bias[i] << ": got 0x" << got[i] << " want 0x"
-                        << want;
+      for (const auto& b : {bias, WithoutNaN(DType::kFloat32, bias)}) {
+        for (int64_t rows : kRowCounts) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + ", biases " + std::to_string(b.size()));
+          const std::vector<uint32_t> got = LayerNormOfZeroRows(t, DType::kFloat32, b, rows);
+          int64_t bad = 0;
+          for (size_t i = 0; i < b.size(); ++i) {
+            const uint32_t want = EncodeBits(t, 0.0f + F32FromBits(b[i]));
+            if (!SameValue(t, want, got[i]) && bad++ < 5) {
+              ADD_FAILURE() << std::hex << "f32 0x" << b[i] << ": got 0x" << got[i] << " want 0x" << want;
+            }
+          }
+          EXPECT_EQ(bad, 0);
         }
       }
-      EXPECT_EQ(bad, 0);
     }
   }
 }
 
 TEST(NormRounding, NaNRowStaysNaN) {
+  // Row 0 holds a NaN whose payload fills the f32 mantissa (a blind +0x7FFF bf16 rounding would
+  // carry it into the sign and give -0); the other rows stay finite. 2 rows read the weights as
+  // given, 6 rows convert them first.
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
     for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-      SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(t));
-      const int64_t hidden = 37, rows = 2;
-      std::vector<unsigned char> x(rows * hidden * ElemSize(t)), y(x.size());
-      std::vector<unsigned char> w(hidden * 4);
-      for (int64_t i = 0; i < rows * hidden; ++i) Store(t, x.data(), i, 1.0f + i % 3);
-      Store(t, x.data(), 20, NAN);  // row 0 only
-      for (int64_t j = 0; j < hidden; ++j) Store(DType::kFloat32, w.data(), j, 1.0f);
-      NormParams p;
-      p.dtype = t;
-      p.rows = rows;
-      p.hidden = hidden;
-      p.row_ndim = 1;
-      p.row_sizes[0] = rows;
-      p.input_strides[0] = p.out_strides[0] = hidden;
-      p.input = x.data();
-      p.out = y.data();
-      p.weight = w.data();
-      for (bool ln : {false, true}) {
-        ASSERT_EQ(ln ? layer_norm(p, 0, rows) : rms_norm(p, 0, rows), Status::kOk);
-        for (int64_t j = 0; j < hidden; ++j) {
-          EXPECT_TRUE(std::isnan(Load(t, y.data(), j))) << "col " << j;
-          EXPECT_TRUE(std::isfinite(Load(t, y.data(), hidden + j))) << "col " << j;
+      for (int64_t rows : {2, 6}) {
+        SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(t) + " rows " + std::to_string(rows));
+        const int64_t hidden = 37;
+        std::vector<unsigned char> x(rows * hidden * ElemSize(t)), y(x.size());
+        std::vector<unsigned char> w(hidden * 4);
+        for (int64_t i = 0; i < rows * hidden; ++i) Store(t, x.data(), i, 1.0f + i % 3);
+        StoreBits(t, x.data(), 20, t == DType::kFloat32 ? 0x7FFFFFFFu : t == DType::kBFloat16 ? 0x7FFFu : 0x7FFFu);
+        for (int64_t j = 0; j < hidden; ++j) Store(DType::kFloat32, w.data(), j, 1.0f);
+        NormParams p;
+        p.dtype = t;
+        p.rows = rows;
+        p.hidden = hidden;
+        p.row_ndim = 1;
+        p.row_sizes[0] = rows;
+        p.input_strides[0] = p.out_strides[0] = hidden;
+        p.input = x.data();
+        p.out = y.data();
+        p.weight = w.data();
+        for (bool ln : {false, true}) {
+          ASSERT_EQ(ln ? layer_norm(p, 0, rows) : rms_norm(p, 0, rows), Status::kOk);
+          for (int64_t j = 0; j < hidden; ++j) {
+            EXPECT_TRUE(std::isnan(Load(t, y.data(), j))) << "col " << j;
+            for (int64_t r = 1; r < rows; ++r) {
+              EXPECT_TRUE(std::isfinite(Load(t, y.data(), r * hidden + j))) << "row " << r << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(NormRounding, NaNWeightOrBiasStaysNaNInEveryRow) {
+  // An f32 weight (or bias) NaN with a full mantissa payload, on half-precision rows: its
+  // column is NaN in every row, every other column finite, however many rows a call has.
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+      for (int64_t rows : {1, 6}) {
+        for (int kernel = 0; kernel < 3; ++kernel) {  // rms_norm weight, layer_norm weight, layer_norm bias
+          SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(t) + " rows " + std::to_string(rows) +
+                       " case " + std::to_string(kernel));
+          const int64_t hidden = 40, bad_col = 19;
+          std::vector<unsigned char> x(rows * hidden * ElemSize(t)), y(x.size());
+          std::vector<unsigned char> w(hidden * 4), b(hidden * 4);
+          for (int64_t i = 0; i < rows * hidden; ++i) Store(t, x.data(), i, 1.0f + i % 5);
+          for (int64_t j = 0; j < hidden; ++j) {
+            Store(DType::kFloat32, w.data(), j, 1.0f);
+            Store(DType::kFloat32, b.data(), j, 0.5f);
+          }
+          StoreBits(DType::kFloat32, kernel == 2 ? b.data() : w.data(), bad_col, 0x7FFFFFFFu);
+          NormParams p;
+          p.dtype = t;
+          p.rows = rows;
+          p.hidden = hidden;
+          p.row_ndim = 1;
+          p.row_sizes[0] = rows;
+          p.input_strides[0] = p.out_strides[0] = hidden;
+          p.input = x.data();
+          p.out = y.data();
+          p.weight = w.data();
+          p.bias = kernel == 0 ? nullptr : b.data();
+          ASSERT_EQ(kernel == 0 ? rms_norm(p, 0, rows) : layer_norm(p, 0, rows), Status::kOk);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = 0; j < hidden; ++j) {
+              const double v = Load(t, y.data(), r * hidden + j);
+              EXPECT_EQ(std::isnan(v), j == bad_col) << "row " << r << " col " << j << " = " << v;
+            }
+          }
         }
       }
     }
