@@ -256,13 +256,19 @@ HWY_INLINE void LoadEvenOdd(const bfloat16_t* p, VF& even, VF& odd) { Load2Unord
 
 // Rounds both vectors to bf16, stores the 2N elements in memory order and replaces the vectors
 // with the stored values. kNaNPayload: the values may carry a NaN payload from the inputs.
-template <bool kNaNPayload>
+// kStream: a non-temporal store (p must be aligned to the vector size).
+template <bool kNaNPayload, bool kStream = false>
 HWY_INLINE void StoreEvenOdd(VF& even, VF& odd, bfloat16_t* p) {
   const DU du;
   const VU mask = hn::Set(du, 0xFFFF0000u);
   const VU ue = kNaNPayload ? Bf16UpperFromF32(even) : Bf16UpperFromF32NoNaNPayload(even);
   const VU uo = hn::And(kNaNPayload ? Bf16UpperFromF32(odd) : Bf16UpperFromF32NoNaNPayload(odd), mask);
-  hn::StoreU(hn::Or(hn::ShiftRight<16>(ue), uo), du, reinterpret_cast<uint32_t*>(p));
+  const VU packed = hn::Or(hn::ShiftRight<16>(ue), uo);
+  if constexpr (kStream) {
+    hn::Stream(packed, du, reinterpret_cast<uint32_t*>(p));
+  } else {
+    hn::StoreU(packed, du, reinterpret_cast<uint32_t*>(p));
+  }
   even = hn::BitCast(DF(), hn::And(ue, mask));
   odd = hn::BitCast(DF(), uo);
 }
@@ -332,39 +338,49 @@ HWY_INLINE float ReduceRow(const T* x, size_t hidden, const Op& op) {
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
 
-// y = (x - shift) * scale * w (+ b), rounded once into y.
-template <bool kBias, typename W>
-HWY_INLINE VF Affine(VF x, VF shift, VF scale, const W* w, const W* b) {
-  const VF v = hn::Mul(hn::Sub(x, shift), scale);
+// y = (x - shift) * scale * w (+ b), rounded once into y. With kShift the first factor is one
+// fused x * scale - shift * scale (shift_scaled); rounding shift * scale adds an error relative
+// to |mean| / std, of the order the fp32 mean already carries.
+template <bool kShift, bool kBias, typename W>
+HWY_INLINE VF Affine(VF x, VF shift_scaled, VF scale, const W* w, const W* b) {
+  const VF v = kShift ? hn::MulSub(x, scale, shift_scaled) : hn::Mul(x, scale);
   if constexpr (kBias) return hn::MulAdd(v, LoadF(w), LoadF(b));
   return hn::Mul(v, LoadF(w));
 }
 
 // `next` (the next row's input, or x for the last row) is prefetched in step, so memory keeps
-// streaming while this row is finished from cache.
-template <bool kShift, bool kBias, typename T, typename W>
+// streaming while this row is finished from cache. kStream (f32 rows only): whole vectors are
+// stored non-temporally, y must be aligned to the vector size.
+template <bool kShift, bool kBias, bool kStream = false, typename T, typename W>
 HWY_INLINE void AffineRow(const T* x, float shift_s, float scale_s, const W* w, const W* b, T* y,
                           size_t hidden, const T* next) {
   const DF d;
   const size_t n = hn::Lanes(d);
-  const VF shift = hn::Set(d, kShift ? shift_s : 0.0f);
+  const VF shift = hn::Set(d, kShift ? shift_s * scale_s : 0.0f);
   const VF scale = hn::Set(d, scale_s);
   size_t i = 0;
   for (; i + 4 * n <= hidden; i += 4 * n) {
     PrefetchElems(next + i, 4 * n);
-    VF v0 = Affine<kBias>(LoadF(x + i), shift, scale, w + i, b + i);
-    VF v1 = Affine<kBias>(LoadF(x + i + n), shift, scale, w + i + n, b + i + n);
-    VF v2 = Affine<kBias>(LoadF(x + i + 2 * n), shift, scale, w + i + 2 * n, b + i + 2 * n);
-    VF v3 = Affine<kBias>(LoadF(x + i + 3 * n), shift, scale, w + i + 3 * n, b + i + 3 * n);
-    Store2F(v0, v1, y + i);
-    Store2F(v2, v3, y + i + 2 * n);
+    VF v0 = Affine<kShift, kBias>(LoadF(x + i), shift, scale, w + i, b + i);
+    VF v1 = Affine<kShift, kBias>(LoadF(x + i + n), shift, scale, w + i + n, b + i + n);
+    VF v2 = Affine<kShift, kBias>(LoadF(x + i + 2 * n), shift, scale, w + i + 2 * n, b + i + 2 * n);
+    VF v3 = Affine<kShift, kBias>(LoadF(x + i + 3 * n), shift, scale, w + i + 3 * n, b + i + 3 * n);
+    if constexpr (kStream && std::is_same_v<T, float>) {
+      hn::Stream(v0, d, y + i);
+      hn::Stream(v1, d, y + i + n);
+      hn::Stream(v2, d, y + i + 2 * n);
+      hn::Stream(v3, d, y + i + 3 * n);
+    } else {
+      Store2F(v0, v1, y + i);
+      Store2F(v2, v3, y + i + 2 * n);
+    }
   }
   for (; i + n <= hidden; i += n)
-    StoreF(Affine<kBias>(LoadF(x + i), shift, scale, w + i, b + i), y + i);
+    StoreF(Affine<kShift, kBias>(LoadF(x + i), shift, scale, w + i, b + i), y + i);
   if (i < hidden) {
     const size_t rest = hidden - i;
     const VF xv = LoadTail(x + i, rest);
-    VF v = hn::Mul(hn::Sub(xv, shift), scale);
+    VF v = kShift ? hn::MulSub(xv, scale, shift) : hn::Mul(xv, scale);
     if constexpr (kBias) {
       v = hn::MulAdd(v, LoadTail(w + i, rest), LoadTail(b + i, rest));
     } else {
@@ -407,13 +423,14 @@ HWY_INLINE float AddRoundSumSquares(const T* x, T* r, size_t hidden) {
 }
 
 // AffineRow for bf16 rows on f32 weights (and bias) in even/odd order per block of 2N elements
-// (natural order after the last full block, see PreparedWeights).
-template <bool kShift, bool kBias, bool kNaNPayload>
+// (natural order after the last full block, see PreparedWeights). kStream: full blocks are
+// stored non-temporally, y must be aligned to the vector size.
+template <bool kShift, bool kBias, bool kNaNPayload, bool kStream>
 HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale_s, const float* w, const float* b,
                                  bfloat16_t* y, size_t hidden, const bfloat16_t* next) {
   const DF d;
   const size_t n = hn::Lanes(d);
-  const VF shift = hn::Set(d, kShift ? shift_s : 0.0f);
+  const VF shift = hn::Set(d, kShift ? shift_s * scale_s : 0.0f);
   const VF scale = hn::Set(d, scale_s);
   size_t i = 0;
   for (; i + 4 * n <= hidden; i += 4 * n) {
@@ -421,19 +438,19 @@ HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale
     VF e0, o0, e1, o1;
     LoadEvenOdd(x + i, e0, o0);
     LoadEvenOdd(x + i + 2 * n, e1, o1);
-    e0 = Affine<kBias>(e0, shift, scale, w + i, b + i);
-    o0 = Affine<kBias>(o0, shift, scale, w + i + n, b + i + n);
-    e1 = Affine<kBias>(e1, shift, scale, w + i + 2 * n, b + i + 2 * n);
-    o1 = Affine<kBias>(o1, shift, scale, w + i + 3 * n, b + i + 3 * n);
-    StoreEvenOdd<kNaNPayload>(e0, o0, y + i);
-    StoreEvenOdd<kNaNPayload>(e1, o1, y + i + 2 * n);
+    e0 = Affine<kShift, kBias>(e0, shift, scale, w + i, b + i);
+    o0 = Affine<kShift, kBias>(o0, shift, scale, w + i + n, b + i + n);
+    e1 = Affine<kShift, kBias>(e1, shift, scale, w + i + 2 * n, b + i + 2 * n);
+    o1 = Affine<kShift, kBias>(o1, shift, scale, w + i + 3 * n, b + i + 3 * n);
+    StoreEvenOdd<kNaNPayload, kStream>(e0, o0, y + i);
+    StoreEvenOdd<kNaNPayload, kStream>(e1, o1, y + i + 2 * n);
   }
   for (; i + 2 * n <= hidden; i += 2 * n) {
     VF e, o;
     LoadEvenOdd(x + i, e, o);
-    e = Affine<kBias>(e, shift, scale, w + i, b + i);
-    o = Affine<kBias>(o, shift, scale, w + i + n, b + i + n);
-    StoreEvenOdd<kNaNPayload>(e, o, y + i);
+    e = Affine<kShift, kBias>(e, shift, scale, w + i, b + i);
+    o = Affine<kShift, kBias>(o, shift, scale, w + i + n, b + i + n);
+    StoreEvenOdd<kNaNPayload, kStream>(e, o, y + i);
   }
   // Fewer than 2N elements left, weights in natural order.
   if (i < hidden) AffineRow<kShift, kBias>(x + i, shift_s, scale_s, w + i, b + i, y + i, hidden - i, x + i);
@@ -549,20 +566,29 @@ class PreparedWeights {
   }
 
   // y = (x - shift) * scale * w (+ b) for one row. row_nan: the row's input may hold a NaN.
+  // stream: store y non-temporally where the layout allows (f32 and bf16 rows aligned to the
+  // vector size).
   template <bool kShift, bool kBias>
-  HWY_INLINE void Row(const T* x, float shift, float scale, T* y, size_t hidden, const T* next, bool row_nan) const {
+  HWY_INLINE void Row(const T* x, float shift, float scale, T* y, size_t hidden, const T* next, bool row_nan,
+                      bool stream) const {
+    stream = stream && !std::is_same_v<T, float16_t> &&
+             reinterpret_cast<uintptr_t>(y) % (hn::Lanes(DF()) * sizeof(float)) == 0;
     if (!prepared_) {
-      AffineRow<kShift, kBias>(x, shift, scale, w_, kBias ? b_ : w_, y, hidden, next);
+      if (stream) {
+        AffineRow<kShift, kBias, true>(x, shift, scale, w_, kBias ? b_ : w_, y, hidden, next);
+      } else {
+        AffineRow<kShift, kBias, false>(x, shift, scale, w_, kBias ? b_ : w_, y, hidden, next);
+      }
       return;
     }
     const float* w = buffer_.get();
     const float* b = kBias ? w + hidden : w;
     if constexpr (kEvenOdd) {
-      if (row_nan || has_nan_) {
-        AffineRowEvenOdd<kShift, kBias, true>(x, shift, scale, w, b, y, hidden, next);
-      } else {
-        AffineRowEvenOdd<kShift, kBias, false>(x, shift, scale, w, b, y, hidden, next);
-      }
+      const bool nan = row_nan || has_nan_;
+      if (nan && stream) AffineRowEvenOdd<kShift, kBias, true, true>(x, shift, scale, w, b, y, hidden, next);
+      if (nan && !stream) AffineRowEvenOdd<kShift, kBias, true, false>(x, shift, scale, w, b, y, hidden, next);
+      if (!nan && stream) AffineRowEvenOdd<kShift, kBias, false, true>(x, shift, scale, w, b, y, hidden, next);
+      if (!nan && !stream) AffineRowEvenOdd<kShift, kBias, false, false>(x, shift, scale, w, b, y, hidden, next);
     } else {
       AffineRow<kShift, kBias>(x, shift, scale, w, b, y, hidden, next);
     }
@@ -632,8 +658,9 @@ void RmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
     const T* next = row + 1 < row_end ? static_cast<const T*>(p.input) + rc.NextOffset(0) : x;
     const float ss = ReduceRow(x, hidden, SquareOp());
     const float inv = 1.0f / std::sqrt(ss * inv_hidden + eps);
-    weights.template Row<false, false>(x, 0.0f, inv, y, hidden, next, std::isnan(ss));
+    weights.template Row<false, false>(x, 0.0f, inv, y, hidden, next, std::isnan(ss), p.stream_out);
   }
+  if (p.stream_out) hwy::FlushStream();  // order the non-temporal stores before returning
 }
 
 template <typename T, typename W>
@@ -655,7 +682,9 @@ void FusedAddRmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
     }
     const float inv = 1.0f / std::sqrt(ss * inv_hidden + eps);
     // Normalizes the rounded residual as stored, so the result matches rms_norm(residual).
-    weights.template Row<false, false>(static_cast<const T*>(r), 0.0f, inv, x, hidden, next, std::isnan(ss));
+    // In place: x was just read, so its lines are cached and are written normally.
+    weights.template Row<false, false>(static_cast<const T*>(r), 0.0f, inv, x, hidden, next, std::isnan(ss),
+                                       /*stream=*/false);
   }
 }
 
@@ -675,8 +704,9 @@ void LayerNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
     bool nan;
     RowMeanVar(x, hidden, inv_hidden, mean, var, nan);
     const float inv = 1.0f / std::sqrt(var + eps);
-    weights.template Row<true, kBias>(x, mean, inv, y, hidden, next, nan);
+    weights.template Row<true, kBias>(x, mean, inv, y, hidden, next, nan, p.stream_out);
   }
+  if (p.stream_out) hwy::FlushStream();
 }
 
 // Calls K<T, W> for the dtype pair in p.

@@ -43,6 +43,11 @@ struct NormParams {
   const void* weight = nullptr;  // [hidden]
   const void* bias = nullptr;    // [hidden] or null (layer_norm only)
   double eps = 0.0;              // finite, >= 0
+
+  // rms_norm, layer_norm: write out with non-temporal stores where its layout allows (f32 and
+  // bf16 rows aligned to the SIMD width). Saves reading each output line before writing it, but
+  // leaves out in memory rather than cache: for outputs much larger than the last-level cache.
+  bool stream_out = false;
 };
 
 // Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges.

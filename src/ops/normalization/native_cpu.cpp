@@ -8,6 +8,7 @@
 #include "src/core/cpu_allocator.h"
 #include "src/core/parallel.h"
 #include "src/ops/normalization/internal.h"
+#include "xllm_kernel/device_api.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::normalization {
@@ -45,6 +46,17 @@ void run_rows(const char* op, const cpu::NormParams& p, Kernel kernel) {
               ": native cpu kernel rejected its parameters (status ", status.load(), "); this is a bug in the bridge");
 }
 
+// Outputs at least as large as the last-level cache cannot be there for the next op anyway; the
+// kernels store them non-temporally, which saves reading every output line before writing it.
+bool stream_output(const at::Tensor& out) {
+  static const int64_t threshold = [] {
+    const DeviceApi* api = device_api(Device::kCpu);
+    const int64_t llc = api != nullptr ? api->last_level_cache_bytes(0) : -1;
+    return llc > 0 ? llc : int64_t{32} << 20;
+  }();
+  return static_cast<int64_t>(out.nbytes()) >= threshold;
+}
+
 cpu::NormParams common(const at::Tensor& input, const at::Tensor& weight, double eps) {
   cpu::NormParams p;
   p.dtype = to_dtype(input.scalar_type());
@@ -62,6 +74,7 @@ at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, do
   describe_rows("rms_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
+  p.stream_out = stream_output(out);
   run_rows("rms_norm", p, cpu::rms_norm);
   return out;
 }
@@ -84,6 +97,7 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
+  p.stream_out = stream_output(out);
   run_rows("layer_norm", p, cpu::layer_norm);
   return out;
 }
