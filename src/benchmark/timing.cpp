@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "src/benchmark/statistics.h"
+#include "src/core/cpu_copy.h"
 
 namespace xllm_kernel::benchmark {
 namespace {
@@ -88,15 +89,32 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   return s;
 }
 
-double copy_bandwidth(const DeviceApi& api, const at::Device& device, int index, int64_t bytes, int iterations) {
+CopyMeter::CopyMeter(const DeviceApi& api, const at::Device& device, int index, int64_t bytes)
+    : api_(api), device_(device), index_(index), bytes_(bytes) {
   const auto options = at::TensorOptions().dtype(at::kByte).device(device);
-  at::Tensor src = at::ones({bytes}, options);
-  at::Tensor dst = at::zeros({bytes}, options);
-  dst.copy_(src);  // warm: pages faulted in, clocks up
-  api.synchronize(index);
-  std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) times.push_back(api.time_interval(index, [&] { dst.copy_(src); }));
-  return 2.0 * static_cast<double>(bytes) / percentile(times, 50);
+  src_ = at::ones({bytes}, options);
+  dst_ = at::zeros({bytes}, options);
+}
+
+CopyBandwidth CopyMeter::measure(int iterations) {
+  std::vector<std::pair<std::string, std::function<void()>>> methods{{"torch copy_", [&] { dst_.copy_(src_); }}};
+  if (device_.is_cpu()) methods.emplace_back("non-temporal copy", [&] { detail::cpu_stream_copy(dst_, src_); });
+  for (auto& m : methods) m.second();  // warm: pages faulted in, clocks up
+  api_.synchronize(index_);
+  std::vector<std::vector<double>> times(methods.size());
+  for (int i = 0; i < iterations; ++i) {
+    for (size_t m = 0; m < methods.size(); ++m) times[m].push_back(api_.time_interval(index_, methods[m].second));
+  }
+  CopyBandwidth result;
+  for (size_t m = 0; m < methods.size(); ++m) {
+    const double bw = 2.0 * static_cast<double>(bytes_) / percentile(times[m], 50);
+    result.methods.emplace_back(methods[m].first, bw);
+    if (bw > result.bytes_per_second) {
+      result.bytes_per_second = bw;
+      result.method = methods[m].first;
+    }
+  }
+  return result;
 }
 
 }  // namespace xllm_kernel::benchmark

@@ -6,6 +6,8 @@
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "src/numerics/suite.h"
@@ -41,7 +43,28 @@ Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& c
 Samples time_graph(const DeviceApi& api, int index, PreparedCase& prepared, const TimingOptions& options);
 
 // The device's copy bandwidth in bytes per second (read + written), measured on `bytes`-sized
-// buffers; copies[i] = median of samples.
-double copy_bandwidth(const DeviceApi& api, const at::Device& device, int index, int64_t bytes, int iterations);
+// buffers with every copy method the device has, their samples interleaved: torch's copy_
+// everywhere, and on the CPU also a copy with non-temporal stores (a plain copy also reads each
+// destination line before writing it, so kernels that avoid that read can beat it).
+struct CopyBandwidth {
+  double bytes_per_second = 0;                              // the fastest method's median
+  std::string method;                                       // which method that was
+  std::vector<std::pair<std::string, double>> methods;      // every method's median, bytes per second
+};
+
+// Holds the two buffers, so the bandwidth can be measured again next to each case: the memory
+// bandwidth a shared machine gives drifts over seconds.
+class CopyMeter {
+ public:
+  CopyMeter(const DeviceApi& api, const at::Device& device, int index, int64_t bytes);
+  CopyBandwidth measure(int iterations);
+
+ private:
+  const DeviceApi& api_;
+  at::Device device_;
+  int index_;
+  int64_t bytes_;
+  at::Tensor src_, dst_;
+};
 
 }  // namespace xllm_kernel::benchmark

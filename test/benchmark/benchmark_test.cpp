@@ -122,10 +122,20 @@ TEST(Benchmark, SideBySideOnSameInputsWithRatios) {
   }
   EXPECT_TRUE(aliasing_failed);
   EXPECT_GT(r.report["copy_bandwidth_gbps"].get<double>(), 0);
+  // Both CPU copy methods measured; the reference is the faster one.
+  const json& methods = r.report["copy_methods"];
+  ASSERT_TRUE(methods.contains("torch copy_") && methods.contains("non-temporal copy")) << methods.dump();
+  const std::string best = r.report["copy_method"];
+  EXPECT_DOUBLE_EQ(methods[best].get<double>(), r.report["copy_bandwidth_gbps"].get<double>());
+  for (const auto& [name, gbps] : methods.items()) EXPECT_LE(gbps.get<double>(), methods[best].get<double>()) << name;
   std::map<std::string, int> timed_per_case;
   for (const auto& row : r.report["results"]) {
     if (row["status"] != "timed") continue;  // the test binary's wrong kernels fail validation
     ++timed_per_case[row["case_id"]];
+    // % of copy is against the copy timed next to this case.
+    EXPECT_GT(row["copy_gbps"].get<double>(), 0);
+    EXPECT_NEAR(row["percent_of_copy"].get<double>(),
+                100.0 * row["achieved_gbps"].get<double>() / row["copy_gbps"].get<double>(), 1e-9);
     EXPECT_EQ(row["samples"]["device"].size(), 3u);
     EXPECT_EQ(row["device"]["count"], 3);
     EXPECT_GE(row["ratio_to_fastest"].get<double>(), 1.0);
