@@ -338,12 +338,12 @@ HWY_INLINE float ReduceRow(const T* x, size_t hidden, const Op& op) {
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
 
-// y = (x - shift) * scale * w (+ b), rounded once into y. With kShift the first factor is one
-// fused x * scale - shift * scale (shift_scaled); rounding shift * scale adds an error relative
-// to |mean| / std, of the order the fp32 mean already carries.
+// y = (x - shift) * scale * w (+ b), rounded once into y. x - shift stays a separate, exact
+// subtraction for x near the mean: a fused x * scale - shift * scale would round shift * scale
+// and leave an error of |mean| * scale ulps where the result should be (near) zero.
 template <bool kShift, bool kBias, typename W>
-HWY_INLINE VF Affine(VF x, VF shift_scaled, VF scale, const W* w, const W* b) {
-  const VF v = kShift ? hn::MulSub(x, scale, shift_scaled) : hn::Mul(x, scale);
+HWY_INLINE VF Affine(VF x, VF shift, VF scale, const W* w, const W* b) {
+  const VF v = kShift ? hn::Mul(hn::Sub(x, shift), scale) : hn::Mul(x, scale);
   if constexpr (kBias) return hn::MulAdd(v, LoadF(w), LoadF(b));
   return hn::Mul(v, LoadF(w));
 }
@@ -356,7 +356,7 @@ HWY_INLINE void AffineRow(const T* x, float shift_s, float scale_s, const W* w, 
                           size_t hidden, const T* next) {
   const DF d;
   const size_t n = hn::Lanes(d);
-  const VF shift = hn::Set(d, kShift ? shift_s * scale_s : 0.0f);
+  const VF shift = hn::Set(d, kShift ? shift_s : 0.0f);
   const VF scale = hn::Set(d, scale_s);
   size_t i = 0;
   for (; i + 4 * n <= hidden; i += 4 * n) {
@@ -380,7 +380,7 @@ HWY_INLINE void AffineRow(const T* x, float shift_s, float scale_s, const W* w, 
   if (i < hidden) {
     const size_t rest = hidden - i;
     const VF xv = LoadTail(x + i, rest);
-    VF v = kShift ? hn::MulSub(xv, scale, shift) : hn::Mul(xv, scale);
+    VF v = kShift ? hn::Mul(hn::Sub(xv, shift), scale) : hn::Mul(xv, scale);
     if constexpr (kBias) {
       v = hn::MulAdd(v, LoadTail(w + i, rest), LoadTail(b + i, rest));
     } else {
@@ -430,7 +430,7 @@ HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale
                                  bfloat16_t* y, size_t hidden, const bfloat16_t* next) {
   const DF d;
   const size_t n = hn::Lanes(d);
-  const VF shift = hn::Set(d, kShift ? shift_s * scale_s : 0.0f);
+  const VF shift = hn::Set(d, kShift ? shift_s : 0.0f);
   const VF scale = hn::Set(d, scale_s);
   size_t i = 0;
   for (; i + 4 * n <= hidden; i += 4 * n) {
