@@ -513,6 +513,19 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---------------------------------------------------------------- exact rounding
 
+// Params for `rows` contiguous rows of `hidden` in every tensor (pointers left to the caller).
+NormParams ContiguousParams(DType t, DType wt, int64_t rows, int64_t hidden) {
+  NormParams p;
+  p.dtype = t;
+  p.weight_dtype = wt;
+  p.rows = rows;
+  p.hidden = hidden;
+  p.row_ndim = 1;
+  p.row_sizes[0] = rows;
+  p.input_strides[0] = p.out_strides[0] = p.residual_strides[0] = hidden;
+  return p;
+}
+
 // layer_norm of an all-zero row with weight 1 and eps 1 is exactly 0 + bias, so the output is
 // bias rounded once to the dtype: an exact probe of the kernel's conversions. With 1 row the
 // kernel reads the weights as given; from 4 rows on it converts them once (bf16 rows then take
@@ -526,15 +539,7 @@ std::vector<uint32_t> LayerNormOfZeroRows(DType t, DType wt, const std::vector<u
     StoreBits(wt, w.data(), j, EncodeBits(wt, 1.0f));
     StoreBits(wt, b.data(), j, bias[j]);
   }
-  NormParams p;
-  p.dtype = t;
-  p.weight_dtype = wt;
-  p.rows = rows;
-  p.hidden = hidden;
-  p.row_ndim = 1;
-  p.row_sizes[0] = rows;
-  p.input_strides[0] = hidden;
-  p.out_strides[0] = hidden;
+  NormParams p = ContiguousParams(t, wt, rows, hidden);
   p.input = x.data();
   p.out = y.data();
   p.weight = w.data();
@@ -650,13 +655,7 @@ TEST(NormRounding, NaNRowStaysNaN) {
         for (int64_t i = 0; i < rows * hidden; ++i) Store(t, x.data(), i, 1.0f + i % 3);
         StoreBits(t, x.data(), 20, t == DType::kFloat32 ? 0x7FFFFFFFu : t == DType::kBFloat16 ? 0x7FFFu : 0x7FFFu);
         for (int64_t j = 0; j < hidden; ++j) Store(DType::kFloat32, w.data(), j, 1.0f);
-        NormParams p;
-        p.dtype = t;
-        p.rows = rows;
-        p.hidden = hidden;
-        p.row_ndim = 1;
-        p.row_sizes[0] = rows;
-        p.input_strides[0] = p.out_strides[0] = hidden;
+        NormParams p = ContiguousParams(t, DType::kFloat32, rows, hidden);
         p.input = x.data();
         p.out = y.data();
         p.weight = w.data();
@@ -693,13 +692,7 @@ TEST(NormRounding, NaNWeightOrBiasStaysNaNInEveryRow) {
             Store(DType::kFloat32, b.data(), j, 0.5f);
           }
           StoreBits(DType::kFloat32, kernel == 2 ? b.data() : w.data(), bad_col, 0x7FFFFFFFu);
-          NormParams p;
-          p.dtype = t;
-          p.rows = rows;
-          p.hidden = hidden;
-          p.row_ndim = 1;
-          p.row_sizes[0] = rows;
-          p.input_strides[0] = p.out_strides[0] = hidden;
+          NormParams p = ContiguousParams(t, DType::kFloat32, rows, hidden);
           p.input = x.data();
           p.out = y.data();
           p.weight = w.data();
@@ -776,14 +769,7 @@ TEST(NormMemory, NoReadOrWritePastRowEnd) {
           Store(dt.weight_dtype, w, j, 1.0f);
           Store(dt.weight_dtype, b, j, 0.5f);
         }
-        NormParams p;
-        p.dtype = dt.dtype;
-        p.weight_dtype = dt.weight_dtype;
-        p.rows = rows;
-        p.hidden = hidden;
-        p.row_ndim = 1;
-        p.row_sizes[0] = rows;
-        p.input_strides[0] = p.out_strides[0] = p.residual_strides[0] = hidden;
+        NormParams p = ContiguousParams(dt.dtype, dt.weight_dtype, rows, hidden);
         p.input = x;
         p.out = gy.tail(tbytes);
         p.residual = r;
