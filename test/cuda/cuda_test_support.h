@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "test/ops/normalization_grid.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
@@ -58,21 +59,7 @@ inline std::vector<std::string> cuda_implementations_of(const std::string& opera
     explain("cuda", operation);
   } catch (const std::exception&) {
   }
-  std::vector<std::string> names;
-  for (const auto& k : registry().kernels()) {
-    if (k->operation->name() == operation && k->spec.device == Device::kCuda) names.push_back(k->spec.name);
-  }
-  return names;
-}
-
-// A callable of one registered implementation, kept alive for the process.
-template <class Sig>
-KernelFunction<Sig> function_of(const std::string& name) {
-  auto k = registry().find(name);
-  if (!k) throw std::runtime_error("not registered: " + name);
-  static std::vector<std::unique_ptr<PreparedKernel>> keep;
-  keep.push_back(std::make_unique<PreparedKernel>(k->spec, k->function, ""));
-  return keep.back()->function<Sig>();
+  return registered_implementations(operation, Device::kCuda);
 }
 
 }  // namespace xllm_kernel::testing

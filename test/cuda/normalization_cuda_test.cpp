@@ -14,14 +14,11 @@
 #include <functional>
 
 #include "test/cuda/cuda_test_support.h"
+#include "test/ops/normalization_grid.h"
 #include "test/ops/normalization_reference.h"
 
 namespace xllm_kernel::testing {
 namespace {
-
-const std::vector<int64_t> kTokens{0, 1, 7, 257};
-const std::vector<int64_t> kHidden{1, 7, 64, 4096 + 13};
-const std::vector<at::ScalarType> kDtypes{at::kFloat, at::kBFloat16, at::kHalf};
 
 enum class Layout { kContiguous, kRowStrided, kUnmergeable3d, kMisaligned };
 const Layout kLayouts[] = {Layout::kContiguous, Layout::kRowStrided, Layout::kUnmergeable3d, Layout::kMisaligned};
@@ -64,30 +61,15 @@ Input make_input(int64_t tokens, int64_t hidden, at::ScalarType dtype, Layout la
 }
 
 at::Tensor make_weight(int64_t hidden, at::ScalarType dtype) {
-  return (at::randn({hidden}) * 0.5 + 1).to(dtype).to(at::kCUDA);
+  return ::xllm_kernel::testing::make_weight(hidden, dtype, at::kCUDA);
 }
 
 std::string case_name(int64_t tokens, int64_t hidden, at::ScalarType w, Layout l) {
-  return "tokens=" + std::to_string(tokens) + " hidden=" + std::to_string(hidden) + " weight=" +
-         std::string(c10::toString(w)) + " " + name_of(l);
+  return ::xllm_kernel::testing::case_name(tokens, hidden, w, name_of(l));
 }
 
-struct ImplAndDtype {
-  std::string implementation;
-  at::ScalarType dtype;
-};
-void PrintTo(const ImplAndDtype& p, std::ostream* os) { *os << p.implementation << " " << c10::toString(p.dtype); }
-std::string param_name(const ::testing::TestParamInfo<ImplAndDtype>& info) {
-  std::string n = info.param.implementation + "_" + c10::toString(info.param.dtype);
-  for (char& c : n)
-    if (c == '.') c = '_';
-  return n;
-}
 std::vector<ImplAndDtype> params_for(const std::string& operation) {
-  std::vector<ImplAndDtype> out;
-  for (const auto& impl : cuda_implementations_of(operation))
-    for (auto dtype : kDtypes) out.push_back({impl, dtype});
-  return out;
+  return ::xllm_kernel::testing::params_for(cuda_implementations_of(operation));
 }
 
 at::Tensor cpu(const at::Tensor& t) { return t.to(at::kCPU); }
