@@ -164,7 +164,6 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   const int64_t copy_bytes = bo.copy_bytes > 0 ? bo.copy_bytes : int64_t{256} << 20;
   CopyMeter copy_meter(*api, torch_device, index, copy_bytes);
   const CopyBandwidth copy = copy_meter.measure(10);
-  const double copy_bw = copy.bytes_per_second;
 
   json results = json::array();
   int timed = 0, failed = 0;
@@ -217,7 +216,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
         }
       }
       for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
-      if (!case_copy_bw) case_copy_bw = copy_meter.measure(5).bytes_per_second;
+      if (!case_copy_bw) case_copy_bw = copy_meter.measure(5).best().second;
       const Samples s = mode == ExecutionMode::kGraph ? time_graph(*api, index, copies[0], bo.timing)
                                                       : time_eager(*api, index, copies, bo.timing);
       ++timed;
@@ -270,8 +269,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
               {"device_timer", api->has_device_events() ? "device intervals from device events"
                                                         : "on the CPU a call is synchronous: the device interval is the call's wall time"},
-              {"copy_bandwidth_gbps", copy_bw / 1e9},
-              {"copy_method", copy.method},
+              {"copy_bandwidth_gbps", copy.best().second / 1e9},
+              {"copy_method", copy.best().first},
               {"copy_methods", [&] {
                  json methods = json::object();
                  for (const auto& [name, bw] : copy.methods) methods[name] = bw / 1e9;

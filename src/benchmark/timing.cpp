@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -107,14 +108,14 @@ CopyBandwidth CopyMeter::measure(int iterations) {
   }
   CopyBandwidth result;
   for (size_t m = 0; m < methods.size(); ++m) {
-    const double bw = 2.0 * static_cast<double>(bytes_) / percentile(times[m], 50);
-    result.methods.emplace_back(methods[m].first, bw);
-    if (bw > result.bytes_per_second) {
-      result.bytes_per_second = bw;
-      result.method = methods[m].first;
-    }
+    result.methods.emplace_back(methods[m].first, 2.0 * static_cast<double>(bytes_) / percentile(times[m], 50));
   }
   return result;
+}
+
+const std::pair<std::string, double>& CopyBandwidth::best() const {
+  return *std::max_element(methods.begin(), methods.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
 }
 
 }  // namespace xllm_kernel::benchmark

@@ -47,9 +47,9 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& prepared, cons
 // everywhere, and on the CPU also a copy with non-temporal stores (a plain copy also reads each
 // destination line before writing it, so kernels that avoid that read can beat it).
 struct CopyBandwidth {
-  double bytes_per_second = 0;                              // the fastest method's median
-  std::string method;                                       // which method that was
-  std::vector<std::pair<std::string, double>> methods;      // every method's median, bytes per second
+  std::vector<std::pair<std::string, double>> methods;  // every method's median, bytes per second
+  // The fastest method: the reference for "% of copy".
+  const std::pair<std::string, double>& best() const;
 };
 
 // Holds the two buffers, so the bandwidth can be measured again next to each case: the memory
