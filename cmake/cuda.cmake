@@ -1,5 +1,5 @@
 # The CUDA plugin libxllm_kernel_cuda.so: torch-free kernels (csrc/cuda, nvcc) and their
-# at::Tensor bridges (src/ops/*/native_cuda.cpp), loaded by initialize("cuda") from the directory
+# at::Tensor bridges (src/ops/<family>/cuda/*.cpp), loaded by initialize("cuda") from the directory
 # of libxllm_kernel.so. Included from the top-level CMakeLists.txt after the xllm_kernel target.
 #
 #   -DXLLM_KERNEL_CUDA=AUTO   (default) build it when nvcc is found and torch is a CUDA build
@@ -75,7 +75,10 @@ else()
 endif()
 
 # Torch-free kernels: no torch headers reach nvcc.
-add_library(xllm_kernel_cuda_kernels OBJECT csrc/cuda/normalization.cu)
+file(GLOB_RECURSE XK_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/csrc/cuda/*.cu")
+file(GLOB XK_CUDA_BRIDGE_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/cuda/*.cpp"
+     "${PROJECT_SOURCE_DIR}/src/ops/*/cuda/*.cpp")
+add_library(xllm_kernel_cuda_kernels OBJECT ${XK_CUDA_KERNEL_SOURCES})
 target_include_directories(xllm_kernel_cuda_kernels PRIVATE "${PROJECT_SOURCE_DIR}")
 set_target_properties(xllm_kernel_cuda_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                           POSITION_INDEPENDENT_CODE ON)
@@ -83,10 +86,7 @@ target_compile_options(xllm_kernel_cuda_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUD
 
 # The plugin: bridges (C++20, torch headers) + kernels. Not exported: engines link
 # xllm_kernel::xllm_kernel and the runtime loads this at initialize("cuda").
-add_library(xllm_kernel_cuda SHARED
-  src/cuda/device_api_cuda.cpp
-  src/ops/normalization/native_cuda.cpp
-  $<TARGET_OBJECTS:xllm_kernel_cuda_kernels>)
+add_library(xllm_kernel_cuda SHARED ${XK_CUDA_BRIDGE_SOURCES} $<TARGET_OBJECTS:xllm_kernel_cuda_kernels>)
 target_include_directories(xllm_kernel_cuda PRIVATE "${PROJECT_SOURCE_DIR}")
 target_include_directories(xllm_kernel_cuda SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(xllm_kernel_cuda PRIVATE

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "test/ops/normalization_grid.h"
+#include "test/ops/normalization/grid.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {

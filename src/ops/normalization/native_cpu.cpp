@@ -1,10 +1,10 @@
-// cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/normalization.cpp.
+// cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/normalization/normalization.cpp.
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
 
-#include "csrc/cpu/normalization.h"
+#include "csrc/cpu/normalization/normalization.h"
 #include "src/core/cpu_allocator.h"
 #include "src/core/parallel.h"
 #include "src/ops/normalization/internal.h"

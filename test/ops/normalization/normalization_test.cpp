@@ -5,8 +5,8 @@
 
 #include <functional>
 
-#include "test/ops/normalization_grid.h"
-#include "test/ops/normalization_reference.h"
+#include "test/ops/normalization/grid.h"
+#include "test/ops/normalization/reference.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {

@@ -1,4 +1,4 @@
-#include "src/numerics/suites/normalization_common.h"
+#include "src/ops/normalization/suites/normalization_common.h"
 
 #include <cmath>
 #include <stdexcept>

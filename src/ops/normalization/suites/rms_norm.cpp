@@ -1,5 +1,5 @@
 // rms_norm: out = input * rsqrt(mean(input^2) + eps) * weight.
-#include "src/numerics/suites/normalization_common.h"
+#include "src/ops/normalization/suites/normalization_common.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::numerics {

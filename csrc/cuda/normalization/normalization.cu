@@ -1,11 +1,11 @@
-// Launchers of the CUDA normalization kernels (csrc/cuda/normalization.cuh): validate what the
+// Launchers of the CUDA normalization kernels (csrc/cuda/normalization/normalization.cuh): validate what the
 // kernels rely on, shape the launch, enqueue on the caller's stream, check the launch.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 
-#include "csrc/cuda/normalization.cuh"
-#include "csrc/cuda/normalization.h"
+#include "csrc/cuda/normalization/normalization.cuh"
+#include "csrc/cuda/normalization/normalization.h"
 
 namespace xllm_kernel::cuda {
 namespace {

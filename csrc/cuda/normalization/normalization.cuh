@@ -19,7 +19,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "csrc/cuda/normalization.h"
+#include "csrc/cuda/normalization/normalization.h"
 
 #define XLLM_CUDA_HD __host__ __device__ __forceinline__
 // Unrolling hints for the device pass only (host compilers warn about the pragma).

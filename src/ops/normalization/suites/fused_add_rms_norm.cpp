@@ -1,5 +1,5 @@
 // fused_add_rms_norm: residual <- round(input + residual); input <- rms_norm(residual).
-#include "src/numerics/suites/normalization_common.h"
+#include "src/ops/normalization/suites/normalization_common.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::numerics {

@@ -14,8 +14,8 @@
 #include <functional>
 
 #include "test/cuda/cuda_test_support.h"
-#include "test/ops/normalization_grid.h"
-#include "test/ops/normalization_reference.h"
+#include "test/ops/normalization/grid.h"
+#include "test/ops/normalization/reference.h"
 
 namespace xllm_kernel::testing {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "csrc/cuda/normalization.cuh"
-#include "csrc/cuda/normalization.h"
+#include "csrc/cuda/normalization/normalization.cuh"
+#include "csrc/cuda/normalization/normalization.h"
 
 namespace xllm_kernel::cuda {
 namespace {
@@ -193,7 +193,7 @@ void run_host(Op op, const NormParams& p, int width) {
   }
 }
 
-// Same budget as test/ops/normalization_reference.h: one rounding to the dtype plus float32
+// Same budget as test/ops/normalization/reference.h: one rounding to the dtype plus float32
 // accumulation over the row.
 struct Tolerance {
   double atol, rtol;

@@ -1,7 +1,7 @@
 // Torch-free tests of csrc/cpu/normalization: every kernel against a float64 reference written
 // here, on every Highway target this CPU can run, plus exact rounding, strides beyond 2^31,
 // no reads past a row end and no writes outside the rows.
-#include "csrc/cpu/normalization.h"
+#include "csrc/cpu/normalization/normalization.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

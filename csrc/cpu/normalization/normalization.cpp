@@ -1,7 +1,7 @@
 // Torch-free CPU normalization kernels. This translation unit is compiled once per Highway
 // target (foreach_target) and the entry points pick the best one at runtime, so no global
 // -m flags are needed.
-#include "csrc/cpu/normalization.h"
+#include "csrc/cpu/normalization/normalization.h"
 
 #include <cmath>
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "csrc/cpu/normalization.cpp"
+#define HWY_TARGET_INCLUDE "csrc/cpu/normalization/normalization.cpp"
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

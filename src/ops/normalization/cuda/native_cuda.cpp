@@ -6,7 +6,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
-#include "csrc/cuda/normalization.h"
+#include "csrc/cuda/normalization/normalization.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 

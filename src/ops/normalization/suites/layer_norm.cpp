@@ -1,5 +1,5 @@
 // layer_norm: (input - mean) * rsqrt(biased var + eps) * weight + bias.
-#include "src/numerics/suites/normalization_common.h"
+#include "src/ops/normalization/suites/normalization_common.h"
 #include "xllm_kernel/ops/normalization.h"
 
 #include <cmath>
