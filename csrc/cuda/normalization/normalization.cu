@@ -1,9 +1,9 @@
 // Launchers of the CUDA normalization kernels (csrc/cuda/normalization/normalization.cuh): validate what the
 // kernels rely on, shape the launch, enqueue on the caller's stream, check the launch.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
+#include "csrc/cuda/common/device.h"
 #include "csrc/cuda/normalization/normalization.cuh"
 #include "csrc/cuda/normalization/normalization.h"
 
@@ -20,30 +20,6 @@ constexpr int kRowsPerWarpBlock = 8;
 // The grid holds at most this many full waves (at 2048 resident threads per SM); blocks loop
 // over the remaining rows, which also keeps gridDim.x far below its 2^31 - 1 limit.
 constexpr int64_t kMaxWaves = 16;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-size_t element_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
-// SM count of the current device, cached per device (an attribute query is cheap, but the
-// serving path should not repeat it).
-cudaError_t current_sm_count(int* count) {
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cache[kCachedDevices] = {};
-  if (device >= 0 && device < kCachedDevices) {
-    if (const int cached = cache[device].load(std::memory_order_relaxed); cached > 0) {
-      *count = cached;
-      return cudaSuccess;
-    }
-  }
-  if (cudaError_t e = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
-    return e;
-  }
-  if (device >= 0 && device < kCachedDevices) cache[device].store(*count, std::memory_order_relaxed);
-  return cudaSuccess;
-}
 
 bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
@@ -85,7 +61,8 @@ cudaError_t launch(const NormParams& p, cudaStream_t stream) {
   args.p = p;
   args.eps = static_cast<float>(p.eps);
   args.weights_aligned = kernels::aligned16(p.weight) && kernels::aligned16(p.bias);
-  const LaunchPlan plan = plan_launch(p.rows, p.hidden, element_bytes(p.dtype), sm_count);
+  const size_t element_bytes = static_cast<size_t>(::xllm_kernel::kernels::element_size(p.dtype));
+  const LaunchPlan plan = plan_launch(p.rows, p.hidden, element_bytes, sm_count);
   const bool float_weight = p.weight_dtype == DType::kFloat32;
   switch (p.dtype) {
     case DType::kFloat32:

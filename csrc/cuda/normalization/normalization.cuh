@@ -1,10 +1,10 @@
-// CUDA normalization kernels; the launchers are in csrc/cuda/normalization.cu.
+// CUDA normalization kernels; the launchers are in csrc/cuda/normalization/normalization.cu.
 //
 // A row belongs to a group of `width` threads (one warp, or one block). Its work is a short
 // program: one or two per-thread partial sums, each summed over the group, then a write pass.
 // The passes are __host__ __device__ so that a test on a machine without a GPU can run them lane
-// by lane (test/cuda/normalization_kernels_host_test.cu); only the group sums and the grid loop
-// are device-only.
+// by lane (test/cuda/normalization/normalization_kernels_host_test.cpp); only the group sums
+// (csrc/cuda/common/reduce.cuh) and the grid loop are device-only.
 //
 // Contracts the launcher guarantees: hidden >= 1; rows >= 1; 1 <= row_ndim <= kMaxRowDims;
 // weight_dtype is float32 or dtype; blockDim.x is a multiple of 32 and at most 1024.
@@ -16,155 +16,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <stdexcept>
 
+#include "csrc/cuda/common/codec.cuh"
+#include "csrc/cuda/common/macros.cuh"
+#include "csrc/cuda/common/reduce.cuh"
+#include "csrc/cuda/common/rows.cuh"
+#include "csrc/cuda/common/vector.cuh"
 #include "csrc/cuda/normalization/normalization.h"
 
-#define XLLM_CUDA_HD __host__ __device__ __forceinline__
-// Unrolling hints for the device pass only (host compilers warn about the pragma).
-#ifdef __CUDA_ARCH__
-#define XLLM_CUDA_UNROLL _Pragma("unroll")
-#define XLLM_CUDA_UNROLL_4 _Pragma("unroll 4")
-#else
-#define XLLM_CUDA_UNROLL
-#define XLLM_CUDA_UNROLL_4
-#endif
-
 namespace xllm_kernel::cuda::kernels {
-
-inline constexpr int kWarp = 32;
-inline constexpr int kVectorBytes = 16;
-
-// Elements per 16-byte access.
-template <class T>
-inline constexpr int kVec = kVectorBytes / static_cast<int>(sizeof(T));
-
-XLLM_CUDA_HD bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
-
-// 16-byte accesses. The host build (tests) copies bytes instead of punning and insists on the
-// alignment the device needs, so a wrong vectorization decision fails the host test.
-XLLM_CUDA_HD uint4 load16(const void* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint4*>(p);
-#else
-  if (!aligned16(p)) throw std::logic_error("16-byte load from a misaligned address");
-  uint4 q;
-  std::memcpy(&q, p, sizeof(q));
-  return q;
-#endif
-}
-
-XLLM_CUDA_HD void store16(void* p, uint4 q) {
-#ifdef __CUDA_ARCH__
-  *reinterpret_cast<uint4*>(p) = q;
-#else
-  if (!aligned16(p)) throw std::logic_error("16-byte store to a misaligned address");
-  std::memcpy(p, &q, sizeof(q));
-#endif
-}
-
-XLLM_CUDA_HD float bits_to_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-XLLM_CUDA_HD uint32_t float_to_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-// Element <-> float32. Rounding to the storage type is round to nearest even.
-template <class T>
-struct Codec;
-
-template <>
-struct Codec<float> {
-  static XLLM_CUDA_HD float to_float(float x) { return x; }
-  static XLLM_CUDA_HD float from_float(float x) { return x; }
-  static XLLM_CUDA_HD float decode(uint32_t bits) { return bits_to_float(bits); }
-  static XLLM_CUDA_HD uint32_t encode(float x) { return float_to_bits(x); }
-};
-
-template <>
-struct Codec<__nv_bfloat16> {
-  static XLLM_CUDA_HD float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  static XLLM_CUDA_HD __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-  static XLLM_CUDA_HD float decode(uint32_t bits) { return bits_to_float(bits << 16); }  // exact
-  static XLLM_CUDA_HD uint32_t encode(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-};
-
-template <>
-struct Codec<__half> {
-  static XLLM_CUDA_HD float to_float(__half x) { return __half2float(x); }
-  static XLLM_CUDA_HD __half from_float(float x) { return __float2half_rn(x); }
-  static XLLM_CUDA_HD float decode(uint32_t bits) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  }
-  static XLLM_CUDA_HD uint32_t encode(float x) { return __half_as_ushort(__float2half_rn(x)); }
-};
-
-// Loads N consecutive elements as float32: whole 16-byte words when N elements fill them (the
-// caller guarantees 16-byte alignment then), single elements otherwise.
-template <int N, class T>
-XLLM_CUDA_HD void load(const T* p, float (&v)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  if constexpr (kBytes % kVectorBytes == 0) {
-    constexpr int kPerU32 = 4 / static_cast<int>(sizeof(T));
-    constexpr int kPerWord = kVectorBytes / static_cast<int>(sizeof(T));
-XLLM_CUDA_UNROLL
-    for (int w = 0; w < kBytes / kVectorBytes; ++w) {
-      const uint4 q = load16(p + w * kPerWord);
-      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
-XLLM_CUDA_UNROLL
-      for (int i = 0; i < kPerWord; ++i) {
-        // Little-endian: the lower half of a 32-bit word holds the earlier 16-bit element.
-        const uint32_t bits = kPerU32 == 1 ? u[i] : (u[i / kPerU32] >> (16 * (i % kPerU32))) & 0xFFFFu;
-        v[w * kPerWord + i] = Codec<T>::decode(bits);
-      }
-    }
-  } else {
-XLLM_CUDA_UNROLL
-    for (int i = 0; i < N; ++i) v[i] = Codec<T>::to_float(p[i]);
-  }
-}
-
-// Rounds N float32 values to T and stores them; same access rules as load.
-template <int N, class T>
-XLLM_CUDA_HD void store(T* p, const float (&v)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  if constexpr (kBytes % kVectorBytes == 0) {
-    constexpr int kPerU32 = 4 / static_cast<int>(sizeof(T));
-    constexpr int kPerWord = kVectorBytes / static_cast<int>(sizeof(T));
-XLLM_CUDA_UNROLL
-    for (int w = 0; w < kBytes / kVectorBytes; ++w) {
-      uint32_t u[4] = {0, 0, 0, 0};
-XLLM_CUDA_UNROLL
-      for (int i = 0; i < kPerWord; ++i) {
-        u[i / kPerU32] |= Codec<T>::encode(v[w * kPerWord + i]) << (kPerU32 == 1 ? 0 : 16 * (i % kPerU32));
-      }
-      store16(p + w * kPerWord, make_uint4(u[0], u[1], u[2], u[3]));
-    }
-  } else {
-XLLM_CUDA_UNROLL
-    for (int i = 0; i < N; ++i) p[i] = Codec<T>::from_float(v[i]);
-  }
-}
-
-template <class T>
-XLLM_CUDA_HD float round_to(float x) {
-  return Codec<T>::to_float(Codec<T>::from_float(x));
-}
 
 XLLM_CUDA_HD float inv_sqrt(float x) {
 #ifdef __CUDA_ARCH__
@@ -330,23 +190,16 @@ struct KernelArgs {
   bool weights_aligned = false;  // weight and bias (if any) allow 16-byte access
 };
 
-// The pointers of row `row` (row-major over the leading dimensions). The loop is unrolled over
-// kMaxRowDims so that kernel-parameter arrays are indexed by constants; the outermost dimension
-// takes the remaining quotient, so one leading dimension costs no division.
+// The pointers of row `row` (row-major over the leading dimensions).
 template <Op kOp, class T, class W>
 XLLM_CUDA_HD Row<T, W> make_row(const KernelArgs& a, int64_t row) {
   const NormParams& p = a.p;
   int64_t in_offset = 0, out_offset = 0, residual_offset = 0;
-  int64_t rest = row;
-XLLM_CUDA_UNROLL
-  for (int d = kMaxRowDims - 1; d >= 0; --d) {
-    if (d >= p.row_ndim) continue;
-    const int64_t index = d == 0 ? rest : rest % p.row_sizes[d];
-    if (d != 0) rest /= p.row_sizes[d];
+  for_each_row_index(row, p.row_ndim, p.row_sizes, [&](int d, int64_t index) {
     in_offset += index * p.input_strides[d];
     out_offset += index * p.out_strides[d];
     residual_offset += index * p.residual_strides[d];
-  }
+  });
   Row<T, W> r;
   r.hidden = p.hidden;
   r.weight = static_cast<const W*>(p.weight);
@@ -365,26 +218,6 @@ XLLM_CUDA_UNROLL
 }
 
 #ifdef __CUDACC__
-
-__device__ __forceinline__ float warp_sum(float v) {
-  // Butterfly: every lane ends with the same bits (each step adds the same two values).
-XLLM_CUDA_UNROLL
-  for (int m = kWarp / 2; m > 0; m /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, m);
-  return v;
-}
-
-// Sum over the block; every thread gets the same value. `scratch` holds 2 * (blockDim.x / 32)
-// floats; the two halves alternate between calls, so one barrier per call suffices: a half is
-// rewritten only after every thread has passed the barrier of the call in between.
-__device__ __forceinline__ float block_sum(float v, float* scratch, int& parity) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  float* slots = scratch + parity * warps;
-  parity ^= 1;
-  v = warp_sum(v);
-  if (lane == 0) slots[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < warps ? slots[lane] : 0.0f);
-}
 
 // kWarpPerRow: each warp of the block owns rows (no barriers). Otherwise the block owns rows and
 // sums through shared memory. Rows beyond the grid are taken in grid-sized steps.

@@ -1,6 +1,6 @@
 // Torch-free CUDA normalization kernels: rms_norm, fused_add_rms_norm, layer_norm.
 //
-// The at::Tensor side lives in src/ops/normalization/native_cuda.cpp: it checks every argument,
+// The at::Tensor side lives in src/ops/normalization/cuda/native_cuda.cpp: it checks every argument,
 // fills a NormParams, and passes the current stream. The launchers validate only what they rely
 // on, enqueue one kernel on `stream`, check the launch, and never synchronize.
 //
@@ -17,16 +17,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "csrc/common/rows.h"
+
 namespace xllm_kernel::cuda {
 
-enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+// The element types and row limits every family shares (csrc/common/rows.h).
+using ::xllm_kernel::kernels::DType;
+using ::xllm_kernel::kernels::kMaxRowDims;
 
 // Rows are the leading dimensions of the tensors, flattened in row-major order; the last
 // dimension (hidden) is contiguous in every tensor. A row's element offset in a tensor is
 // sum(index[d] * strides[d]) for d < row_ndim, where index is the row number decomposed over
 // row_sizes (last leading dimension fastest). Strides are in elements and may exceed 2^31.
-inline constexpr int kMaxRowDims = 8;
-
 struct NormParams {
   DType dtype = DType::kFloat32;         // input, residual and out
   DType weight_dtype = DType::kFloat32;  // weight and bias: kFloat32 or dtype

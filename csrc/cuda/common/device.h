@@ -1,0 +1,22 @@
+// Host-side helpers the CUDA launchers share: the current device's SM count (cached, for launch
+// shapes on the serving path) and integer arithmetic of launch shapes.
+//
+//   int sm_count = 0;
+//   if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+//   const int64_t blocks = ceil_div(rows, rows_per_block);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace xllm_kernel::cuda {
+
+// SM count of the current device. Cached per device after the first query (thread-safe), so a
+// launcher may call it on every launch.
+cudaError_t current_sm_count(int* count);
+
+// ceil(a / b) for a >= 0, b > 0.
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace xllm_kernel::cuda
