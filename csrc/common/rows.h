@@ -44,6 +44,29 @@ struct Status {
   static constexpr Status ok() { return {}; }
   static constexpr Status invalid(const char* why) { return {kInvalidArgument, why}; }
   constexpr bool is_ok() const { return code == kOk; }
+
+  // `status == Status::kOk` compares the code only (the reason is for people).
+  friend constexpr bool operator==(Status s, Code c) { return s.code == c; }
 };
+
+// Why a row shape and a range of its rows [row_begin, row_end) are invalid, or nullptr when they
+// are valid: 1 <= ndim <= kMaxRowDims, sizes >= 0 whose product (without overflow) is rows, and
+// 0 <= row_begin <= row_end <= rows. For kernels' defensive checks; bridges check with better words.
+constexpr const char* invalid_rows(int ndim, const int64_t* sizes, int64_t rows, int64_t row_begin,
+                                   int64_t row_end) {
+  if (ndim < 1 || ndim > kMaxRowDims) return "row shape: ndim must be in [1, kMaxRowDims]";
+  int64_t product = 1;
+  for (int d = 0; d < ndim; ++d) {
+    if (sizes[d] < 0) return "row shape: negative size";
+    if (__builtin_mul_overflow(product, sizes[d], &product)) return "row shape: the sizes' product overflows";
+  }
+  if (product != rows) return "row shape: rows is not the product of the sizes";
+  if (row_begin < 0 || row_begin > row_end || row_end > rows) return "row range: not within [0, rows]";
+  return nullptr;
+}
+
+constexpr const char* invalid_rows(const RowShape& shape, int64_t row_begin, int64_t row_end) {
+  return invalid_rows(shape.ndim, shape.sizes, shape.rows, row_begin, row_end);
+}
 
 }  // namespace xllm_kernel::kernels

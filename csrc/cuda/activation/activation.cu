@@ -1,0 +1,138 @@
+// Launchers of the gated activation kernels (csrc/cuda/activation/activation.cuh): validate what
+// the kernels rely on, plan the launch, enqueue on the caller's stream, check the launch.
+#include <algorithm>
+#include <limits>
+
+#include "csrc/cuda/activation/activation.cuh"
+#include "csrc/cuda/activation/activation.h"
+#include "csrc/cuda/common/device.h"
+
+namespace xllm_kernel::cuda {
+namespace {
+
+using kernels::Act;
+using kernels::ActivationArgs;
+
+// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most.
+constexpr int64_t kResidentThreadsPerSm = 2048;
+constexpr int64_t kResidentBlocksPerSm = 32;
+// The grid holds at most this many full waves; blocks loop over the remaining items, which also
+// keeps gridDim.x far below its 2^31 - 1 limit.
+constexpr int64_t kMaxWaves = 16;
+// Fewer items than this many per SM: the plan trades block size for blocks.
+constexpr int64_t kItemsPerSm = 2;
+
+bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
+
+// What the kernels assume (a bridge checked the tensors; this guards the torch-free API).
+bool valid(const ActivationParams& p) {
+  if (!valid_dtype(p.dtype) || p.d < 1) return false;
+  if (::xllm_kernel::kernels::invalid_rows(p.shape, 0, p.shape.rows) != nullptr) return false;
+  if (p.shape.rows == 0) return true;
+  if (p.input == nullptr || p.out == nullptr) return false;
+  // Element offsets within the launch (rows * 2d) stay far inside int64.
+  return p.d <= std::numeric_limits<int64_t>::max() / 4 / p.shape.rows;
+}
+
+int64_t pow2_ceil(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+template <Act kAct>
+cudaError_t launch(const ActivationParams& p, cudaStream_t stream) {
+  if (!valid(p)) return cudaErrorInvalidValue;
+  if (p.shape.rows == 0) return cudaSuccess;
+  int sm_count = 0;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  ActivationArgs args;
+  args.p = p;
+  args.plan = plan_activation(p, sm_count);
+  const dim3 grid(static_cast<unsigned>(args.plan.blocks)), block(static_cast<unsigned>(args.plan.threads));
+  return kernels::dispatch_variant<kAct>(args, cudaErrorInvalidValue, [&](auto variant) {
+    using V = decltype(variant);
+    kernels::act_and_mul<V::act, typename V::type, V::piece, V::per_thread><<<grid, block, 0, stream>>>(args);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace
+
+bool vector_access(const ActivationParams& p) {
+  if (!valid_dtype(p.dtype)) return false;
+  const int64_t piece = kernels::kVectorBytes / ::xllm_kernel::kernels::element_size(p.dtype);
+  if (p.d % piece != 0 || !kernels::aligned16(p.input) || !kernels::aligned16(p.out)) return false;
+  const int ndim = std::clamp(p.shape.ndim, 0, kMaxRowDims);
+  for (int d = 0; d < ndim; ++d) {
+    if (p.shape.sizes[d] <= 1) continue;  // index 0 only: the stride is never used
+    if (p.input_strides.s[d] % piece != 0 || p.out_strides.s[d] % piece != 0) return false;
+  }
+  return true;
+}
+
+// Plan rules (rows R, pieces per row P = ceil(d / piece), work W = R * P pieces, a wave = 2048
+// threads per SM, "few items" = fewer than 2 per SM):
+//   1. per_thread: 4 when W fills four waves, 2 when it fills two, else 1 (more loads in flight
+//      per thread and fewer items once the GPU is full anyway); at most 2 on the vector path
+//      (registers, see kernels::kMaxPerThreadVector). A row then needs N = ceil(P / per_thread)
+//      threads.
+//   2. Short rows (N <= 32): threads_per_row = the power of two >= N, one chunk per row, and
+//      rows_per_block fills the block to 256 threads (not beyond the rows there are); few items:
+//      halve rows_per_block down to 32 threads a block.
+//   3. Long rows (N > 32): one row per block; chunks = ceil(N / M) for a cap M = 256 threads,
+//      threads_per_row = N / chunks rounded up to a multiple of 32 (chunks of equal size, e.g.
+//      224 threads x 4 chunks for bf16 d = 14336); few items: M = 128, 64, 32, so that 1 x 14336
+//      spreads over 56 SMs instead of 4.
+//   4. blocks = min(items, 16 waves of resident blocks); blocks loop over the rest.
+ActivationPlan plan_activation(const ActivationParams& p, int sm_count) {
+  ActivationPlan plan;
+  if (!valid(p) || p.shape.rows == 0) return plan;
+  const int64_t sms = std::clamp(sm_count, 1, 1 << 16);
+  const int64_t rows = p.shape.rows;
+  plan.vector = vector_access(p);
+  plan.piece = plan.vector ? kernels::kVectorBytes / ::xllm_kernel::kernels::element_size(p.dtype) : 1;
+  const int64_t pieces = ceil_div(p.d, plan.piece);
+  const int64_t wave = sms * kResidentThreadsPerSm;
+  const int64_t work = rows <= std::numeric_limits<int64_t>::max() / pieces ? rows * pieces
+                                                                            : std::numeric_limits<int64_t>::max();
+  plan.per_thread = work >= 4 * wave ? 4 : work >= 2 * wave ? 2 : 1;
+  plan.per_thread = std::min(plan.per_thread,
+                             plan.vector ? kernels::kMaxPerThreadVector : kernels::kMaxPerThreadScalar);
+  const int64_t needed = ceil_div(pieces, plan.per_thread);  // threads that cover a row at once
+  const int64_t few = kItemsPerSm * sms;
+
+  constexpr int64_t kMaxThreads = kernels::kActivationMaxThreads;
+  constexpr int64_t kWarp = 32;
+  int64_t per_row = 0, rows_per_block = 1, chunks = 1;
+  if (needed <= kWarp) {
+    per_row = pow2_ceil(needed);
+    rows_per_block = std::min(kMaxThreads / per_row, pow2_ceil(rows));
+    while (ceil_div(rows, rows_per_block) < few && per_row * rows_per_block > kWarp) rows_per_block /= 2;
+  } else {
+    for (int64_t cap = kMaxThreads;; cap /= 2) {
+      chunks = ceil_div(needed, cap);
+      per_row = ceil_div(ceil_div(needed, chunks), kWarp) * kWarp;
+      if (rows * chunks >= few || cap == kWarp) break;
+    }
+  }
+  plan.threads_per_row = static_cast<int>(per_row);
+  plan.rows_per_block = static_cast<int>(rows_per_block);
+  plan.threads = plan.threads_per_row * plan.rows_per_block;
+  plan.chunk = int64_t{plan.piece} * plan.per_thread * plan.threads_per_row;
+  plan.chunks = ceil_div(p.d, plan.chunk);
+  plan.items = ceil_div(rows, rows_per_block) * plan.chunks;
+  const int64_t blocks_per_sm = std::clamp<int64_t>(kResidentThreadsPerSm / plan.threads, 1, kResidentBlocksPerSm);
+  plan.blocks = std::min(plan.items, sms * blocks_per_sm * kMaxWaves);
+  return plan;
+}
+
+cudaError_t silu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kSilu>(p, stream); }
+
+cudaError_t gelu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kGelu>(p, stream); }
+
+cudaError_t gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream) {
+  return launch<Act::kGeluTanh>(p, stream);
+}
+
+}  // namespace xllm_kernel::cuda
