@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "csrc/cpu/normalization/normalization.h"
+#include "csrc/cpu/common/simd.h"
 #include "xllm_kernel/device_api.h"
 
 #ifndef XLLM_KERNEL_BUILD_TYPE

@@ -12,293 +12,20 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/normalization/normalization.cpp"
 #include "hwy/aligned_allocator.h"
-#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
-#ifndef XLLM_KERNEL_CPU_NORMALIZATION_SHARED_
-#define XLLM_KERNEL_CPU_NORMALIZATION_SHARED_
-namespace xllm_kernel::cpu::detail {
+#include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/row_cursor.h"
+#include "csrc/cpu/common/stream-inl.h"
 
-// Element offsets of the current row in up to three tensors. Advancing is an odometer step,
-// so the common case is one add per tensor and there is no division per row.
-template <int kTensors>
-struct RowCursor {
-  int ndim;
-  const int64_t* sizes;
-  const int64_t* strides[kTensors];
-  int64_t index[kMaxRowDims];
-  int64_t offset[kTensors];
-
-  RowCursor(const NormParams& p, int64_t row, const int64_t* const (&s)[kTensors])
-      : ndim(p.row_ndim), sizes(p.row_sizes) {
-    for (int t = 0; t < kTensors; ++t) {
-      strides[t] = s[t];
-      offset[t] = 0;
-    }
-    for (int d = ndim - 1; d >= 0; --d) {
-      index[d] = row % sizes[d];
-      row /= sizes[d];
-      for (int t = 0; t < kTensors; ++t) offset[t] += index[d] * strides[t][d];
-    }
-  }
-
-  // Offset of the next row in tensor t (without advancing).
-  int64_t NextOffset(int t) const {
-    int64_t off = offset[t];
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (index[d] + 1 < sizes[d]) return off + strides[t][d];
-      off -= (sizes[d] - 1) * strides[t][d];
-    }
-    return off;
-  }
-
-  void Next() {
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (++index[d] < sizes[d]) {
-        for (int t = 0; t < kTensors; ++t) offset[t] += strides[t][d];
-        return;
-      }
-      // Wrap this dimension and carry into the next outer one.
-      index[d] = 0;
-      for (int t = 0; t < kTensors; ++t) offset[t] -= (sizes[d] - 1) * strides[t][d];
-    }
-  }
-};
-
-}  // namespace xllm_kernel::cpu::detail
-#endif  // XLLM_KERNEL_CPU_NORMALIZATION_SHARED_
 
 HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Highway 1.0.3 converts f16 with F16C (exact, RNE, NaN/Inf aware) only on AVX2/AVX3; its
-// fallback paths truncate and mishandle Inf/NaN, so other targets use the integer code below.
-#undef XLLM_NORM_NATIVE_F16
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
-#define XLLM_NORM_NATIVE_F16 1
-#else
-#define XLLM_NORM_NATIVE_F16 0
-#endif
-
-using hwy::bfloat16_t;
-using hwy::float16_t;
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
-using VU = hn::Vec<DU>;
-constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-
-// ---------------------------------------------------------------- conversions
-
-// f16 bits (in the low half of u32 lanes) -> f32, exact for every input.
-HWY_INLINE VF F32FromF16Bits(VU h) {
-  const DF d;
-  const DU du;
-  const DI di;
-  const VU sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
-  const VU em = hn::And(h, hn::Set(du, 0x7FFFu));
-  const VU normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(du, 112u << 23));
-  // Integer convert + scale keeps subnormals exact even under DAZ/FTZ.
-  const VU subnormal = hn::BitCast(
-      du, hn::Mul(hn::ConvertTo(d, hn::BitCast(di, em)), hn::Set(d, 1.0f / 16777216.0f)));
-  const VU inf_nan = hn::Or(hn::ShiftLeft<13>(em), hn::Set(du, 0x7F800000u));
-  const auto em_i = hn::BitCast(di, em);
-  VU bits = hn::IfThenElse(hn::RebindMask(du, em_i < hn::Set(di, 0x400)), subnormal, normal);
-  bits = hn::IfThenElse(hn::RebindMask(du, em_i > hn::Set(di, 0x7BFF)), inf_nan, bits);
-  return hn::BitCast(d, hn::Or(bits, sign));
-}
-
-// f32 -> f16 bits (low half of u32 lanes), round to nearest even, NaN stays (quiet) NaN.
-HWY_INLINE VU F16BitsFromF32(VF v) {
-  const DF d;
-  const DU du;
-  const DI di;
-  const VU bits = hn::BitCast(du, v);
-  const VU sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
-  const VU abs_bits = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
-  const auto abs_i = hn::BitCast(di, abs_bits);
-  // Normal range: rebias the exponent and round the 13 dropped bits (ties to even); a carry
-  // out of the mantissa correctly bumps the exponent, up to Inf.
-  const VU odd = hn::And(hn::ShiftRight<13>(abs_bits), hn::Set(du, 1u));
-  const VU normal = hn::ShiftRight<13>(
-      hn::Add(hn::Sub(abs_bits, hn::Set(du, 112u << 23)), hn::Add(hn::Set(du, 0xFFFu), odd)));
-  // Below 2^-14: adding 0.5f makes the f32 ulp 2^-24, the f16 subnormal spacing, so the FPU
-  // does the RNE; the mantissa is then the f16 subnormal (or 0x400, the smallest normal).
-  const VU subnormal = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, abs_bits), hn::Set(d, 0.5f))),
-                               hn::Set(du, 0x3F000000u));
-  VU h = hn::IfThenElse(hn::RebindMask(du, abs_i < hn::Set(di, 0x38800000)), subnormal, normal);
-  h = hn::IfThenElse(hn::RebindMask(du, abs_i > hn::Set(di, 0x477FFFFF)), hn::Set(du, 0x7C00u), h);
-  h = hn::IfThenElse(hn::RebindMask(du, abs_i > hn::Set(di, 0x7F800000)), hn::Set(du, 0x7E00u), h);
-  return hn::Or(h, sign);
-}
-
-// f32 -> bf16 with round to nearest even, result in the upper 16 bits. Highway 1.0.3's
-// DemoteTo(bf16) truncates. NaN is quieted instead of rounded (rounding could carry to Inf).
-HWY_INLINE VU Bf16UpperFromF32(VF v) {
-  const DU du;
-  const VU bits = hn::BitCast(du, v);
-  const VU bias = hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
-  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(bits, hn::Set(du, 0x00400000u)),
-                        hn::Add(bits, bias));
-}
-
-// The same rounding without the NaN guard. Only for values that cannot carry a NaN payload
-// from the inputs: a NaN the FPU creates itself (0 * Inf, Inf - Inf) is the default quiet NaN
-// 0xFFC00000, which this rounds to the bf16 NaN 0xFFC0, and finite values and Inf round
-// correctly (a carry out of the largest finite values gives Inf, as RNE requires).
-HWY_INLINE VU Bf16UpperFromF32NoNaNPayload(VF v) {
-  const DU du;
-  const VU bits = hn::BitCast(du, v);
-  return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
-}
-
-// Narrows u32 lanes holding values < 2^16 and stores them as 16-bit elements.
-HWY_INLINE void StoreLow16(VU v, void* p) {
-  const DI di;
-  const hn::Rebind<uint16_t, DF> d16;
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, v)), d16, static_cast<uint16_t*>(p));
-}
-
-HWY_INLINE VF LoadF(const float* p) { return hn::LoadU(DF(), p); }
-
-HWY_INLINE VF LoadF(const bfloat16_t* p) {
-  const hn::Rebind<bfloat16_t, DF> dh;
-  return hn::PromoteTo(DF(), hn::LoadU(dh, p));
-}
-
-HWY_INLINE VF LoadF(const float16_t* p) {
-#if XLLM_NORM_NATIVE_F16
-  const hn::Rebind<float16_t, DF> dh;
-  return hn::PromoteTo(DF(), hn::LoadU(dh, p));
-#else
-  const hn::Rebind<uint16_t, DF> d16;
-  return F32FromF16Bits(hn::PromoteTo(DU(), hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p))));
-#endif
-}
-
-// Loads 2N consecutive elements as two vectors, lanes in any order (for reductions only).
-template <typename T>
-HWY_INLINE void Load2Unordered(const T* p, VF& a, VF& b) {
-  a = LoadF(p);
-  b = LoadF(p + hn::Lanes(DF()));
-}
-
-// bf16 pairs read as u32 lanes: the odd element is already an f32 in the upper half.
-HWY_INLINE void Load2Unordered(const bfloat16_t* p, VF& a, VF& b) {
-  const DU du;
-  const VU u = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
-  a = hn::BitCast(DF(), hn::ShiftLeft<16>(u));
-  b = hn::BitCast(DF(), hn::And(u, hn::Set(du, 0xFFFF0000u)));
-}
-
-// Rounds once to the element type, stores, and returns the stored value as f32.
-HWY_INLINE VF StoreF(VF v, float* p) {
-  hn::StoreU(v, DF(), p);
-  return v;
-}
-
-HWY_INLINE VF StoreF(VF v, bfloat16_t* p) {
-  const DU du;
-  const VU upper = Bf16UpperFromF32(v);
-  StoreLow16(hn::ShiftRight<16>(upper), p);
-  return hn::BitCast(DF(), hn::And(upper, hn::Set(du, 0xFFFF0000u)));
-}
-
-HWY_INLINE VF StoreF(VF v, float16_t* p) {
-#if XLLM_NORM_NATIVE_F16
-  const hn::Rebind<float16_t, DF> dh;
-  const auto h = hn::DemoteTo(dh, v);
-  hn::StoreU(h, dh, p);
-  return hn::PromoteTo(DF(), h);
-#else
-  const VU h = F16BitsFromF32(v);
-  StoreLow16(h, p);
-  return F32FromF16Bits(h);
-#endif
-}
-
-// Stores two vectors and replaces them with the stored (rounded) values.
-HWY_INLINE void Store2F(VF& v0, VF& v1, float* p) {
-  hn::StoreU(v0, DF(), p);
-  hn::StoreU(v1, DF(), p + hn::Lanes(DF()));
-}
-
-HWY_INLINE void Store2F(VF& v0, VF& v1, float16_t* p) {
-  v0 = StoreF(v0, p);
-  v1 = StoreF(v1, p + hn::Lanes(DF()));
-}
-
-HWY_INLINE void Store2F(VF& v0, VF& v1, bfloat16_t* p) {
-#if HWY_TARGET == HWY_SCALAR
-  v0 = StoreF(v0, p);
-  v1 = StoreF(v1, p + 1);
-#else
-  // One pack of the upper halves of both vectors is cheaper than two narrowing demotes.
-  const DU du;
-  const hn::Repartition<uint16_t, DF> d16;
-  const VU u0 = Bf16UpperFromF32(v0), u1 = Bf16UpperFromF32(v1);
-  hn::StoreU(hn::ConcatOdd(d16, hn::BitCast(d16, u1), hn::BitCast(d16, u0)), d16,
-             reinterpret_cast<uint16_t*>(p));
-  v0 = hn::BitCast(DF(), hn::And(u0, hn::Set(du, 0xFFFF0000u)));
-  v1 = hn::BitCast(DF(), hn::And(u1, hn::Set(du, 0xFFFF0000u)));
-#endif
-}
-
-// bf16 rows in even/odd form: 2N elements loaded as N u32 lanes give the even elements (low
-// halves) and the odd elements (high halves) as two f32 vectors with one shift and one mask, and
-// the rounded results go back with a shift, a mask and an or: no widening or narrowing shuffles.
-// Elementwise work only needs the weights in the same order (PreparedWeights below).
-HWY_INLINE void LoadEvenOdd(const bfloat16_t* p, VF& even, VF& odd) { Load2Unordered(p, even, odd); }
-
-// Rounds both vectors to bf16, stores the 2N elements in memory order and replaces the vectors
-// with the stored values. kNaNPayload: the values may carry a NaN payload from the inputs.
-// kStream: a non-temporal store (p must be aligned to the vector size).
-template <bool kNaNPayload, bool kStream = false>
-HWY_INLINE void StoreEvenOdd(VF& even, VF& odd, bfloat16_t* p) {
-  const DU du;
-  const VU mask = hn::Set(du, 0xFFFF0000u);
-  const VU ue = kNaNPayload ? Bf16UpperFromF32(even) : Bf16UpperFromF32NoNaNPayload(even);
-  const VU uo = hn::And(kNaNPayload ? Bf16UpperFromF32(odd) : Bf16UpperFromF32NoNaNPayload(odd), mask);
-  const VU packed = hn::Or(hn::ShiftRight<16>(ue), uo);
-  if constexpr (kStream) {
-    hn::Stream(packed, du, reinterpret_cast<uint32_t*>(p));
-  } else {
-    hn::StoreU(packed, du, reinterpret_cast<uint32_t*>(p));
-  }
-  even = hn::BitCast(DF(), hn::And(ue, mask));
-  odd = hn::BitCast(DF(), uo);
-}
-
-// Partial vectors go through a stack buffer: Highway 1.0.3 has no LoadN/StoreN and its AVX2
-// MaskedLoad for 16-bit lanes reads the whole vector, which could cross the row end.
-template <typename T>
-HWY_INLINE VF LoadTail(const T* p, size_t n) {
-  alignas(64) unsigned char buf[kMaxLanes * sizeof(T)] = {};
-  std::memcpy(buf, p, n * sizeof(T));
-  return LoadF(reinterpret_cast<const T*>(buf));
-}
-
-template <typename T>
-HWY_INLINE VF StoreTail(VF v, T* p, size_t n) {
-  alignas(64) unsigned char buf[kMaxLanes * sizeof(T)];
-  const VF stored = StoreF(v, reinterpret_cast<T*>(buf));
-  std::memcpy(p, buf, n * sizeof(T));
-  return stored;
-}
-
 // ---------------------------------------------------------------- row passes
-
-// Prefetches the cache lines holding `count` elements from p.
-template <typename T>
-HWY_INLINE void PrefetchElems(const T* p, size_t count) {
-  for (size_t k = 0; k < count * sizeof(T); k += 64) {
-    hwy::Prefetch(reinterpret_cast<const char*>(p) + k);
-  }
-}
 
 struct SquareOp {
   HWY_INLINE VF operator()(VF v, VF acc) const { return hn::MulAdd(v, v, acc); }
@@ -366,10 +93,10 @@ HWY_INLINE void AffineRow(const T* x, float shift_s, float scale_s, const W* w, 
     VF v2 = Affine<kShift, kBias>(LoadF(x + i + 2 * n), shift, scale, w + i + 2 * n, b + i + 2 * n);
     VF v3 = Affine<kShift, kBias>(LoadF(x + i + 3 * n), shift, scale, w + i + 3 * n, b + i + 3 * n);
     if constexpr (kStream && std::is_same_v<T, float>) {
-      hn::Stream(v0, d, y + i);
-      hn::Stream(v1, d, y + i + n);
-      hn::Stream(v2, d, y + i + 2 * n);
-      hn::Stream(v3, d, y + i + 3 * n);
+      StoreVec<true>(v0, d, y + i);
+      StoreVec<true>(v1, d, y + i + n);
+      StoreVec<true>(v2, d, y + i + 2 * n);
+      StoreVec<true>(v3, d, y + i + 3 * n);
     } else {
       Store2F(v0, v1, y + i);
       Store2F(v2, v3, y + i + 2 * n);
@@ -571,8 +298,7 @@ class PreparedWeights {
   template <bool kShift, bool kBias>
   HWY_INLINE void Row(const T* x, float shift, float scale, T* y, size_t hidden, const T* next, bool row_nan,
                       bool stream) const {
-    stream = stream && !std::is_same_v<T, float16_t> &&
-             reinterpret_cast<uintptr_t>(y) % (hn::Lanes(DF()) * sizeof(float)) == 0;
+    stream = stream && !std::is_same_v<T, float16_t> && StreamAligned(y);
     if (!prepared_) {
       if (stream) {
         AffineRow<kShift, kBias, true>(x, shift, scale, w_, kBias ? b_ : w_, y, hidden, next);
@@ -651,7 +377,7 @@ void RmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
   const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
-  detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.out_strides});
+  RowCursor<2> rc(p.row_ndim, p.row_sizes, row_begin, {p.input_strides, p.out_strides});
   for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
     const T* x = static_cast<const T*>(p.input) + rc.offset[0];
     T* y = static_cast<T*>(p.out) + rc.offset[1];
@@ -669,7 +395,7 @@ void FusedAddRmsNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
   const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
-  detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.residual_strides});
+  RowCursor<2> rc(p.row_ndim, p.row_sizes, row_begin, {p.input_strides, p.residual_strides});
   for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
     T* x = static_cast<T*>(const_cast<void*>(p.input)) + rc.offset[0];
     T* r = static_cast<T*>(p.residual) + rc.offset[1];
@@ -695,7 +421,7 @@ void LayerNormT(const NormParams& p, int64_t row_begin, int64_t row_end) {
                                       hidden, row_end - row_begin);
   const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
   const float eps = static_cast<float>(p.eps);
-  detail::RowCursor<2> rc(p, row_begin, {p.input_strides, p.out_strides});
+  RowCursor<2> rc(p.row_ndim, p.row_sizes, row_begin, {p.input_strides, p.out_strides});
   for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
     const T* x = static_cast<const T*>(p.input) + rc.offset[0];
     T* y = static_cast<T*>(p.out) + rc.offset[1];
@@ -752,7 +478,6 @@ void FusedAddRmsNormRows(const NormParams& p, int64_t b, int64_t e) {
   ForDTypes<FusedAddRmsNormK>(p, b, e);
 }
 void LayerNormRows(const NormParams& p, int64_t b, int64_t e) { ForDTypes<LayerNormK>(p, b, e); }
-const char* TargetNameOfThis() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace xllm_kernel::cpu
@@ -764,7 +489,6 @@ namespace xllm_kernel::cpu {
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(FusedAddRmsNormRows);
 HWY_EXPORT(LayerNormRows);
-HWY_EXPORT(TargetNameOfThis);
 
 namespace {
 
@@ -773,43 +497,42 @@ bool ValidDType(DType t) {
 }
 
 // Defence only: the bridge validates shapes, dtypes and pointers before calling.
-bool ValidCommon(const NormParams& p, int64_t row_begin, int64_t row_end) {
-  if (!ValidDType(p.dtype) || (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype)) {
-    return false;
+Status CheckCommon(const NormParams& p, int64_t row_begin, int64_t row_end) {
+  if (!ValidDType(p.dtype)) return Status::invalid("normalization: unknown dtype");
+  if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
+    return Status::invalid("normalization: weight_dtype must be float32 or dtype");
   }
-  if (p.hidden < 1 || p.row_ndim < 1 || p.row_ndim > kMaxRowDims || p.rows < 0) return false;
-  int64_t rows = 1;
-  for (int d = 0; d < p.row_ndim; ++d) {
-    if (p.row_sizes[d] < 0 || __builtin_mul_overflow(rows, p.row_sizes[d], &rows)) return false;
+  if (p.hidden < 1) return Status::invalid("normalization: hidden must be >= 1");
+  if (const char* why = kernels::invalid_rows(p.row_ndim, p.row_sizes, p.rows, row_begin, row_end)) {
+    return Status::invalid(why);
   }
-  if (rows != p.rows || row_begin < 0 || row_begin > row_end || row_end > p.rows) return false;
-  if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return false;
-  return p.input != nullptr && p.weight != nullptr;
+  if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return Status::invalid("normalization: eps must be finite and >= 0");
+  if (p.input == nullptr || p.weight == nullptr) return Status::invalid("normalization: null input or weight");
+  return Status::ok();
 }
 
 }  // namespace
 
 Status rms_norm(const NormParams& p, int64_t row_begin, int64_t row_end) {
-  if (!ValidCommon(p, row_begin, row_end) || p.out == nullptr) return Status::kInvalidArgument;
-  if (row_begin < row_end) HWY_DYNAMIC_DISPATCH(RmsNormRows)(p, row_begin, row_end);
-  return Status::kOk;
+  Status s = CheckCommon(p, row_begin, row_end);
+  if (s.is_ok() && p.out == nullptr) s = Status::invalid("rms_norm: null out");
+  if (s.is_ok() && row_begin < row_end) HWY_DYNAMIC_DISPATCH(RmsNormRows)(p, row_begin, row_end);
+  return s;
 }
 
 Status fused_add_rms_norm(const NormParams& p, int64_t row_begin, int64_t row_end) {
-  if (!ValidCommon(p, row_begin, row_end) || p.residual == nullptr) {
-    return Status::kInvalidArgument;
-  }
-  if (row_begin < row_end) HWY_DYNAMIC_DISPATCH(FusedAddRmsNormRows)(p, row_begin, row_end);
-  return Status::kOk;
+  Status s = CheckCommon(p, row_begin, row_end);
+  if (s.is_ok() && p.residual == nullptr) s = Status::invalid("fused_add_rms_norm: null residual");
+  if (s.is_ok() && row_begin < row_end) HWY_DYNAMIC_DISPATCH(FusedAddRmsNormRows)(p, row_begin, row_end);
+  return s;
 }
 
 Status layer_norm(const NormParams& p, int64_t row_begin, int64_t row_end) {
-  if (!ValidCommon(p, row_begin, row_end) || p.out == nullptr) return Status::kInvalidArgument;
-  if (row_begin < row_end) HWY_DYNAMIC_DISPATCH(LayerNormRows)(p, row_begin, row_end);
-  return Status::kOk;
+  Status s = CheckCommon(p, row_begin, row_end);
+  if (s.is_ok() && p.out == nullptr) s = Status::invalid("layer_norm: null out");
+  if (s.is_ok() && row_begin < row_end) HWY_DYNAMIC_DISPATCH(LayerNormRows)(p, row_begin, row_end);
+  return s;
 }
-
-const char* simd_target() { return HWY_DYNAMIC_DISPATCH(TargetNameOfThis)(); }
 
 }  // namespace xllm_kernel::cpu
 #endif  // HWY_ONCE

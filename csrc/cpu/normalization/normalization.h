@@ -13,17 +13,18 @@
 
 #include <cstdint>
 
+#include "csrc/common/rows.h"
+
 namespace xllm_kernel::cpu {
 
-enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-
-enum class Status : int { kOk = 0, kInvalidArgument = 1 };
+using kernels::DType;
+using kernels::kMaxRowDims;
+using kernels::Status;
 
 // Rows are the leading dimensions of the tensors, flattened in row-major order; the last
 // dimension (hidden) is contiguous in every tensor. A row's element offset in a tensor is
 // sum(index[d] * strides[d]) for d < row_ndim, where index is the row number decomposed over
 // row_sizes (last leading dimension fastest). Strides are in elements and may exceed 2^31.
-inline constexpr int kMaxRowDims = 8;
 
 struct NormParams {
   DType dtype = DType::kFloat32;         // input, residual and out
@@ -50,7 +51,8 @@ struct NormParams {
   bool stream_out = false;
 };
 
-// Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges.
+// Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges. A status
+// other than ok (invalid parameters, with the reason) means the bridge has a bug.
 //   rms_norm:            out = input * rsqrt(mean(input^2) + eps) * weight
 //   fused_add_rms_norm:  residual = round(input + residual); input = rms_norm(residual)
 //   layer_norm:          out = (input - mean) * rsqrt(biased var + eps) * weight (+ bias)
@@ -58,8 +60,5 @@ struct NormParams {
 Status rms_norm(const NormParams& p, int64_t row_begin, int64_t row_end);
 Status fused_add_rms_norm(const NormParams& p, int64_t row_begin, int64_t row_end);
 Status layer_norm(const NormParams& p, int64_t row_begin, int64_t row_end);
-
-// The Highway target the dynamic dispatch runs on this CPU, e.g. "AVX3", "AVX2", "SSE4".
-const char* simd_target();
 
 }  // namespace xllm_kernel::cpu

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "csrc/cpu/common/simd.h"
 #include "csrc/cpu/normalization/normalization.h"
 #include "src/core/cpu_allocator.h"
 #include "src/core/parallel.h"
@@ -37,13 +38,13 @@ void run_rows(const char* op, const cpu::NormParams& p, Kernel kernel) {
   if (p.rows == 0) return;
   // About 64 KiB of float32 work per task keeps thread overhead small at small hidden sizes.
   const int64_t grain = std::max<int64_t>(1, 16384 / p.hidden);
-  std::atomic<int> status{static_cast<int>(cpu::Status::kOk)};
+  std::atomic<const char*> rejected{nullptr};  // the reason of a failed status
   detail::parallel_rows(p.rows, grain, [&](int64_t begin, int64_t end) {
     const cpu::Status s = kernel(p, begin, end);
-    if (s != cpu::Status::kOk) status.store(static_cast<int>(s));
+    if (!s.is_ok()) rejected.store(s.reason);
   });
-  TORCH_CHECK(status.load() == static_cast<int>(cpu::Status::kOk), op,
-              ": native cpu kernel rejected its parameters (status ", status.load(), "); this is a bug in the bridge");
+  TORCH_CHECK(rejected.load() == nullptr, op, ": native cpu kernel rejected its parameters (", rejected.load(),
+              "); this is a bug in the bridge");
 }
 
 // Outputs at least as large as the last-level cache cannot be there for the next op anyway; the
