@@ -1,0 +1,222 @@
+// Torch-free CPU kernels of the gated activations. This translation unit is compiled once per
+// Highway target (foreach_target) and the entry points pick the best one at runtime.
+#include "csrc/cpu/activation/activation.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "csrc/cpu/activation/activation.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/math-inl.h"
+#include "csrc/cpu/common/row_cursor.h"
+#include "csrc/cpu/common/stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---------------------------------------------------------------- the functions
+
+// a / (1 + e^-u) = a * sigmoid(u), for u with a's sign. Where e^-u leaves ExpInRange's range:
+// for u > 87.5 (the clamp), e^-u < 2^-126 and the quotient is a (1 + e^-u rounds to 1 from
+// u > 17.3 on anyway); for u < -88 the result is -0 (the exact value is below 2^-126 |a|; a
+// division would give NaN for a = -inf). A NaN a gives NaN through the division, whatever Min
+// and the comparison make of it (their NaN rules differ between targets).
+HWY_INLINE VF TimesSigmoid(VF a, VF u) {
+  const DF d;
+  const VF x = hn::Neg(hn::Min(u, hn::Set(d, -kExpInRangeMin)));
+  VF er, pow2n;
+  ExpParts<false>(d, x, x, er, pow2n);
+  const VF s = hn::Div(a, hn::MulAdd(er, pow2n, hn::Set(d, 1.0f)));
+  return hn::IfThenElse(hn::Lt(u, hn::Set(d, -kExpInRangeMax)), hn::Set(d, -0.0f), s);
+}
+
+struct Silu {
+  HWY_INLINE VF operator()(VF a) const { return TimesSigmoid(a, a); }
+};
+
+// 0.5 a (1 + tanh(v)) = a * sigmoid(2 v), v = sqrt(2 / pi) (a + 0.044715 a^3): no tanh needed,
+// and no cancellation in 1 + tanh(v) for negative a.
+struct GeluTanh {
+  HWY_INLINE VF operator()(VF a) const {
+    const DF d;
+    const VF k0 = hn::Set(d, 1.5957691216057308f);  // 2 sqrt(2 / pi)
+    const VF k1 = hn::Set(d, 0.0713548162726f);     // 2 sqrt(2 / pi) 0.044715
+    const VF u = hn::Mul(a, hn::MulAdd(k1, hn::Mul(a, a), k0));
+    return TimesSigmoid(a, u);
+  }
+};
+
+// a * Phi(a). For a < -13.25, Phi(a) is 0 (NormalCdfNotNaN) and the result is -0 (a * 0 would be
+// NaN for a = -inf). A NaN a gives NaN through the product.
+struct Gelu {
+  HWY_INLINE VF operator()(VF a) const {
+    const DF d;
+    return hn::IfThenElse(hn::Lt(a, hn::Set(d, -13.25f)), hn::Set(d, -0.0f), hn::Mul(a, NormalCdfNotNaN(d, a)));
+  }
+};
+
+// ---------------------------------------------------------------- rows
+
+// out[j] = act(x[j]) * x[d + j] for one row. kStream: full vectors are stored non-temporally,
+// y must be aligned to the vector size (StreamAligned).
+//
+// bf16 rows are processed in even/odd form (LoadEvenOdd): elementwise work needs no reordering.
+// Their results are rounded without the NaN guard of Bf16UpperFromF32: the only NaNs are from
+// bf16 inputs (whose payload is in the upper half, which the rounding bias cannot carry out of)
+// or the FPU's default NaN.
+template <class Act, bool kStream, typename T>
+HWY_INLINE void GatedRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size) {
+  const Act act;
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const T* HWY_RESTRICT b = x + d_size;
+  size_t i = 0;
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    for (; i + 2 * n <= d_size; i += 2 * n) {
+      VF ae, ao, be, bo;
+      LoadEvenOdd(x + i, ae, ao);
+      LoadEvenOdd(b + i, be, bo);
+      VF ye = hn::Mul(act(ae), be), yo = hn::Mul(act(ao), bo);
+      StoreEvenOdd</*kNaNPayload=*/false, kStream>(ye, yo, y + i);
+    }
+  } else {
+    for (; i + 2 * n <= d_size; i += 2 * n) {
+      VF y0 = hn::Mul(act(LoadF(x + i)), LoadF(b + i));
+      VF y1 = hn::Mul(act(LoadF(x + i + n)), LoadF(b + i + n));
+      Store2F<kStream>(y0, y1, y + i);
+    }
+  }
+  for (; i + n <= d_size; i += n) StoreF(hn::Mul(act(LoadF(x + i)), LoadF(b + i)), y + i);
+  // The last partial vector: the same math on zero-padded lanes (act(0) * 0 = 0).
+  if (i < d_size) {
+    const size_t rest = d_size - i;
+    StoreTail(hn::Mul(act(LoadTail(x + i, rest)), LoadTail(b + i, rest)), y + i, rest);
+  }
+}
+
+template <class Act, typename T>
+void GatedRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  const size_t d_size = static_cast<size_t>(p.d);
+  const T* input = static_cast<const T*>(p.input);
+  T* out = static_cast<T*>(p.out);
+  const bool stream = p.stream_out;
+  RowCursor<2> rc(p.shape, row_begin, {&p.input_strides, &p.out_strides});
+  for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
+    const T* x = input + rc.offset[0];
+    T* y = out + rc.offset[1];
+    if (stream && StreamAligned(y)) {
+      GatedRow<Act, true>(x, y, d_size);
+    } else {
+      GatedRow<Act, false>(x, y, d_size);
+    }
+  }
+  if (stream) hwy::FlushStream();  // order the non-temporal stores before returning
+}
+
+template <class Act>
+void GatedRows(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  switch (p.dtype) {
+    case DType::kFloat32: return GatedRowsT<Act, float>(p, row_begin, row_end);
+    case DType::kBFloat16: return GatedRowsT<Act, bfloat16_t>(p, row_begin, row_end);
+    case DType::kFloat16: return GatedRowsT<Act, float16_t>(p, row_begin, row_end);
+  }
+}
+
+void SiluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<Silu>(p, b, e); }
+void GeluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<Gelu>(p, b, e); }
+void GeluTanhAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<GeluTanh>(p, b, e); }
+
+// ---------------------------------------------------------------- test access
+
+template <class F>
+HWY_INLINE void MapF32(const F& f, const float* in, float* out, size_t count) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + n <= count; i += n) hn::StoreU(f(hn::LoadU(d, in + i)), d, out + i);
+  if (i < count) StoreTail(f(LoadTail(in + i, count - i)), out + i, count - i);
+}
+
+struct ExpFn {
+  HWY_INLINE VF operator()(VF a) const { return ExpInRange(DF(), a); }
+};
+struct NormalCdfFn {
+  HWY_INLINE VF operator()(VF a) const { return NormalCdf(DF(), a); }
+};
+
+void ActivationMathF32(int f, const float* in, float* out, size_t count) {
+  switch (static_cast<detail::ActivationMath>(f)) {
+    case detail::ActivationMath::kSilu: return MapF32(Silu(), in, out, count);
+    case detail::ActivationMath::kGelu: return MapF32(Gelu(), in, out, count);
+    case detail::ActivationMath::kGeluTanh: return MapF32(GeluTanh(), in, out, count);
+    case detail::ActivationMath::kExp: return MapF32(ExpFn(), in, out, count);
+    case detail::ActivationMath::kNormalCdf: return MapF32(NormalCdfFn(), in, out, count);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace xllm_kernel::cpu {
+
+HWY_EXPORT(SiluAndMulRows);
+HWY_EXPORT(GeluAndMulRows);
+HWY_EXPORT(GeluTanhAndMulRows);
+HWY_EXPORT(ActivationMathF32);
+
+namespace {
+
+// Defence only: the bridge validates dtypes, shapes and pointers before calling.
+Status Check(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return Status::invalid("activation: unknown dtype");
+  }
+  // 2 * d elements per input row must be addressable.
+  if (p.d < 1 || p.d > (INT64_MAX >> 3)) return Status::invalid("activation: d must be in [1, 2^60)");
+  if (const char* why = kernels::invalid_rows(p.shape, row_begin, row_end)) return Status::invalid(why);
+  if (row_begin < row_end && (p.input == nullptr || p.out == nullptr)) {
+    return Status::invalid("activation: null input or out");
+  }
+  return Status::ok();
+}
+
+template <class Rows>
+Status Run(Rows rows, const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  const Status s = Check(p, row_begin, row_end);
+  if (s.is_ok() && row_begin < row_end) rows(p, row_begin, row_end);
+  return s;
+}
+
+}  // namespace
+
+Status silu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(SiluAndMulRows), p, row_begin, row_end);
+}
+
+Status gelu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(GeluAndMulRows), p, row_begin, row_end);
+}
+
+Status gelu_tanh_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(GeluTanhAndMulRows), p, row_begin, row_end);
+}
+
+namespace detail {
+
+void activation_math(ActivationMath f, const float* in, float* out, size_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(ActivationMathF32)(static_cast<int>(f), in, out, n);
+}
+
+}  // namespace detail
+
+}  // namespace xllm_kernel::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,94 @@
+// Torch-free CPU kernels of the gated activations (Highway, runtime ISA dispatch):
+//   silu_and_mul:       out = silu(x[..., :d]) * x[..., d:]       silu(a) = a / (1 + e^-a)
+//   gelu_and_mul:       out = gelu(x[..., :d]) * x[..., d:]       gelu(a) = 0.5 a (1 + erf(a / sqrt(2)))
+//   gelu_tanh_and_mul:  out = gelu_tanh(x[..., :d]) * x[..., d:]
+//                       gelu_tanh(a) = 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3)))
+//
+// The at::Tensor side (a bridge) checks every argument, fills an ActivationParams and splits the
+// rows over threads. Kernels assume valid arguments; a status other than ok names what a buggy
+// bridge got wrong.
+//
+//   xllm_kernel::cpu::ActivationParams p;
+//   p.dtype = DType::kBFloat16; p.d = 14336;                        // input [tokens, 2 * d]
+//   p.shape.rows = tokens; p.shape.ndim = 1; p.shape.sizes[0] = tokens;
+//   p.input = x; p.input_strides.s[0] = 2 * p.d;
+//   p.out = y; p.out_strides.s[0] = p.d;                            // out [tokens, d]
+//   xllm_kernel::cpu::silu_and_mul(p, 0, tokens);
+//
+// Numerics. Input and out share the dtype (float32, bfloat16 or float16). All arithmetic is in
+// float32: f(a) as below, times b (b = x[..., d:]) rounded to float32, then rounded once to the
+// dtype (round to nearest even). The float32 f(a) is within these relative errors of the exact
+// value wherever |f(a)| >= 2^-126 max(1, |a|), and within 2^-126 max(1, |a|) absolute below that
+// (bounds measured over dense sweeps on every compiled Highway target, with margin, by
+// test/csrc/activation/cpu_activation_kernels_test.cpp):
+//   silu       5e-7 (8 ulp; measured 4.1e-7, at a = -87): a / (1 + e^-a), e^-a
+//              within 4.5e-7 (ExpInRange in csrc/cpu/common/math-inl.h)
+//   gelu       2e-6 (measured 6e-7 with FMA, 1.4e-6 without): a * Phi(a), Phi(a) =
+//              0.5 (1 + erf(a / sqrt(2))) within 2e-6 relative, lower tail included (NormalCdf
+//              in csrc/cpu/common/math-inl.h, a polynomial in 1 / (1 + |a| / 4) times e^(-a^2/2);
+//              as an erf within 8e-7 absolute)
+//   gelu_tanh  (8 + 4 |u|) ulp, u = 2 sqrt(2 / pi) (a + 0.044715 a^3): a / (1 + e^-u), where u's
+//              own rounding (a few ulps) is scaled by |u| in e^-u; |u| > 20 only where the
+//              result is below 2e-9 |a|
+// None of these cancels: results keep their relative accuracy where they are tiny (large
+// negative a), unlike 1 + erf or 1 + tanh evaluated in float32.
+//
+// Special values. NaN in a or b gives NaN. a = +inf gives inf * b (NaN for b = 0); a = -inf gives
+// the limit -0 (times b: +-0, NaN for b = +-inf), as do large negative a where the exact result
+// is below 2^-126 |a b|: silu for a < -88, gelu for a < -13.25, gelu_tanh for u < -88. Finite a
+// and b never give NaN (the result is finite, or +-inf where it overflows the dtype).
+
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "csrc/common/rows.h"
+
+namespace xllm_kernel::cpu {
+
+using kernels::DType;
+using kernels::RowShape;
+using kernels::RowStrides;
+using kernels::Status;
+
+struct ActivationParams {
+  DType dtype = DType::kFloat32;  // input and out
+  int64_t d = 0;                  // >= 1: input rows hold 2 * d elements, out rows d
+  RowShape shape;                 // the leading dimensions (rows), shared by input and out
+
+  const void* input = nullptr;  // [..., 2 * d], last dim contiguous
+  RowStrides input_strides;     // over shape's dims, in elements
+  void* out = nullptr;          // [..., d], last dim contiguous; must not overlap input
+  RowStrides out_strides;
+
+  // Write out with non-temporal stores where a row allows it (rows aligned to the SIMD width).
+  // Saves reading each output line before writing it, but leaves out in memory rather than
+  // cache: for outputs much larger than the last-level cache.
+  bool stream_out = false;
+};
+
+// Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges. Pointers
+// may be null when the range is empty.
+Status silu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+Status gelu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+Status gelu_tanh_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+
+namespace detail {
+
+// The float32 functions the kernels use, element by element, for tests of their error bounds
+// (on the target the runtime dispatch picks, like the kernels).
+enum class ActivationMath : int {
+  kSilu = 0,      // silu(a)
+  kGelu = 1,      // gelu(a)
+  kGeluTanh = 2,  // gelu_tanh(a)
+  kExp = 3,       // e^a for a in [-87.5, 88] (ExpInRange; unspecified outside)
+  kNormalCdf = 4,  // Phi(a) = 0.5 (1 + erf(a / sqrt(2)))
+};
+
+// out[i] = f(in[i]) for i < n (any n; in and out may be the same array).
+void activation_math(ActivationMath f, const float* in, float* out, size_t n);
+
+}  // namespace detail
+
+}  // namespace xllm_kernel::cpu

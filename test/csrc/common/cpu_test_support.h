@@ -1,0 +1,209 @@
+// Helpers for the torch-free CPU kernel tests (test/csrc/<family>/): element codecs that do not
+// share code with the kernels, the Highway targets to run every test on, and memory that ends
+// right before an inaccessible page.
+//
+//   for (int64_t target : KernelTargets()) {
+//     TargetScope scope(target);                  // the kernels now dispatch to `target`
+//     const double v = Store(DType::kBFloat16, buf, i, 1.5f);  // rounded to nearest even
+//   }
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "csrc/common/rows.h"
+#include "csrc/cpu/common/simd.h"
+#include "hwy/targets.h"
+
+namespace xllm_kernel::cpu::test {
+
+using kernels::DType;
+
+// ---------------------------------------------------------------- element codecs
+// Independent of the kernels: bf16 rounds via nearbyint on a scaled double, f16 via the
+// compiler's _Float16 conversion (both round to nearest even).
+
+inline size_t ElemSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
+inline const char* ShortName(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "f32";
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16: return "f16";
+  }
+  return "?";
+}
+
+inline uint32_t F32Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float F32FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t Bf16Round(float f) {
+  const uint32_t sign = (F32Bits(f) >> 16) & 0x8000u;
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7FC0u);
+  if (std::isinf(f) || f == 0.0f) return static_cast<uint16_t>(F32Bits(f) >> 16);
+  const double a = std::fabs(static_cast<double>(f));
+  // bf16 keeps 8 significant bits; its subnormal spacing is 2^-133.
+  const double quantum = std::ldexp(1.0, std::max(std::ilogb(a) - 7, -133));
+  const double r = std::nearbyint(a / quantum) * quantum;
+  if (r >= 0x1p128) return static_cast<uint16_t>(sign | 0x7F80u);
+  return static_cast<uint16_t>(sign | (F32Bits(static_cast<float>(r)) >> 16));
+}
+
+inline uint16_t F16Round(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+inline float F16ToFloat(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+
+// Raw bits of v rounded to t.
+inline uint32_t EncodeBits(DType t, float v) {
+  switch (t) {
+    case DType::kFloat32: return F32Bits(v);
+    case DType::kBFloat16: return Bf16Round(v);
+    case DType::kFloat16: return F16Round(v);
+  }
+  return 0;
+}
+
+inline float DecodeBits(DType t, uint32_t bits) {
+  switch (t) {
+    case DType::kFloat32: return F32FromBits(bits);
+    case DType::kBFloat16: return F32FromBits(bits << 16);
+    case DType::kFloat16: return F16ToFloat(static_cast<uint16_t>(bits));
+  }
+  return 0.0f;
+}
+
+inline uint32_t LoadBits(DType t, const void* base, int64_t i) {
+  if (t == DType::kFloat32) {
+    uint32_t u;
+    std::memcpy(&u, static_cast<const char*>(base) + i * 4, 4);
+    return u;
+  }
+  uint16_t u;
+  std::memcpy(&u, static_cast<const char*>(base) + i * 2, 2);
+  return u;
+}
+
+inline void StoreBits(DType t, void* base, int64_t i, uint32_t bits) {
+  if (t == DType::kFloat32) {
+    std::memcpy(static_cast<char*>(base) + i * 4, &bits, 4);
+  } else {
+    const uint16_t u = static_cast<uint16_t>(bits);
+    std::memcpy(static_cast<char*>(base) + i * 2, &u, 2);
+  }
+}
+
+inline double Load(DType t, const void* base, int64_t i) { return DecodeBits(t, LoadBits(t, base, i)); }
+
+// Stores v rounded to t and returns the stored value.
+inline double Store(DType t, void* base, int64_t i, float v) {
+  const uint32_t bits = EncodeBits(t, v);
+  StoreBits(t, base, i, bits);
+  return DecodeBits(t, bits);
+}
+
+// Same bits, or both NaN.
+inline bool SameValue(DType t, uint32_t a, uint32_t b) {
+  return a == b || (std::isnan(DecodeBits(t, a)) && std::isnan(DecodeBits(t, b)));
+}
+
+// Unit roundoff of a dtype: round to nearest is off by at most this fraction of the value.
+inline double Roundoff(DType t) {
+  return t == DType::kFloat32 ? 0x1p-24 : t == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+}
+
+// Half the spacing of the dtype's subnormals: the absolute error of rounding a tiny value.
+inline double SubnormalHalfSpacing(DType t) {
+  return t == DType::kFloat32 ? 0x1p-150 : t == DType::kBFloat16 ? 0x1p-134 : 0x1p-25;
+}
+
+// ---------------------------------------------------------------- targets
+
+// Targets the kernel library was compiled for and this CPU runs, found by forcing each
+// supported target and asking the dispatcher which one it picked (every kernel translation unit
+// is compiled for the same targets, see csrc/cpu/common/simd.h).
+inline const std::vector<int64_t>& KernelTargets() {
+  static const std::vector<int64_t> targets = [] {
+    std::vector<int64_t> result;
+    hwy::SetSupportedTargetsForTest(0);
+    const int64_t supported = hwy::SupportedTargets();
+    for (int64_t rest = supported; rest != 0; rest &= rest - 1) {
+      const int64_t bit = rest & -rest;
+      hwy::SetSupportedTargetsForTest(bit);
+      if (std::string(simd_target()) == hwy::TargetName(bit)) result.push_back(bit);
+    }
+    hwy::SetSupportedTargetsForTest(0);
+    return result;
+  }();
+  return targets;
+}
+
+// Makes the runtime dispatch pick `target` while in scope.
+class TargetScope {
+ public:
+  explicit TargetScope(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
+  TargetScope(const TargetScope&) = delete;
+  TargetScope& operator=(const TargetScope&) = delete;
+};
+
+// ---------------------------------------------------------------- memory
+
+// `bytes` of memory that end right before a PROT_NONE page: a kernel reading or writing past
+// the end crashes. Large sizes only reserve address space (pages are committed when touched).
+class GuardedRegion {
+ public:
+  explicit GuardedRegion(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t data_pages = (bytes + page - 1) / page;
+    len_ = (data_pages + 1) * page;
+    base_ = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      return;
+    }
+    char* guard = static_cast<char*>(base_) + data_pages * page;
+    if (mprotect(guard, page, PROT_NONE) != 0) return;
+    end_ = guard;
+  }
+  ~GuardedRegion() {
+    if (base_ != nullptr) munmap(base_, len_);
+  }
+  GuardedRegion(const GuardedRegion&) = delete;
+  GuardedRegion& operator=(const GuardedRegion&) = delete;
+  bool ok() const { return end_ != nullptr; }
+  // Start of the last `bytes` before the guard page.
+  char* tail(size_t bytes) const { return end_ - bytes; }
+
+ private:
+  void* base_ = nullptr;
+  size_t len_ = 0;
+  char* end_ = nullptr;
+};
+
+}  // namespace xllm_kernel::cpu::test
