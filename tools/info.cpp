@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "src/numerics/suite.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace {
@@ -23,9 +24,9 @@ void print_list() {
       std::cout << "    " << op->contract().schema << "  (v" << op->contract().version << ", "
                 << to_string(op->contract().numerical_mode) << ")\n";
     }
-    for (const BackendModule& module : group->modules) {
-      std::cout << "    module " << module.name << " [" << to_string(module.device) << "]"
-                << (module.plugin.empty() ? "" : " plugin " + module.plugin) << "\n";
+    for (const BackendModule* module : group->modules) {
+      std::cout << "    module " << module->name << " [" << to_string(module->device) << "]"
+                << (module->plugin.empty() ? "" : " plugin " + module->plugin) << "\n";
     }
   }
   const auto kernels = registry().kernels();
@@ -41,8 +42,6 @@ void print_operators_doc() {
   std::cout << "# Operators\n\n"
                "Generated from the contracts in the code by `xllm-kernel-info --operators-doc`; a test fails when\n"
                "this file and the code disagree.\n";
-  auto kernels = registry().kernels();
-  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a->spec.name < b->spec.name; });
   for (const Group* group : builtin_groups()) {
     std::cout << "\n## Group `" << group->name << "`\n";
     for (const Operation* op : group->operations) {
@@ -61,41 +60,53 @@ void print_operators_doc() {
                 << c.semantics << "\n\n"
                 << "| implementation | solution | binding | priority | modes | input domain |\n"
                 << "|---|---|---|---|---|---|\n";
-      for (const auto& k : kernels) {
-        if (k->operation != op) continue;
+      // Every declared implementation, plugins' included (declarations live in the library).
+      std::vector<KernelSpec> specs;
+      for (const BackendModule* module : group->modules) {
+        for (const Implementation& impl : module->implementations) {
+          if (impl.operation == op) specs.push_back(module->spec(impl));
+        }
+      }
+      std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+      for (const KernelSpec& spec : specs) {
         std::string modes;
-        for (ExecutionMode m : k->spec.execution_modes) modes += (modes.empty() ? "" : ", ") + std::string(to_string(m));
-        std::cout << "| `" << k->spec.name << "` | " << k->spec.solution << " | " << k->spec.binding << " | "
-                  << k->spec.priority << " | " << modes << " | " << k->spec.input_domain << " |\n";
+        for (ExecutionMode m : spec.execution_modes) modes += (modes.empty() ? "" : ", ") + std::string(to_string(m));
+        std::cout << "| `" << spec.name << "` | " << spec.solution << " | " << spec.binding << " | " << spec.priority
+                  << " | " << modes << " | " << spec.input_domain << " |\n";
       }
     }
   }
 }
 
-// One call of every initialized operation on a small example; prints a checksum of the result.
+// One call of every initialized operation: the first case of its numerics suite (default
+// options) that the selected implementation supports, validated against the suite's reference.
 void run_once(const Bindings& bindings) {
-  const auto device = at::Device(to_string(bindings.device()));
-  at::manual_seed(0);
-  const auto options = at::TensorOptions().dtype(at::kBFloat16).device(device);
-  at::Tensor input = at::randn({4, 4096}, options);
-  at::Tensor weight = at::randn({4096}, options.dtype(at::kFloat));
-  at::Tensor bias = at::randn({4096}, options.dtype(at::kFloat));
   for (const auto& name : bindings.operations()) {
-    double checksum = 0;
-    if (name == "rms_norm") {
-      checksum = ops::rms_norm(input, weight, 1e-6).to(at::kDouble).abs().sum().item<double>();
-    } else if (name == "fused_add_rms_norm") {
-      at::Tensor x = input.clone();
-      at::Tensor residual = at::randn_like(input);
-      ops::fused_add_rms_norm(x, residual, weight, 1e-6);
-      checksum = x.to(at::kDouble).abs().sum().item<double>();
-    } else if (name == "layer_norm") {
-      checksum = ops::layer_norm(input, weight, bias, 1e-5).to(at::kDouble).abs().sum().item<double>();
-    } else {
+    const numerics::OperationSuite* suite = numerics::find_suite(name);
+    if (suite == nullptr) {
+      std::cout << "not run " << name << ": no numerics suite\n";
       continue;
     }
-    std::cout << "ran " << name << " [4, 4096] bfloat16 with " << bindings.at(name).spec().name
-              << ": sum |out| = " << checksum << "\n";
+    CLI::App app;
+    numerics::SuiteOptions options;
+    suite->add_arguments(app, options);
+    app.parse(std::vector<std::string>{});
+    auto kernel = std::make_shared<const PreparedKernel>(bindings.at(name));
+    numerics::Plan plan{bindings.device(), 0, ExecutionMode::kEager, kernel, 0};
+    bool ran = false;
+    for (const auto& c : suite->cases(options)) {
+      if (c->unsupported_reason(plan)) continue;
+      numerics::PreparedCase prepared = c->prepare(plan);
+      prepared.function();
+      const numerics::Validation v = prepared.validate();
+      std::cout << "ran " << name << " " << c->case_id() << " with " << kernel->spec().name << ": "
+                << (v.passed ? "passed" : "FAILED") << " (max abs error " << v.max_abs_error << ", headroom "
+                << v.headroom << ")\n";
+      if (!v.passed) throw std::runtime_error(name + ": " + (v.failures.empty() ? "validation failed" : v.failures[0]));
+      ran = true;
+      break;
+    }
+    if (!ran) std::cout << "not run " << name << ": no case of its suite supports " << kernel->spec().name << "\n";
   }
 }
 

@@ -1,16 +1,31 @@
 // The catalog: operator groups, the operations each declares, and the backend modules that provide
-// implementations for them.
+// implementations for them. A family is a folder: its group registers itself, so adding one edits
+// no central list.
 //
-// A group is declared once, in src/ops/<group>/<group>.cpp:
+// In src/ops/<group>/<group>.cpp:
 //
-//   const Group& normalization_group() {
-//     static const Group group{"normalization", {&rms_norm_operation(), ...},
-//                              {BackendModule{"normalization.torch_cpu", Device::kCpu, {...}, probe}}};
+//   const BackendModule& native_cpu_module() {
+//     static const BackendModule module{
+//         .name = "activation.native_cpu", .device = Device::kCpu, .solution = "native", .binding = "highway",
+//         .implementations = {{.operation = &silu_and_mul_operation(), .input_domain = "...", .priority = 20}},
+//         .probe = &probe_native_cpu};
+//     return module;
+//   }
+//   const Group& activation_group() {
+//     static const Group group{.name = "activation", .operations = {&silu_and_mul_operation()},
+//                              .modules = {&torch_cpu_module(), &native_cpu_module()}};
 //     return group;
 //   }
+//   XLLM_REGISTER_GROUP(activation_group);
 //
-// and listed in builtin_groups(). Adding an implementation touches its own file and its group's
-// module list, nothing central.
+// and in the bridge (src/ops/<group>/native_cpu.cpp, or src/ops/<group>/cuda/ for the CUDA plugin):
+//
+//   XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, native_cpu_module(), silu_and_mul_operation(),
+//                                native_silu_and_mul);
+//
+// Each implementation is declared once, in its module: its name (<device>.<solution>.<operation>
+// [.<variant>]), priority, modes and binding come from the declaration, and a registration that
+// names no declaration fails initialize() with the reason.
 #pragma once
 
 #include <functional>
@@ -22,7 +37,7 @@
 
 namespace xllm_kernel {
 
-// What probing a module's dependencies found. Probing never creates a device context.
+// What probing a dependency found. Probing never creates a device context.
 struct ProbeResult {
   bool available = true;
   std::string detail;  // available: e.g. "highway AVX2"; unavailable: the missing dependency
@@ -31,36 +46,86 @@ struct ProbeResult {
   static ProbeResult missing(std::string what) { return {false, std::move(what)}; }
 };
 
-// An implementation a module registers, declared up front so that explain() can list it even
-// when the module's dependency is missing and nothing was registered.
-struct DeclaredImplementation {
-  std::string operation;  // "rms_norm"
-  std::string name;       // "cpu.native.rms_norm"
-  std::string solution;   // "native"
+struct BackendModule;
+
+// One implementation a module provides, declared up front so that explain() lists it even when
+// the module's dependency is missing and nothing was registered.
+struct Implementation {
+  const Operation* operation = nullptr;
+  std::string variant;       // optional: the name's fourth part
+  std::string input_domain;  // what the bridge accepts, for people
+  int priority = 0;          // higher wins; ties broken by name
+  // Optional: whether this implementation can run here (an ISA, a compute capability), checked
+  // once when its module loads, after the module's own probe. Unavailable excludes it with
+  // the reason (Rejection::kUnsupported).
+  std::function<ProbeResult()> supports;
 };
 
 struct BackendModule {
-  std::string name;                          // "normalization.native_cpu"
+  std::string name;      // "normalization.native_cpu"
   Device device = Device::kCpu;
-  std::vector<DeclaredImplementation> implementations;
-  std::function<ProbeResult()> probe;        // null: always available
+  std::string solution;  // torch | native | torch_npu | python
+  std::string binding;   // what the implementations call: "aten", "highway", "cuda", ...
+  std::vector<ExecutionMode> execution_modes{ExecutionMode::kEager};
+  std::vector<Implementation> implementations;
+  std::function<ProbeResult()> probe;  // null: always available
   // Empty: linked into the library (registered at load). Otherwise a shared library that
-  // initialize() loads when the device is requested (libxllm_kernel_cuda.so).
+  // initialize() loads beside libxllm_kernel.so when the device is requested.
   std::string plugin;
+
+  // <device>.<solution>.<operation>[.<variant>]
+  std::string implementation_name(const Implementation& implementation) const;
+  // The registry's spec of one of this module's implementations.
+  KernelSpec spec(const Implementation& implementation) const;
+  // The declaration for (operation, variant), or null.
+  const Implementation* find(const Operation& operation, const std::string& variant = {}) const;
 };
 
 struct Group {
   std::string name;
-  std::vector<const Operation*> operations;  // OPERATIONS
-  std::vector<BackendModule> modules;
+  std::vector<const Operation*> operations;  // OPERATIONS, in the group's order
+  std::vector<const BackendModule*> modules;
 };
 
-// The groups this build knows.
+// The groups this build knows (every registered group, ordered by name). Registration happens
+// while the library loads, so the list is complete before main().
 const std::vector<const Group*>& builtin_groups();
 
 // Every operation of the built-in groups, in catalog order.
 std::vector<const Operation*> builtin_operations();
 
-const Group& normalization_group();
+// The module declaring an implementation of this name, with the declaration; {null, null} if none.
+std::pair<const BackendModule*, const Implementation*> find_declaration(const std::string& implementation_name);
+
+namespace detail {
+struct GroupRegistrar {
+  explicit GroupRegistrar(const Group& (*group)());
+};
+struct ImplementationRegistrar {
+  template <class Sig>
+  ImplementationRegistrar(const BackendModule& module, const TypedOperation<Sig>& operation, KernelFunction<Sig> fn,
+                          const char* variant = "") {
+    add(module, operation, ErasedFunction::from(fn), variant);
+  }
+  // Records (never throws during static initialization) a registration its module does not declare.
+  static void add(const BackendModule& module, const Operation& operation, ErasedFunction fn, const char* variant);
+};
+}  // namespace detail
 
 }  // namespace xllm_kernel
+
+// Adds a group to the catalog at load time. FN names a function `const Group& FN()`.
+#define XLLM_REGISTER_GROUP(FN) \
+  static const ::xllm_kernel::detail::GroupRegistrar xllm_kernel_group_registrar_##FN(&FN)
+
+// Registers FN (a plain function with the operation's signature) as MODULE's declared
+// implementation of OPERATION (expressions giving the module and the TypedOperation).
+#define XLLM_REGISTER_IMPLEMENTATION(ID, MODULE, OPERATION, FN)                 \
+  static const ::xllm_kernel::detail::ImplementationRegistrar xllm_kernel_impl_registrar_##ID( \
+      MODULE, OPERATION, ::xllm_kernel::KernelFunction<std::remove_pointer_t<decltype(&FN)>>::template of<&FN>())
+
+// The same for a declared variant ("<device>.<solution>.<operation>.<VARIANT>").
+#define XLLM_REGISTER_VARIANT(ID, MODULE, OPERATION, VARIANT, FN)                                 \
+  static const ::xllm_kernel::detail::ImplementationRegistrar xllm_kernel_impl_registrar_##ID( \
+      MODULE, OPERATION, ::xllm_kernel::KernelFunction<std::remove_pointer_t<decltype(&FN)>>::template of<&FN>(), \
+      VARIANT)

@@ -1,13 +1,14 @@
 // Implementations and the process-wide registry.
 //
 // An implementation is a KernelSpec (metadata in fields, never parsed from the name) plus a typed
-// callable. Registration is static, in the implementation's own .cpp:
+// callable. The library's own implementations are declared in their group's backend modules and
+// registered statically in their bridge (XLLM_REGISTER_IMPLEMENTATION, xllm_kernel/catalog.h);
+// Python and tests register KernelSpecs directly:
 //
-//   at::Tensor rms_norm_native(const at::Tensor& input, const at::Tensor& weight, double eps);
-//   XLLM_REGISTER_KERNEL(cpu_native_rms_norm, rms_norm_operation(),
-//                        (KernelSpec{"cpu.native.rms_norm", &rms_norm_contract(), Device::kCpu,
-//                                    {ExecutionMode::kEager}, "...", "native", "", "highway", 20}),
-//                        rms_norm_native);
+//   registry().add(rms_norm_operation(),
+//                  KernelSpec{.name = "cpu.python.rms_norm", .contract = &rms_norm_contract(),
+//                             .device = Device::kCpu, .solution = "python", .binding = "python", .priority = 30},
+//                  function);
 //
 // A call through a prepared binding is one indirect call: KernelFunction<Sig> holds a thunk and a
 // context pointer; no lookup, lock or allocation.
@@ -31,6 +32,9 @@ struct IValue;
 
 namespace xllm_kernel {
 
+struct BackendModule;
+struct Implementation;
+
 struct KernelSpec {
   std::string name;                 // <device>.<solution>.<operation>[.<variant>], unique
   const OpContract* contract = nullptr;
@@ -41,6 +45,9 @@ struct KernelSpec {
   std::string variant;              // optional
   std::string binding;              // what it calls: "aten", "highway", "cuda", "torch_npu", ...
   int priority = 0;                 // higher wins; ties broken by name
+  // The module that declares it (its dependency probe applies), or null for implementations
+  // registered outside a module (Python, tests).
+  const BackendModule* module = nullptr;
 
   bool supports(ExecutionMode mode) const;
 };
@@ -232,6 +239,7 @@ class Registry {
   std::vector<std::string> errors() const;
 
   void unfreeze_for_testing();
+  void clear_errors_for_testing();
 
  private:
   mutable std::mutex mutex_;

@@ -53,6 +53,17 @@ class Bindings {
 enum class Verdict { kSelected, kLowerPriority, kNotOverridden, kExcluded };
 const char* to_string(Verdict verdict);
 
+// Why a candidate is excluded (Verdict::kExcluded), as a code beside the reason's text.
+enum class Rejection {
+  kNone,               // not excluded
+  kMissingDependency,  // its module's dependency probe failed (no driver, no device, no plugin)
+  kUnsupported,        // its own supports probe failed (an ISA, a compute capability)
+  kContractMismatch,   // implements another version of the contract
+  kUnsupportedMode,    // does not run in the requested execution mode
+  kNotRegistered,      // declared by its module, but nothing registered it
+};
+const char* to_string(Rejection rejection);  // "missing_dependency", ...
+
 struct Candidate {
   std::string name;
   std::string solution;
@@ -62,6 +73,7 @@ struct Candidate {
   int priority = 0;
   Verdict verdict = Verdict::kExcluded;
   std::string reason;  // why excluded / not chosen; empty when selected
+  Rejection rejection = Rejection::kNone;  // set when verdict is kExcluded
 };
 
 struct Explanation {

@@ -118,6 +118,7 @@ py::dict explanation_dict(const Explanation& ex) {
     cd["priority"] = c.priority;
     cd["verdict"] = to_string(c.verdict);
     cd["reason"] = c.reason;
+    cd["rejection"] = to_string(c.rejection);
     candidates.append(cd);
   }
   d["candidates"] = py::tuple(candidates);
@@ -135,14 +136,15 @@ py::list catalog_list() {
     for (const Operation* op : group->operations) operations.append(contract_dict(op->contract()));
     g["operations"] = py::tuple(operations);
     py::list modules;
-    for (const BackendModule& module : group->modules) {
+    for (const BackendModule* module : group->modules) {
       py::dict md;
-      md["name"] = module.name;
-      md["device"] = to_string(module.device);
-      md["plugin"] = module.plugin;
+      md["name"] = module->name;
+      md["device"] = to_string(module->device);
+      md["plugin"] = module->plugin;
       py::list implementations;
-      for (const DeclaredImplementation& impl : module.implementations) {
-        implementations.append(py::make_tuple(impl.operation, impl.name, impl.solution));
+      for (const Implementation& impl : module->implementations) {
+        implementations.append(
+            py::make_tuple(impl.operation->name(), module->implementation_name(impl), module->solution));
       }
       md["implementations"] = py::tuple(implementations);
       modules.append(md);

@@ -1,7 +1,8 @@
 """The catalog: operator groups, their operations and the backend modules that implement them.
 
-The groups live in C++ (src/ops/<group>/); _BUILTINS lists the Python module of each group, which
-exports its contracts, OPERATIONS and public API (a test keeps the two lists equal).
+The groups live in C++ (src/ops/<group>/) and register themselves; _BUILTINS follows from them:
+the Python module of each group, xllm_kernel.ops.<group>, which exports its contracts, OPERATIONS
+and public API. Nothing here lists a family by hand.
 
     from xllm_kernel import catalog
     print(catalog.describe())                  # catalog and registered implementations
@@ -16,7 +17,7 @@ import importlib
 from xllm_kernel import _C
 from xllm_kernel.registry import OpContract, kernels
 
-_BUILTINS = ("xllm_kernel.ops.normalization",)
+_BUILTINS = tuple(f"xllm_kernel.ops.{g['name']}" for g in _C.catalog())
 
 
 @dataclasses.dataclass(frozen=True)

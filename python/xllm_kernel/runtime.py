@@ -130,6 +130,9 @@ class Candidate:
     priority: int
     verdict: str  # 'selected' | 'lower priority' | 'overridden' | 'excluded'
     reason: str
+    # Why excluded, as a code: 'none' | 'missing_dependency' | 'unsupported' | 'contract_mismatch'
+    # | 'unsupported_mode' | 'not_registered'
+    rejection: str = "none"
 
 
 @dataclasses.dataclass(frozen=True)

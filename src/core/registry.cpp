@@ -151,6 +151,11 @@ void Registry::unfreeze_for_testing() {
   for (bool& f : frozen_) f = false;
 }
 
+void Registry::clear_errors_for_testing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  errors_.clear();
+}
+
 Registry& registry() {
   static Registry* instance = new Registry();  // never destroyed: kernels may be called at exit
   return *instance;

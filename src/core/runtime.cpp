@@ -1,8 +1,5 @@
 #include "xllm_kernel/runtime.h"
 
-#include <dlfcn.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -11,11 +8,24 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "src/core/modules.h"
 #include "src/core/strings.h"
 
 namespace xllm_kernel {
 
 using detail::join;
+
+const char* to_string(Rejection rejection) {
+  switch (rejection) {
+    case Rejection::kNone: return "none";
+    case Rejection::kMissingDependency: return "missing_dependency";
+    case Rejection::kUnsupported: return "unsupported";
+    case Rejection::kContractMismatch: return "contract_mismatch";
+    case Rejection::kUnsupportedMode: return "unsupported_mode";
+    case Rejection::kNotRegistered: return "not_registered";
+  }
+  return "unknown";
+}
 
 const char* to_string(Verdict verdict) {
   switch (verdict) {
@@ -118,47 +128,25 @@ bool log_enabled() {
   return !(value == "off" || value == "0" || value == "warning" || value == "error");
 }
 
-std::string library_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&library_directory), &info) == 0 || info.dli_fname == nullptr) return ".";
-  std::string path(info.dli_fname);
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 }  // namespace
 
 struct Runtime::State {
   std::mutex mutex;
   std::optional<Config> configs[kNumDevices];
   std::shared_ptr<const Bindings> bindings[kNumDevices];
-  std::map<std::string, ProbeResult> probes;  // by module name
-  std::map<std::string, void*> plugins;       // loaded shared libraries by module name
+  detail::ModuleLoader modules;
 
-  // Probes (once) and loads the modules of `device`. Missing dependencies are recorded; a plugin
-  // that exists but fails to load throws.
-  void load_modules(Device device, const std::vector<const Group*>& groups) {
+  // Loads the modules of `device` that declare one of `operations` (all of them when empty).
+  void load_modules(Device device, const std::vector<const Group*>& groups, const std::vector<std::string>& operations) {
+    const std::string who = std::string("initialize(") + to_string(device) + ")";
     for (const Group* group : groups) {
-      for (const BackendModule& module : group->modules) {
-        if (module.device != device || probes.count(module.name)) continue;
-        ProbeResult result = module.probe ? module.probe() : ProbeResult::ok();
-        if (result.available && !module.plugin.empty()) {
-          const std::string path = library_directory() + "/" + module.plugin;
-          struct stat st {};
-          if (stat(path.c_str(), &st) != 0) {
-            result = ProbeResult::missing("plugin " + module.plugin + " is not installed beside the library (" + path + ")");
-          } else {
-            void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-            if (handle == nullptr) {
-              const char* message = dlerror();
-              throw std::runtime_error("initialize(" + std::string(to_string(device)) + "): module " + module.name +
-                                       ": plugin " + path + " is present but failed to load: " +
-                                       (message ? message : "unknown error"));
-            }
-            plugins[module.name] = handle;
-          }
+      for (const BackendModule* module : group->modules) {
+        if (module->device != device) continue;
+        bool wanted = operations.empty();
+        for (const Implementation& impl : module->implementations) {
+          wanted |= std::find(operations.begin(), operations.end(), impl.operation->name()) != operations.end();
         }
-        probes[module.name] = result;
+        if (wanted) modules.load(*module, who);
       }
     }
   }
@@ -234,8 +222,11 @@ struct Selection {
   std::shared_ptr<const RegisteredKernel> kernel;  // null when selection failed
 };
 
-Selection select(Device device, const Operation& operation, const Config& config, const Registry& registry,
-                 const std::vector<const Group*>& groups, const std::map<std::string, ProbeResult>& probes) {
+// Pure: from the registered kernels, the declarations, what loading the modules found and the
+// configuration to the explanation (and the chosen kernel). Loads nothing.
+Selection select(Device device, const Operation& operation, const Config& config,
+                 const std::vector<std::shared_ptr<const RegisteredKernel>>& kernels,
+                 const std::vector<const Group*>& groups, const detail::ModuleLoader& modules) {
   Selection result;
   Explanation& ex = result.explanation;
   ex.device = device;
@@ -248,23 +239,39 @@ Selection select(Device device, const Operation& operation, const Config& config
     ex.override_source = it->second.source;
   }
 
-  // Which module declares each implementation of this operation, and its probe.
+  // Every implementation of this operation that a module of this device declares.
   struct Declared {
     const BackendModule* module;
-    const DeclaredImplementation* implementation;
-    const ProbeResult* probe;
+    const Implementation* implementation;
   };
   std::map<std::string, Declared> declared;
   for (const Group* group : groups) {
-    for (const BackendModule& module : group->modules) {
-      if (module.device != device) continue;
-      auto probe = probes.find(module.name);
-      for (const auto& impl : module.implementations) {
-        if (impl.operation != operation.name()) continue;
-        declared[impl.name] = {&module, &impl, probe == probes.end() ? nullptr : &probe->second};
+    for (const BackendModule* module : group->modules) {
+      if (module->device != device) continue;
+      for (const Implementation& impl : module->implementations) {
+        if (impl.operation->name() != operation.name()) continue;
+        declared[module->implementation_name(impl)] = {module, &impl};
       }
     }
   }
+  // Why a declared implementation cannot run here, from its module's and its own probe.
+  auto availability = [&](const BackendModule* module, const Implementation* impl, Candidate& c) {
+    const ProbeResult* probe = module == nullptr ? nullptr : modules.probe(*module);
+    if (probe != nullptr && !probe->available) {
+      c.rejection = Rejection::kMissingDependency;
+      c.reason = "missing dependency: " + probe->detail;
+      return false;
+    }
+    if (probe != nullptr) c.detail = probe->detail;
+    const ProbeResult* own = impl == nullptr ? nullptr : modules.supports(*impl);
+    if (own != nullptr && !own->available) {
+      c.rejection = Rejection::kUnsupported;
+      c.reason = "unsupported here: " + own->detail;
+      return false;
+    }
+    if (own != nullptr && !own->detail.empty()) c.detail += (c.detail.empty() ? "" : ", ") + own->detail;
+    return true;
+  };
 
   struct Entry {
     Candidate candidate;
@@ -273,40 +280,47 @@ Selection select(Device device, const Operation& operation, const Config& config
   };
   std::vector<Entry> entries;
   std::vector<std::string> registered_here;
-  for (const auto& kernel : registry.kernels()) {
+  for (const auto& kernel : kernels) {
     if (kernel->operation->name() != operation.name() || kernel->spec.device != device) continue;
     const KernelSpec& spec = kernel->spec;
     registered_here.push_back(spec.name);
     Entry e;
     e.kernel = kernel;
-    e.candidate = {spec.name, spec.solution, spec.variant, spec.binding, "", spec.priority, Verdict::kExcluded, ""};
-    auto module = declared.find(spec.name);
-    const ProbeResult* probe = module == declared.end() ? nullptr : module->second.probe;
-    if (probe != nullptr && probe->available) e.candidate.detail = probe->detail;
-    if (probe != nullptr && !probe->available) {
-      e.candidate.reason = "missing dependency: " + probe->detail;
+    e.candidate = {.name = spec.name, .solution = spec.solution, .variant = spec.variant, .binding = spec.binding,
+                   .priority = spec.priority};
+    auto where = declared.find(spec.name);
+    const Implementation* impl = where == declared.end() ? nullptr : where->second.implementation;
+    if (!availability(spec.module, impl, e.candidate)) {
+      // excluded with the reason availability() gave
     } else if (spec.contract->version != operation.contract().version ||
                spec.contract->schema != operation.contract().schema) {
+      e.candidate.rejection = Rejection::kContractMismatch;
       e.candidate.reason = "contract mismatch: implements version " + std::to_string(spec.contract->version) +
                            " '" + spec.contract->schema + "', the operation is version " +
                            std::to_string(operation.contract().version);
     } else if (!spec.supports(config.mode)) {
       std::vector<std::string> modes;
       for (ExecutionMode m : spec.execution_modes) modes.push_back(to_string(m));
+      e.candidate.rejection = Rejection::kUnsupportedMode;
       e.candidate.reason = std::string("unsupported mode ") + to_string(config.mode) + " (supports " + join(modes, ", ") + ")";
     } else {
       e.eligible = true;
     }
     entries.push_back(std::move(e));
   }
-  // Declared by a module whose dependency is missing, so never registered.
+  // Declared by a module whose dependency is missing (or whose plugin was not loaded), so never
+  // registered.
   for (const auto& [name, where] : declared) {
     if (std::find(registered_here.begin(), registered_here.end(), name) != registered_here.end()) continue;
     Entry e;
-    e.candidate = {name, where.implementation->solution, "", "", "", 0, Verdict::kExcluded, ""};
-    e.candidate.reason = where.probe != nullptr && !where.probe->available
-                             ? "missing dependency: " + where.probe->detail
-                             : "declared by module " + where.module->name + " but not registered";
+    e.candidate = {.name = name, .solution = where.module->solution, .variant = where.implementation->variant,
+                   .binding = where.module->binding, .priority = where.implementation->priority};
+    if (availability(where.module, where.implementation, e.candidate)) {
+      e.candidate.rejection = Rejection::kNotRegistered;
+      e.candidate.reason = modules.probe(*where.module) == nullptr
+                               ? "module " + where.module->name + " was not loaded"
+                               : "declared by module " + where.module->name + " but not registered";
+    }
     entries.push_back(std::move(e));
   }
 
@@ -344,9 +358,10 @@ Selection select(Device device, const Operation& operation, const Config& config
         if (!e.eligible) reasons.push_back(e.candidate.name + ": " + e.candidate.reason);
       }
       if (!solution_known) {
-        if (auto other = registry.find(target)) {
-          return fail(who + " names " + target + ", an implementation for device " + to_string(other->spec.device) +
-                      " and operation " + other->operation->name() + ", not " + operation.name() + " on " +
+        auto other = std::find_if(kernels.begin(), kernels.end(), [&](const auto& k) { return k->spec.name == target; });
+        if (other != kernels.end()) {
+          return fail(who + " names " + target + ", an implementation for device " + to_string((*other)->spec.device) +
+                      " and operation " + (*other)->operation->name() + ", not " + operation.name() + " on " +
                       to_string(device));
         }
         std::vector<std::string> names;
@@ -415,16 +430,17 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
                            "); selection happens once per process: restart the worker to change it");
   }
 
-  state_->load_modules(device, groups_);
+  state_->load_modules(device, groups_, config.operations);
   // A plugin registers while it loads: its failures are known only now.
   check_registrations();
   registry_.freeze(device);
 
   std::map<std::string, std::shared_ptr<const PreparedKernel>> kernels;
   std::vector<std::pair<const Operation*, Explanation>> chosen;
+  const auto registered = registry_.kernels();
   for (const auto& name : config.operations) {
     const Operation* op = find_operation(catalog, name);
-    Selection selection = select(device, *op, config, registry_, groups_, state_->probes);
+    Selection selection = select(device, *op, config, registered, groups_, state_->modules);
     if (!selection.kernel) {
       throw std::runtime_error(who + ": " + selection.explanation.error + "\n" + selection.explanation.to_string());
     }
@@ -477,8 +493,9 @@ Explanation Runtime::explain(Device device, const std::string& operation, const 
     scoped.operations.push_back(operation);
   }
   Config config = resolve(device, scoped, catalog);
-  state_->load_modules(device, groups_);
-  return select(device, *op, config, registry_, groups_, state_->probes).explanation;
+  // Loads only the modules that declare this operation.
+  state_->load_modules(device, groups_, {operation});
+  return select(device, *op, config, registry_.kernels(), groups_, state_->modules).explanation;
 }
 
 std::shared_ptr<const Bindings> Runtime::bindings(Device device) const {

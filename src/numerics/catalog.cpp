@@ -1,16 +1,43 @@
-// The suites the tools know (metadata only: building a suite touches no device).
+// The suites the tools know (metadata only: building a suite touches no device). Each family's
+// suites register themselves (XLLM_REGISTER_SUITE); nothing here lists them.
+#include <algorithm>
+#include <mutex>
+
 #include "src/numerics/suite.h"
 
 namespace xllm_kernel::numerics {
+namespace {
 
-const OperationSuite& rms_norm_suite();
-const OperationSuite& fused_add_rms_norm_suite();
-const OperationSuite& layer_norm_suite();
+struct SuiteList {
+  std::mutex mutex;
+  std::vector<const OperationSuite& (*)()> factories;
+  std::vector<const OperationSuite*> suites;  // built from factories, ordered by operation
+};
+
+SuiteList& suite_list() {
+  static SuiteList* list = new SuiteList();  // never destroyed: read until exit
+  return *list;
+}
+
+}  // namespace
+
+registration::SuiteRegistrar::SuiteRegistrar(const OperationSuite& (*suite)()) {
+  SuiteList& list = suite_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  list.factories.push_back(suite);
+  list.suites.clear();
+}
 
 const std::vector<const OperationSuite*>& builtin_suites() {
-  static const std::vector<const OperationSuite*> suites{&rms_norm_suite(), &fused_add_rms_norm_suite(),
-                                                         &layer_norm_suite()};
-  return suites;
+  SuiteList& list = suite_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  if (list.suites.size() != list.factories.size()) {
+    list.suites.clear();
+    for (auto factory : list.factories) list.suites.push_back(&factory());
+    std::sort(list.suites.begin(), list.suites.end(),
+              [](const OperationSuite* a, const OperationSuite* b) { return a->operation < b->operation; });
+  }
+  return list.suites;
 }
 
 const OperationSuite* find_suite(const std::string& operation) {

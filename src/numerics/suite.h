@@ -85,8 +85,19 @@ struct OperationSuite {
   SuiteOptions benchmark_defaults;
 };
 
-// Suite discovery: metadata only; nothing touches a device.
+// Suite discovery: metadata only; nothing touches a device. Suites register themselves while
+// the tools library loads (XLLM_REGISTER_SUITE in src/ops/<family>/suites/), ordered by operation.
 const std::vector<const OperationSuite*>& builtin_suites();
 const OperationSuite* find_suite(const std::string& operation);
 
+namespace registration {
+struct SuiteRegistrar {
+  explicit SuiteRegistrar(const OperationSuite& (*suite)());
+};
+}  // namespace registration
+
 }  // namespace xllm_kernel::numerics
+
+// Adds a suite at load time. FN names a function `const OperationSuite& FN()`.
+#define XLLM_REGISTER_SUITE(FN) \
+  static const ::xllm_kernel::numerics::registration::SuiteRegistrar xllm_kernel_suite_registrar_##FN(&FN)

@@ -124,15 +124,29 @@ TEST(Registry, ProcessRegistryIsPopulatedByStaticRegistration) {
                            "cpu.native.fused_add_rms_norm", "cpu.torch.layer_norm", "cpu.native.layer_norm"}) {
     EXPECT_TRUE(registry().find(name)) << name;
   }
-  // Every registered implementation is declared by a module of its group (explain can list it
-  // even when its dependency is missing).
+  // Every implementation the library registers is declared by a module of its group (explain can
+  // list it even when its dependency is missing), and its spec is the declaration's.
   for (const auto& k : registry().kernels()) {
-    bool declared = false;
-    for (const Group* g : builtin_groups())
-      for (const auto& m : g->modules)
-        for (const auto& impl : m.implementations) declared |= impl.name == k->spec.name && m.device == k->spec.device;
-    EXPECT_TRUE(declared) << k->spec.name;
+    auto [module, impl] = find_declaration(k->spec.name);
+    ASSERT_NE(module, nullptr) << k->spec.name;
+    EXPECT_EQ(k->spec.module, module) << k->spec.name;
+    EXPECT_EQ(k->spec.priority, impl->priority) << k->spec.name;
+    EXPECT_EQ(k->spec.device, module->device) << k->spec.name;
   }
+}
+
+// A registration that names no declaration of its module is recorded as an error (initialize()
+// rethrows it), never a silently probe-less kernel.
+TEST(Registry, UndeclaredImplementationIsAnError) {
+  static const BackendModule module{.name = "test.undeclared", .device = Device::kCpu, .solution = "native",
+                                    .binding = "test"};
+  const size_t errors = registry().errors().size();
+  detail::ImplementationRegistrar::add(module, alpha(), ErasedFunction::from(KernelFunction<UnaryFn>::of<&plus1>()), "");
+  const auto now = registry().errors();
+  ASSERT_EQ(now.size(), errors + 1);
+  EXPECT_NE(now.back().find("module test.undeclared declares no such implementation"), std::string::npos) << now.back();
+  EXPECT_FALSE(registry().find("cpu.native.alpha"));
+  registry().clear_errors_for_testing();
 }
 
 TEST(Strings, ParseDeviceAndMode) {

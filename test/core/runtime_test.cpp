@@ -25,21 +25,35 @@ std::string error_of(const std::function<void()>& fn) {
     EXPECT_NE(_e.find(text), std::string::npos) << _e;  \
   } while (0)
 
-// alpha: cpu.native (20), cpu.torch (10), cpu.python (20, eager+graph), cpu.slow (unavailable
-// module), cuda.native. beta: cpu.torch (10), cpu.native.graph (5, graph only).
+// alpha: cpu.native (20), cpu.torch (10), cpu.python (20, eager+graph, no module), cpu.vendor
+// (unavailable module), cuda.native (no module), cuda.plugin (plugin not installed). beta:
+// cpu.torch (10), cpu.native.graph (5, graph only).
 class RuntimeTest : public ::testing::Test {
  protected:
   RuntimeTest() {
-    module_ok_ = BackendModule{"test.cpu", Device::kCpu,
-                               {{"alpha", "cpu.native.alpha", "native"}, {"alpha", "cpu.torch.alpha", "torch"},
-                                {"beta", "cpu.torch.beta", "torch"}},
-                               [] { return ProbeResult::ok("test target"); }, ""};
-    module_missing_ = BackendModule{"test.vendor", Device::kCpu,
-                                    {{"alpha", "cpu.vendor.alpha", "vendor"}, {"alpha", "cpu.unregistered.alpha", "unregistered"}},
-                                    [] { return ProbeResult::missing("libvendor.so (not found)"); }, ""};
-    module_plugin_ = BackendModule{"test.plugin", Device::kCuda, {{"alpha", "cuda.plugin.alpha", "plugin"}}, nullptr,
-                                   "libxllm_kernel_no_such_plugin.so"};
-    group_ = Group{"test", {&alpha(), &beta()}, {module_ok_, module_missing_, module_plugin_}};
+    module_native_ = BackendModule{.name = "test.native", .device = Device::kCpu, .solution = "native",
+                                   .binding = "test", .implementations = {{.operation = &alpha(), .priority = 20}},
+                                   .probe = [] { return ProbeResult::ok("test target"); }};
+    module_native_graph_ = BackendModule{
+        .name = "test.native_graph", .device = Device::kCpu, .solution = "native", .binding = "test",
+        .execution_modes = {ExecutionMode::kGraph},
+        .implementations = {{.operation = &beta(), .variant = "graph", .priority = 5}}};
+    module_torch_ = BackendModule{
+        .name = "test.torch", .device = Device::kCpu, .solution = "torch", .binding = "test",
+        .implementations = {{.operation = &alpha(), .priority = 10}, {.operation = &beta(), .priority = 10}}};
+    module_missing_ = BackendModule{.name = "test.vendor", .device = Device::kCpu, .solution = "vendor",
+                                    .binding = "test", .implementations = {{.operation = &alpha(), .priority = 99}},
+                                    .probe = [] { return ProbeResult::missing("libvendor.so (not found)"); }};
+    module_unregistered_ = BackendModule{.name = "test.unregistered", .device = Device::kCpu,
+                                         .solution = "unregistered", .binding = "test",
+                                         .implementations = {{.operation = &alpha()}},
+                                         .probe = [] { return ProbeResult::missing("libvendor.so (not found)"); }};
+    module_plugin_ = BackendModule{.name = "test.plugin", .device = Device::kCuda, .solution = "plugin",
+                                   .binding = "test", .implementations = {{.operation = &alpha()}},
+                                   .plugin = "libxllm_kernel_no_such_plugin.so"};
+    group_ = Group{"test", {&alpha(), &beta()},
+                   {&module_native_, &module_native_graph_, &module_torch_, &module_missing_, &module_unregistered_,
+                    &module_plugin_}};
     add(alpha(), "cpu.native.alpha", alpha_contract(), Device::kCpu, "native", 20, &plus1);
     add(alpha(), "cpu.torch.alpha", alpha_contract(), Device::kCpu, "torch", 10, &plus2);
     add(alpha(), "cpu.python.alpha", alpha_contract(), Device::kCpu, "python", 20, &plus3,
@@ -54,10 +68,17 @@ class RuntimeTest : public ::testing::Test {
   }
   ~RuntimeTest() override { runtime_->reset_for_testing(); }
 
+  // Registers like the library does: a kernel a test module declares carries that module.
   void add(const TypedOperation<UnaryFn>& op, const std::string& name, const OpContract& contract, Device device,
            const std::string& solution, int priority, UnaryFn* fn, std::vector<ExecutionMode> modes = {ExecutionMode::kEager},
            const std::string& variant = "") {
-    registry_.add(op, spec(name, contract, device, solution, priority, std::move(modes), variant),
+    KernelSpec s = spec(name, contract, device, solution, priority, std::move(modes), variant);
+    for (const BackendModule* m : group_.modules) {
+      for (const Implementation& impl : m->implementations) {
+        if (m->implementation_name(impl) == name) s.module = m;
+      }
+    }
+    registry_.add(op, s,
                   KernelFunction<UnaryFn>([](const void* ctx, int x) { return reinterpret_cast<UnaryFn*>(const_cast<void*>(ctx))(x); },
                                           reinterpret_cast<const void*>(fn)));
   }
@@ -67,7 +88,8 @@ class RuntimeTest : public ::testing::Test {
   }
 
   Registry registry_;
-  BackendModule module_ok_, module_missing_, module_plugin_;
+  BackendModule module_native_, module_native_graph_, module_torch_, module_missing_, module_unregistered_,
+      module_plugin_;
   Group group_;
   std::unique_ptr<Runtime> runtime_;
 };
@@ -286,6 +308,73 @@ TEST_F(RuntimeTest, NoEligibleImplementationListsCandidates) {
   Runtime rt(empty, {&group_}, /*publish=*/false);
   EXPECT_ERROR_CONTAINS(rt.initialize(Device::kNpu, InitializeOptions{{"alpha"}}),
                         "alpha: no eligible implementation on npu in eager mode");
+}
+
+TEST_F(RuntimeTest, RejectionCodesStandBesideTheReasons) {
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  int checked = 0;
+  for (const auto& c : ex.candidates) {
+    if (c.verdict != Verdict::kExcluded) {
+      EXPECT_EQ(c.rejection, Rejection::kNone) << c.name;
+      continue;
+    }
+    EXPECT_EQ(c.rejection, Rejection::kMissingDependency) << c.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  InitializeOptions graph;
+  graph.mode = ExecutionMode::kGraph;
+  for (const auto& c : runtime_->explain(Device::kCpu, "alpha", graph).candidates) {
+    if (c.name == "cpu.native.alpha") EXPECT_EQ(c.rejection, Rejection::kUnsupportedMode);
+  }
+  EXPECT_STREQ(to_string(Rejection::kUnsupported), "unsupported");
+}
+
+// An implementation's own supports probe (an ISA, a compute capability) excludes it alone, with
+// its reason; its module's other implementations stay eligible.
+TEST(RuntimeSupports, ImplementationProbeExcludesOnlyThatImplementation) {
+  static const BackendModule module{
+      .name = "test.isa", .device = Device::kCpu, .solution = "native", .binding = "test",
+      .implementations = {{.operation = &alpha(), .priority = 30,
+                           .supports = [] { return ProbeResult::missing("needs AVX-512 (this CPU: AVX2)"); }},
+                          {.operation = &alpha(), .variant = "avx2", .priority = 20,
+                           .supports = [] { return ProbeResult::ok("AVX2"); }}},
+      .probe = [] { return ProbeResult::ok("module ok"); }};
+  static const Group group{"isa", {&alpha()}, {&module}};
+  Registry r;
+  for (const Implementation& impl : module.implementations) {
+    r.add(alpha(), module.spec(impl), KernelFunction<UnaryFn>::of<&plus1>());
+  }
+  Runtime rt(r, {&group}, /*publish=*/false);
+  const Explanation ex = rt.explain(Device::kCpu, "alpha");
+  ASSERT_EQ(ex.candidates.size(), 2u);
+  EXPECT_EQ(ex.candidates[0].name, "cpu.native.alpha.avx2");
+  EXPECT_EQ(ex.candidates[0].verdict, Verdict::kSelected);
+  EXPECT_EQ(ex.candidates[0].detail, "module ok, AVX2");
+  EXPECT_EQ(ex.candidates[1].name, "cpu.native.alpha");
+  EXPECT_EQ(ex.candidates[1].rejection, Rejection::kUnsupported);
+  EXPECT_EQ(ex.candidates[1].reason, "unsupported here: needs AVX-512 (this CPU: AVX2)");
+  EXPECT_EQ(rt.initialize(Device::kCpu, {{"alpha"}})->at("alpha").spec().name, "cpu.native.alpha.avx2");
+}
+
+// explain() loads only the modules that declare the operation it explains.
+TEST(RuntimeModules, ExplainLoadsOnlyTheModulesOfItsOperation) {
+  static int alpha_probes = 0, beta_probes = 0;
+  static const BackendModule a{.name = "test.a", .device = Device::kCpu, .solution = "native", .binding = "test",
+                               .implementations = {{.operation = &alpha()}},
+                               .probe = [] { ++alpha_probes; return ProbeResult::ok(); }};
+  static const BackendModule b{.name = "test.b", .device = Device::kCpu, .solution = "native", .binding = "test",
+                               .implementations = {{.operation = &beta()}},
+                               .probe = [] { ++beta_probes; return ProbeResult::ok(); }};
+  static const Group group{"ab", {&alpha(), &beta()}, {&a, &b}};
+  Registry r;
+  Runtime rt(r, {&group}, /*publish=*/false);
+  rt.explain(Device::kCpu, "alpha");
+  rt.explain(Device::kCpu, "alpha");
+  EXPECT_EQ(alpha_probes, 1);  // probed once
+  EXPECT_EQ(beta_probes, 0);
+  rt.explain(Device::kCpu, "beta");
+  EXPECT_EQ(beta_probes, 1);
 }
 
 }  // namespace

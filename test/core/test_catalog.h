@@ -13,11 +13,13 @@ namespace xllm_kernel::testing {
 using UnaryFn = int(int);
 
 inline const OpContract& alpha_contract() {
-  static const OpContract c{"alpha", 1, "alpha(int x) -> int", {}, false, NumericalMode::kExact, "x + k", "int"};
+  static const OpContract c{.operation = "alpha", .version = 1, .schema = "alpha(int x) -> int",
+                            .numerical_mode = NumericalMode::kExact, .semantics = "x + k", .dtypes = "int"};
   return c;
 }
 inline const OpContract& beta_contract() {
-  static const OpContract c{"beta", 1, "beta(int x) -> int", {}, false, NumericalMode::kExact, "x * k", "int"};
+  static const OpContract c{.operation = "beta", .version = 1, .schema = "beta(int x) -> int",
+                            .numerical_mode = NumericalMode::kExact, .semantics = "x * k", .dtypes = "int"};
   return c;
 }
 inline const TypedOperation<UnaryFn>& alpha() {
@@ -38,7 +40,9 @@ inline int times3(int x) { return x * 3; }
 inline KernelSpec spec(const std::string& name, const OpContract& contract, Device device, const std::string& solution,
                        int priority, std::vector<ExecutionMode> modes = {ExecutionMode::kEager},
                        const std::string& variant = "") {
-  return KernelSpec{name, &contract, device, std::move(modes), "any int", solution, variant, "test", priority};
+  return KernelSpec{.name = name, .contract = &contract, .device = device, .execution_modes = std::move(modes),
+                    .input_domain = "any int", .solution = solution, .variant = variant, .binding = "test",
+                    .priority = priority};
 }
 
 // Sets an environment variable for the scope of a test.

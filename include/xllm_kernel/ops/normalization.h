@@ -13,7 +13,7 @@
 
 #include <optional>
 
-#include "xllm_kernel/registry.h"
+#include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel {
 
@@ -29,6 +29,9 @@ const OpContract& layer_norm_contract();
 const TypedOperation<RmsNormFn>& rms_norm_operation();
 const TypedOperation<FusedAddRmsNormFn>& fused_add_rms_norm_operation();
 const TypedOperation<LayerNormFn>& layer_norm_operation();
+
+// The family's group (its operations and backend modules), registered in the catalog.
+const Group& normalization_group();
 
 namespace ops {
 

@@ -5,8 +5,19 @@
 
     xllm_kernel.initialize(device="cpu")
     y = rms_norm(x, weight, 1e-6)
+
+Every operation of every group in the catalog is exported here under its name; the list follows
+from the catalog (catalog._BUILTINS), so a new group adds nothing to this file.
 """
 
-from xllm_kernel.ops.normalization import fused_add_rms_norm, layer_norm, rms_norm
+import importlib as _importlib
 
-__all__ = ["rms_norm", "fused_add_rms_norm", "layer_norm"]
+from xllm_kernel import catalog as _catalog
+
+__all__ = []
+for _module_name in _catalog._BUILTINS:
+    _module = _importlib.import_module(_module_name)
+    for _operation in _module.OPERATIONS:
+        globals()[_operation.name] = getattr(_module, _operation.name)
+        __all__.append(_operation.name)
+del _module_name, _module, _operation

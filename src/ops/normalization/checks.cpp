@@ -9,22 +9,7 @@
 namespace xllm_kernel::normalization {
 namespace {
 
-// The names users write (torch.bfloat16), not c10's enum names.
-const char* dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    case at::kDouble: return "float64";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    default: return c10::toString(t);
-  }
-}
-
-bool supported_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
-}
+using bridge::dtype_name;
 
 void check_parameter(const char* op, const char* name, const at::Tensor& param, const at::Tensor& input,
                      int64_t hidden) {
@@ -51,7 +36,7 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor, got an undefined one");
   TORCH_CHECK(input.device().type() == device, op, ": input must be on ", c10::DeviceTypeName(device, true),
               " for this implementation, got ", input.device());
-  TORCH_CHECK(supported_dtype(input.scalar_type()), op, ": input must be float32, bfloat16 or float16, got ",
+  TORCH_CHECK(bridge::is_floating_kernel_dtype(input.scalar_type()), op, ": input must be float32, bfloat16 or float16, got ",
               dtype_name(input.scalar_type()));
   TORCH_CHECK(input.dim() >= 1, op, ": input must have at least 1 dimension [..., hidden], got a 0-D tensor");
   const int64_t hidden = input.size(-1);
@@ -86,47 +71,6 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
     TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
                 ": input and residual must not share memory, got overlapping tensors");
   }
-}
-
-int describe_rows(const char* op, const at::Tensor& shape,
-                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
-                  int64_t* row_sizes, int64_t& rows) {
-  constexpr size_t kMaxTensors = 3;
-  TORCH_CHECK(tensors.size() >= 1 && tensors.size() <= kMaxTensors, op, ": describe_rows takes 1 to ", kMaxTensors,
-              " tensors, got ", tensors.size(), "; this is a bug in the bridge");
-  struct Dim {
-    int64_t size;
-    int64_t strides[kMaxTensors];
-  };
-  std::vector<Dim> dims;
-  for (int64_t d = 0; d + 1 < shape.dim(); ++d) {
-    if (shape.size(d) == 1) continue;
-    Dim dim{shape.size(d), {}};
-    size_t i = 0;
-    for (const auto& [t, out] : tensors) dim.strides[i++] = t->stride(d);
-    if (!dims.empty()) {
-      Dim& outer = dims.back();
-      bool mergeable = true;
-      for (size_t k = 0; k < tensors.size(); ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
-      if (mergeable) {
-        outer.size *= dim.size;
-        for (size_t k = 0; k < tensors.size(); ++k) outer.strides[k] = dim.strides[k];
-        continue;
-      }
-    }
-    dims.push_back(dim);
-  }
-  if (dims.empty()) dims.push_back(Dim{1, {}});
-  TORCH_CHECK(static_cast<int>(dims.size()) <= max_dims, op, ": input's leading dimensions must merge into at most ",
-              max_dims, " strided dimensions, got ", dims.size(), " (shape ", shape.sizes(), ")");
-  rows = shape.numel() == 0 ? 0 : 1;
-  for (size_t d = 0; d < dims.size(); ++d) {
-    row_sizes[d] = dims[d].size;
-    rows *= dims[d].size;
-    size_t i = 0;
-    for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
-  }
-  return static_cast<int>(dims.size());
 }
 
 }  // namespace xllm_kernel::normalization

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "src/ops/common/bridge.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::normalization {
@@ -19,18 +20,14 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
                      const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
                      c10::DeviceType device);
 
-// Describes the leading dimensions of same-shaped tensors for a torch-free kernel: size-1
-// dimensions dropped, neighbours merged where every tensor lays them out as one. Fills
-// row_sizes[0, ndim) and, for each (tensor, strides) pair, strides[0, ndim) (arrays of max_dims
-// entries); sets rows (0 when shape is empty) and returns ndim (>= 1). More than max_dims
-// dimensions after merging is an error naming `op`.
-int describe_rows(const char* op, const at::Tensor& shape,
-                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
-                  int64_t* row_sizes, int64_t& rows);
+// The row description every bridge uses (src/ops/common/bridge.h).
+using bridge::describe_rows;
 
-// Dependency probes of the group's modules.
-ProbeResult probe_native_cpu();
-ProbeResult probe_torch_cuda();   // torch's CUDA backend (libtorch_cuda) sees a device
-ProbeResult probe_native_cuda();  // the driver sees a device our kernels were built for
+// The group's backend modules: each declares its implementations once; the bridges register
+// their functions against these declarations (XLLM_REGISTER_IMPLEMENTATION).
+const BackendModule& torch_cpu_module();
+const BackendModule& native_cpu_module();
+const BackendModule& torch_cuda_module();
+const BackendModule& native_cuda_module();
 
 }  // namespace xllm_kernel::normalization

@@ -6,7 +6,6 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include "src/core/cuda_driver.h"
 #include "src/core/devices.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/boxing.h"
@@ -20,47 +19,45 @@ constexpr const char* kDtypes = "float32, bfloat16, float16; weight (and bias) i
 
 const OpContract& rms_norm_contract() {
   static const OpContract contract{
-      "rms_norm",
-      1,
-      "rms_norm(Tensor input, Tensor weight, float eps) -> Tensor",
-      {},
-      false,
-      NumericalMode::kFp32Accumulate,
-      "out = input * rsqrt(mean(input^2 over the last dimension) + eps) * weight, computed in float32 and "
-      "rounded once to the input's dtype. input is [..., hidden] with any strides for the leading dimensions "
-      "and a contiguous last dimension; out is a new contiguous tensor of input's shape and dtype. hidden >= 1, "
-      "zero rows allowed, eps finite and >= 0.",
-      kDtypes};
+      .operation = "rms_norm",
+      .version = 1,
+      .schema = "rms_norm(Tensor input, Tensor weight, float eps) -> Tensor",
+      .numerical_mode = NumericalMode::kFp32Accumulate,
+      .semantics =
+          "out = input * rsqrt(mean(input^2 over the last dimension) + eps) * weight, computed in float32 and "
+          "rounded once to the input's dtype. input is [..., hidden] with any strides for the leading dimensions "
+          "and a contiguous last dimension; out is a new contiguous tensor of input's shape and dtype. hidden >= 1, "
+          "zero rows allowed, eps finite and >= 0.",
+      .dtypes = kDtypes};
   return contract;
 }
 
 const OpContract& fused_add_rms_norm_contract() {
   static const OpContract contract{
-      "fused_add_rms_norm",
-      1,
-      "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
-      {"input", "residual"},
-      false,
-      NumericalMode::kFp32Accumulate,
-      "residual <- input + residual, rounded to residual's dtype; input <- rms_norm(residual, weight, eps) computed "
-      "from that rounded residual (the Hugging Face / vLLM semantics). Both tensors are written in place and "
-      "must not overlap; residual has input's shape and dtype. Returns nothing.",
-      kDtypes};
+      .operation = "fused_add_rms_norm",
+      .version = 1,
+      .schema = "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+      .mutates = {"input", "residual"},
+      .numerical_mode = NumericalMode::kFp32Accumulate,
+      .semantics =
+          "residual <- input + residual, rounded to residual's dtype; input <- rms_norm(residual, weight, eps) "
+          "computed from that rounded residual (the Hugging Face / vLLM semantics). Both tensors are written in "
+          "place and must not overlap; residual has input's shape and dtype. Returns nothing.",
+      .dtypes = kDtypes};
   return contract;
 }
 
 const OpContract& layer_norm_contract() {
   static const OpContract contract{
-      "layer_norm",
-      1,
-      "layer_norm(Tensor input, Tensor weight, Tensor? bias, float eps) -> Tensor",
-      {},
-      false,
-      NumericalMode::kFp32Accumulate,
-      "out = (input - mean) * rsqrt(var + eps) * weight + bias over the last dimension, with the biased variance "
-      "(divided by hidden), computed in float32 and rounded once to the input's dtype; bias is optional and has "
-      "weight's dtype. Layout rules as rms_norm; out is a new contiguous tensor.",
-      kDtypes};
+      .operation = "layer_norm",
+      .version = 1,
+      .schema = "layer_norm(Tensor input, Tensor weight, Tensor? bias, float eps) -> Tensor",
+      .numerical_mode = NumericalMode::kFp32Accumulate,
+      .semantics =
+          "out = (input - mean) * rsqrt(var + eps) * weight + bias over the last dimension, with the biased "
+          "variance (divided by hidden), computed in float32 and rounded once to the input's dtype; bias is "
+          "optional and has weight's dtype. Layout rules as rms_norm; out is a new contiguous tensor.",
+      .dtypes = kDtypes};
   return contract;
 }
 
@@ -82,46 +79,80 @@ const TypedOperation<LayerNormFn>& layer_norm_operation() {
   return operation;
 }
 
-const Group& normalization_group() {
-  auto declare = [](Device device, const std::string& solution) {
-    std::vector<DeclaredImplementation> out;
-    for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
-      out.push_back({op, std::string(to_string(device)) + "." + solution + "." + op, solution});
-    }
-    return out;
-  };
-  static const Group group{
-      "normalization",
-      {&rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()},
-      {
-          BackendModule{"normalization.torch_cpu", Device::kCpu, declare(Device::kCpu, "torch"), nullptr, ""},
-          BackendModule{"normalization.native_cpu", Device::kCpu, declare(Device::kCpu, "native"),
-                        &normalization::probe_native_cpu, ""},
-          // ATen on CUDA tensors, linked in (src/ops/normalization/torch.cpp).
-          BackendModule{"normalization.torch_cuda", Device::kCuda, declare(Device::kCuda, "torch"),
-                        &normalization::probe_torch_cuda, ""},
-          // Our CUDA kernels, in the plugin built by cmake/cuda.cmake (native_cuda.cpp).
-          BackendModule{"normalization.native_cuda", Device::kCuda, declare(Device::kCuda, "native"),
-                        &normalization::probe_native_cuda, "libxllm_kernel_cuda.so"},
-      }};
-  return group;
+namespace normalization {
+namespace {
+
+// Every module implements the three operations with the same domain and priority.
+std::vector<Implementation> implementations(const std::string& input_domain, int priority) {
+  std::vector<Implementation> out;
+  for (const Operation* op : std::initializer_list<const Operation*>{
+           &rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()}) {
+    out.push_back({.operation = op, .input_domain = input_domain, .priority = priority});
+  }
+  return out;
 }
 
-namespace normalization {
+constexpr const char* kDomain = "float32/bfloat16/float16, weight (and bias) in the input's dtype or float32, "
+                                "contiguous last dim, any leading strides";
 
-// In the main library, not the plugin: it decides whether the plugin is loaded at all.
-ProbeResult probe_native_cuda() {
-  // The plugin holds sm_80 and sm_90 code (and compute_90 PTX for newer GPUs).
-  constexpr int kMinCapability = 80;
-  const detail::CudaDriver& driver = detail::cuda_driver();
-  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
-  if (driver.best_capability() < kMinCapability) {
-    return ProbeResult::missing("no CUDA device of compute capability >= 8.0 (" + driver.describe() + ")");
-  }
-  return ProbeResult::ok(driver.describe());
+}  // namespace
+
+const BackendModule& torch_cpu_module() {
+  static const BackendModule module{.name = "normalization.torch_cpu",
+                                    .device = Device::kCpu,
+                                    .solution = "torch",
+                                    .binding = "aten",
+                                    .implementations = implementations(std::string("cpu tensors, ") + kDomain, 10)};
+  return module;
+}
+
+const BackendModule& native_cpu_module() {
+  static const BackendModule module{.name = "normalization.native_cpu",
+                                    .device = Device::kCpu,
+                                    .solution = "native",
+                                    .binding = "highway",
+                                    .implementations = implementations(std::string("cpu tensors, ") + kDomain, 20),
+                                    .probe = &bridge::probe_highway};
+  return module;
+}
+
+// ATen on CUDA tensors, linked in (src/ops/normalization/torch.cpp).
+const BackendModule& torch_cuda_module() {
+  static const BackendModule module{.name = "normalization.torch_cuda",
+                                    .device = Device::kCuda,
+                                    .solution = "torch",
+                                    .binding = "aten",
+                                    .execution_modes = {ExecutionMode::kEager, ExecutionMode::kGraph},
+                                    .implementations = implementations(std::string("cuda tensors, ") + kDomain, 10),
+                                    .probe = &bridge::probe_torch_cuda};
+  return module;
+}
+
+// Our CUDA kernels, in the plugin built by cmake/cuda.cmake (src/ops/normalization/cuda/).
+const BackendModule& native_cuda_module() {
+  static const BackendModule module{
+      .name = "normalization.native_cuda",
+      .device = Device::kCuda,
+      .solution = "native",
+      .binding = "cuda",
+      .execution_modes = {ExecutionMode::kEager, ExecutionMode::kGraph},
+      .implementations = implementations(std::string("cuda tensors (sm_80+), ") + kDomain, 20),
+      .probe = &bridge::probe_cuda_plugin,
+      .plugin = "libxllm_kernel_cuda.so"};
+  return module;
 }
 
 }  // namespace normalization
+
+const Group& normalization_group() {
+  static const Group group{
+      .name = "normalization",
+      .operations = {&rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()},
+      .modules = {&normalization::torch_cpu_module(), &normalization::native_cpu_module(),
+                  &normalization::torch_cuda_module(), &normalization::native_cuda_module()}};
+  return group;
+}
+XLLM_REGISTER_GROUP(normalization_group);
 
 namespace ops {
 

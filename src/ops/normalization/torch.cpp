@@ -5,19 +5,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
-#include "src/core/cuda_driver.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::normalization {
-
-// Asks the driver first: torch's own check warns when there is no driver.
-ProbeResult probe_torch_cuda() {
-  const detail::CudaDriver& driver = detail::cuda_driver();
-  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
-  if (!at::hasCUDA()) return ProbeResult::missing("torch without CUDA (this torch build cannot use the CUDA devices)");
-  return ProbeResult::ok("torch CUDA, " + driver.describe());
-}
 
 namespace {
 
@@ -55,39 +46,20 @@ at::Tensor torch_layer_norm(const at::Tensor& input, const at::Tensor& weight, c
       .to(input.scalar_type());
 }
 
-KernelSpec spec(Device device, const char* operation, const OpContract& contract) {
-  const bool cuda = device == Device::kCuda;
-  return KernelSpec{std::string(to_string(device)) + ".torch." + operation,
-                    &contract,
-                    device,
-                    cuda ? std::vector<ExecutionMode>{ExecutionMode::kEager, ExecutionMode::kGraph}
-                         : std::vector<ExecutionMode>{ExecutionMode::kEager},
-                    std::string(to_string(device)) + " tensors, float32/bfloat16/float16, weight in input dtype or float32",
-                    "torch",
-                    "",
-                    "aten",
-                    10};
-}
-
 constexpr auto kCpu = c10::DeviceType::CPU;
 constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_KERNEL(cpu_torch_rms_norm, rms_norm_operation(), spec(Device::kCpu, "rms_norm", rms_norm_contract()),
-                     torch_rms_norm<kCpu>);
-XLLM_REGISTER_KERNEL(cpu_torch_fused_add_rms_norm, fused_add_rms_norm_operation(),
-                     spec(Device::kCpu, "fused_add_rms_norm", fused_add_rms_norm_contract()),
-                     torch_fused_add_rms_norm<kCpu>);
-XLLM_REGISTER_KERNEL(cpu_torch_layer_norm, layer_norm_operation(),
-                     spec(Device::kCpu, "layer_norm", layer_norm_contract()), torch_layer_norm<kCpu>);
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rms_norm, torch_cpu_module(), rms_norm_operation(), torch_rms_norm<kCpu>);
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_fused_add_rms_norm, torch_cpu_module(), fused_add_rms_norm_operation(),
+                             torch_fused_add_rms_norm<kCpu>);
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_layer_norm, torch_cpu_module(), layer_norm_operation(), torch_layer_norm<kCpu>);
 
-XLLM_REGISTER_KERNEL(cuda_torch_rms_norm, rms_norm_operation(), spec(Device::kCuda, "rms_norm", rms_norm_contract()),
-                     torch_rms_norm<kCuda>);
-XLLM_REGISTER_KERNEL(cuda_torch_fused_add_rms_norm, fused_add_rms_norm_operation(),
-                     spec(Device::kCuda, "fused_add_rms_norm", fused_add_rms_norm_contract()),
-                     torch_fused_add_rms_norm<kCuda>);
-XLLM_REGISTER_KERNEL(cuda_torch_layer_norm, layer_norm_operation(),
-                     spec(Device::kCuda, "layer_norm", layer_norm_contract()), torch_layer_norm<kCuda>);
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rms_norm, torch_cuda_module(), rms_norm_operation(), torch_rms_norm<kCuda>);
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_fused_add_rms_norm, torch_cuda_module(), fused_add_rms_norm_operation(),
+                             torch_fused_add_rms_norm<kCuda>);
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_layer_norm, torch_cuda_module(), layer_norm_operation(),
+                             torch_layer_norm<kCuda>);
 
 }  // namespace xllm_kernel::normalization

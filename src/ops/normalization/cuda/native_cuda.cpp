@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "csrc/cuda/normalization/normalization.h"
+#include "src/core/cuda_driver.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -32,6 +33,14 @@ cuda::NormParams common(const at::Tensor& input, const at::Tensor& weight, doubl
   return p;
 }
 
+// The plugin loads where any device is sm_80+; each call checks the device its input is on.
+void check_capability(const char* op, const at::Tensor& input) {
+  const detail::CudaDriver& driver = detail::cuda_driver();
+  TORCH_CHECK(driver.capable(input.get_device(), detail::kCudaPluginMinCapability), op, ": cuda.native.", op,
+              " needs a device of compute capability >= 8.0, but the input's device ",
+              driver.capability_shortfall(input.get_device(), detail::kCudaPluginMinCapability));
+}
+
 void check_launch(const char* op, cudaError_t status) {
   TORCH_CHECK(status == cudaSuccess, op, ": cuda.native kernel failed to launch: ", cudaGetErrorName(status), " (",
               cudaGetErrorString(status), ")");
@@ -39,6 +48,7 @@ void check_launch(const char* op, cudaError_t status) {
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
   check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
+  check_capability("rms_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
@@ -52,6 +62,7 @@ at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, do
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
   check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
+  check_capability("fused_add_rms_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   cuda::NormParams p = common(input, weight, eps);
   p.row_ndim = describe_rows("fused_add_rms_norm", input,
@@ -65,6 +76,7 @@ void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
   check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
+  check_capability("layer_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
@@ -77,26 +89,11 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
   return out;
 }
 
-KernelSpec spec(const char* operation, const OpContract& contract) {
-  return KernelSpec{std::string("cuda.native.") + operation,
-                    &contract,
-                    Device::kCuda,
-                    {ExecutionMode::kEager, ExecutionMode::kGraph},
-                    "cuda tensors (sm_80+), float32/bfloat16/float16, weight in input dtype or float32, contiguous "
-                    "last dim, any leading strides",
-                    "native",
-                    "",
-                    "cuda",
-                    20};
-}
-
 }  // namespace
 
-XLLM_REGISTER_KERNEL(cuda_native_rms_norm, rms_norm_operation(), spec("rms_norm", rms_norm_contract()),
-                     native_rms_norm);
-XLLM_REGISTER_KERNEL(cuda_native_fused_add_rms_norm, fused_add_rms_norm_operation(),
-                     spec("fused_add_rms_norm", fused_add_rms_norm_contract()), native_fused_add_rms_norm);
-XLLM_REGISTER_KERNEL(cuda_native_layer_norm, layer_norm_operation(), spec("layer_norm", layer_norm_contract()),
-                     native_layer_norm);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_rms_norm, native_cuda_module(), rms_norm_operation(), native_rms_norm);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_fused_add_rms_norm, native_cuda_module(), fused_add_rms_norm_operation(),
+                             native_fused_add_rms_norm);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_layer_norm, native_cuda_module(), layer_norm_operation(), native_layer_norm);
 
 }  // namespace xllm_kernel::normalization

@@ -47,4 +47,6 @@ const OperationSuite& fused_add_rms_norm_suite() {
   return suite;
 }
 
+XLLM_REGISTER_SUITE(fused_add_rms_norm_suite);
+
 }  // namespace xllm_kernel::numerics

@@ -58,4 +58,6 @@ const OperationSuite& layer_norm_suite() {
   return suite;
 }
 
+XLLM_REGISTER_SUITE(layer_norm_suite);
+
 }  // namespace xllm_kernel::numerics

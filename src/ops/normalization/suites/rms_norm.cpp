@@ -43,4 +43,6 @@ const OperationSuite& rms_norm_suite() {
   return suite;
 }
 
+XLLM_REGISTER_SUITE(rms_norm_suite);
+
 }  // namespace xllm_kernel::numerics

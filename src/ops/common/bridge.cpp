@@ -1,0 +1,124 @@
+#include "src/ops/common/bridge.h"
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "csrc/cpu/common/simd.h"
+#include "src/core/cuda_driver.h"
+
+namespace xllm_kernel::bridge {
+
+const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+bool is_floating_kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
+kernels::DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return kernels::DType::kFloat32;
+    case at::kBFloat16: return kernels::DType::kBFloat16;
+    case at::kHalf: return kernels::DType::kFloat16;
+    default: TORCH_CHECK(false, "kernel_dtype: unsupported dtype ", dtype_name(t), "; this is a bug in the bridge");
+  }
+}
+
+void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device) {
+  TORCH_CHECK(t.defined(), op, ": ", arg, " must be a defined tensor, got an undefined one");
+  TORCH_CHECK(t.device().type() == device, op, ": ", arg, " must be on ", c10::DeviceTypeName(device, true),
+              " for this implementation, got ", t.device());
+  TORCH_CHECK(is_floating_kernel_dtype(t.scalar_type()), op, ": ", arg, " must be float32, bfloat16 or float16, got ",
+              dtype_name(t.scalar_type()));
+  TORCH_CHECK(t.dim() >= 1, op, ": ", arg, " must have at least 1 dimension, got a 0-D tensor");
+  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) <= 1, op, ": ", arg,
+              "'s last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
+int describe_rows(const char* op, const at::Tensor& shape,
+                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
+                  int64_t* row_sizes, int64_t& rows) {
+  constexpr size_t kMaxTensors = 3;
+  TORCH_CHECK(tensors.size() >= 1 && tensors.size() <= kMaxTensors, op, ": describe_rows takes 1 to ", kMaxTensors,
+              " tensors, got ", tensors.size(), "; this is a bug in the bridge");
+  struct Dim {
+    int64_t size;
+    int64_t strides[kMaxTensors];
+  };
+  std::vector<Dim> dims;
+  for (int64_t d = 0; d + 1 < shape.dim(); ++d) {
+    if (shape.size(d) == 1) continue;
+    Dim dim{shape.size(d), {}};
+    size_t i = 0;
+    for (const auto& [t, out] : tensors) dim.strides[i++] = t->stride(d);
+    if (!dims.empty()) {
+      Dim& outer = dims.back();
+      bool mergeable = true;
+      for (size_t k = 0; k < tensors.size(); ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
+      if (mergeable) {
+        outer.size *= dim.size;
+        for (size_t k = 0; k < tensors.size(); ++k) outer.strides[k] = dim.strides[k];
+        continue;
+      }
+    }
+    dims.push_back(dim);
+  }
+  if (dims.empty()) dims.push_back(Dim{1, {}});
+  TORCH_CHECK(static_cast<int>(dims.size()) <= max_dims, op, ": input's leading dimensions must merge into at most ",
+              max_dims, " strided dimensions, got ", dims.size(), " (shape ", shape.sizes(), ")");
+  rows = shape.numel() == 0 ? 0 : 1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    row_sizes[d] = dims[d].size;
+    rows *= dims[d].size;
+    size_t i = 0;
+    for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
+  }
+  return static_cast<int>(dims.size());
+}
+
+void describe_rows(const char* op, const at::Tensor& shape,
+                   std::initializer_list<std::pair<const at::Tensor*, kernels::RowStrides*>> tensors,
+                   kernels::RowShape& out) {
+  TORCH_CHECK(tensors.size() >= 1 && tensors.size() <= 3, op, ": describe_rows takes 1 to 3 tensors, got ",
+              tensors.size(), "; this is a bug in the bridge");
+  auto it = tensors.begin();
+  auto pair = [&](size_t i) { return std::pair<const at::Tensor*, int64_t*>{it[i].first, it[i].second->s}; };
+  if (tensors.size() == 1) {
+    out.ndim = describe_rows(op, shape, {pair(0)}, kernels::kMaxRowDims, out.sizes, out.rows);
+  } else if (tensors.size() == 2) {
+    out.ndim = describe_rows(op, shape, {pair(0), pair(1)}, kernels::kMaxRowDims, out.sizes, out.rows);
+  } else {
+    out.ndim = describe_rows(op, shape, {pair(0), pair(1), pair(2)}, kernels::kMaxRowDims, out.sizes, out.rows);
+  }
+}
+
+ProbeResult probe_highway() { return ProbeResult::ok(cpu::simd_target()); }
+
+ProbeResult probe_torch_cuda() {
+  const detail::CudaDriver& driver = detail::cuda_driver();
+  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
+  if (!at::hasCUDA()) return ProbeResult::missing("torch without CUDA (this torch build cannot use the CUDA devices)");
+  return ProbeResult::ok("torch CUDA, " + driver.describe());
+}
+
+ProbeResult probe_cuda_plugin() {
+  // The plugin holds sm_80 and sm_90 code (and compute_90 PTX for newer GPUs).
+  constexpr int kMinCapability = 80;
+  const detail::CudaDriver& driver = detail::cuda_driver();
+  if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
+  if (driver.best_capability() < kMinCapability) {
+    return ProbeResult::missing("no CUDA device of compute capability >= 8.0 (" + driver.describe() + ")");
+  }
+  return ProbeResult::ok(driver.describe());
+}
+
+}  // namespace xllm_kernel::bridge

@@ -1,0 +1,53 @@
+// What every family's bridges share (not public): dtype names and conversions, the argument
+// checks all operators make, the row description handed to torch-free kernels, and the
+// dependency probes of the torch-on-CUDA and CUDA-plugin modules.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+
+#include <initializer_list>
+#include <utility>
+
+#include "csrc/common/rows.h"
+#include "xllm_kernel/catalog.h"
+
+namespace xllm_kernel::bridge {
+
+// The names users write (torch.bfloat16), not c10's enum names.
+const char* dtype_name(at::ScalarType t);
+
+// float32, bfloat16 or float16.
+bool is_floating_kernel_dtype(at::ScalarType t);
+
+// The kernels' element type of a dtype accepted by is_floating_kernel_dtype (checked before).
+kernels::DType kernel_dtype(at::ScalarType t);
+
+// `op: <arg> must be a defined tensor / on <device> / float32, bfloat16 or float16 / have a
+// contiguous last dimension`: the checks every floating tensor argument of a kernel gets.
+void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
+
+// Describes the leading dimensions of same-shaped tensors (all but the last) for a torch-free
+// kernel: size-1 dimensions dropped, neighbours merged where every tensor lays them out as one.
+// Fills row_sizes[0, ndim) and, for each (tensor, strides) pair, strides[0, ndim) (arrays of
+// max_dims entries); sets rows (0 when shape is empty) and returns ndim (>= 1). More than
+// max_dims dimensions after merging is an error naming `op`. Takes 1 to 3 tensors.
+int describe_rows(const char* op, const at::Tensor& shape,
+                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
+                  int64_t* row_sizes, int64_t& rows);
+
+// The same into the kernels' RowShape / RowStrides.
+void describe_rows(const char* op, const at::Tensor& shape,
+                   std::initializer_list<std::pair<const at::Tensor*, kernels::RowStrides*>> tensors,
+                   kernels::RowShape& out);
+
+// torch's CUDA backend (libtorch_cuda) sees a device; asks the driver first, since torch's own
+// check warns when there is no driver.
+ProbeResult probe_torch_cuda();
+// The native CPU modules' probe: always available; the detail is the SIMD target Highway
+// dispatches to on this CPU ("AVX2").
+ProbeResult probe_highway();
+// The driver sees a device the CUDA plugin was built for (compute capability >= 8.0).
+ProbeResult probe_cuda_plugin();
+
+}  // namespace xllm_kernel::bridge
