@@ -24,8 +24,10 @@ Format format_of(at::ScalarType dtype) {
 
 }  // namespace
 
+double unit_roundoff(at::ScalarType dtype) { return std::ldexp(1.0, -format_of(dtype).mantissa_bits - 1); }
+
 Tolerance accumulate_tolerance(at::ScalarType dtype, int64_t reduction) {
-  const double roundoff = std::ldexp(1.0, -format_of(dtype).mantissa_bits - 1);
+  const double roundoff = unit_roundoff(dtype);
   const double accumulate = 16 * std::sqrt(static_cast<double>(std::max<int64_t>(reduction, 1))) * std::ldexp(1.0, -24);
   const double t = 2 * roundoff + accumulate;
   return {t, t};

@@ -14,6 +14,9 @@ struct Tolerance {
   double rtol = 0;
 };
 
+// The unit roundoff of `dtype` (half an ulp relative): 2^-24 for float32, 2^-8 bfloat16, 2^-11 float16.
+double unit_roundoff(at::ScalarType dtype);
+
 // Tolerance of one rounding to `dtype` after float32 accumulation over `reduction` elements:
 // twice the unit roundoff of the output, plus a sqrt(n) float32 accumulation term.
 Tolerance accumulate_tolerance(at::ScalarType dtype, int64_t reduction);

@@ -17,7 +17,8 @@ from xllm_kernel.platforms import device_name
 
 from conftest import ROOT
 
-OPERATIONS = ("rms_norm", "fused_add_rms_norm", "layer_norm")
+OPERATIONS = tuple(c.operation for c in catalog.operations())  # every family's
+NORMALIZATION = ("rms_norm", "fused_add_rms_norm", "layer_norm")
 
 
 def test_version_is_the_cmake_project_version():
@@ -73,7 +74,7 @@ def test_catalog_declares_the_backend_modules():
     modules = {m.name: m for m in catalog.group("normalization").modules}
     native = modules["normalization.native_cpu"]
     assert native.device == "cpu" and native.plugin == ""
-    assert {i.name for i in native.implementations} == {f"cpu.native.{op}" for op in OPERATIONS}
+    assert {i.name for i in native.implementations} == {f"cpu.native.{op}" for op in NORMALIZATION}
     assert normalization.MODULES == catalog.group("normalization").modules
     with pytest.raises(ValueError, match="unknown group"):
         catalog.group("nope")
@@ -93,12 +94,12 @@ def test_platform():
 
 def test_bindings_are_a_read_only_mapping(cpu):
     assert isinstance(cpu, Mapping)
-    assert sorted(cpu) == sorted(OPERATIONS) and len(cpu) == 3
+    assert sorted(cpu) == sorted(OPERATIONS) and len(cpu) == len(OPERATIONS) >= 6
     assert (cpu.device, cpu.mode) == ("cpu", "eager")
     with pytest.raises(TypeError):
         cpu["rms_norm"] = None
     with pytest.raises(KeyError, match="initialized"):
-        cpu["silu_and_mul"]
+        cpu["no_such_operation"]
     plan = cpu["rms_norm"]
     spec = plan.spec
     assert (spec.name, spec.solution, spec.binding, spec.priority, spec.device) == (
@@ -134,6 +135,7 @@ def test_explain_is_structured_and_printable(cpu):
     assert ex.selected.name == "cpu.native.rms_norm" == ex.candidates[0].name
     lower = ex.candidates[1]
     assert (lower.name, lower.verdict, lower.reason) == ("cpu.torch.rms_norm", "lower priority", "priority 10 < 20")
+    assert lower.rejection == ex.selected.rejection == "none"
     text = str(ex)
     assert text.startswith("rms_norm on cpu (eager)") and "cpu.torch.rms_norm" in text and "selected" in text
 
@@ -145,6 +147,7 @@ def test_explain_reports_a_device_without_its_dependency():
     ex = xllm_kernel.explain("cuda", "rms_norm")
     assert ex.selected is None and "no eligible implementation" in ex.error
     assert all(c.verdict == "excluded" and "missing dependency" in c.reason for c in ex.candidates)
+    assert {c.rejection for c in ex.candidates} == {"missing_dependency"}
 
 
 def test_get_prepared(cpu):

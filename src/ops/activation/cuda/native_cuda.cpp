@@ -1,0 +1,48 @@
+// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/activation/. Built into
+// the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the activation.native_cuda
+// module's probe finds a usable device; loading it registers these.
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "csrc/cuda/activation/activation.h"
+#include "src/ops/activation/internal.h"
+#include "src/ops/common/cuda/launch.h"
+#include "xllm_kernel/ops/activation.h"
+
+namespace xllm_kernel::activation {
+namespace {
+
+using Launcher = cudaError_t (*)(const cuda::ActivationParams&, cudaStream_t);
+
+template <Launcher kLaunch>
+at::Tensor native_gated(const char* op, const at::Tensor& input) {
+  const int64_t d = check_input(op, input, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor out = at::empty(output_shape(input), input.options());
+  cuda::ActivationParams p;
+  p.dtype = bridge::kernel_dtype(input.scalar_type());
+  p.d = d;
+  bridge::describe_rows(op, input, {{&input, &p.input_strides}, {&out, &p.out_strides}}, p.shape);
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  bridge::check_launch(op, kLaunch(p, c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+at::Tensor native_silu_and_mul(const at::Tensor& input) { return native_gated<cuda::silu_and_mul>("silu_and_mul", input); }
+at::Tensor native_gelu_and_mul(const at::Tensor& input) { return native_gated<cuda::gelu_and_mul>("gelu_and_mul", input); }
+at::Tensor native_gelu_tanh_and_mul(const at::Tensor& input) {
+  return native_gated<cuda::gelu_tanh_and_mul>("gelu_tanh_and_mul", input);
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_silu_and_mul, native_cuda_module(), silu_and_mul_operation(),
+                             native_silu_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_and_mul, native_cuda_module(), gelu_and_mul_operation(),
+                             native_gelu_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh_and_mul, native_cuda_module(), gelu_tanh_and_mul_operation(),
+                             native_gelu_tanh_and_mul);
+
+}  // namespace xllm_kernel::activation

@@ -1,0 +1,46 @@
+// cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/activation/.
+#include <c10/util/Exception.h>
+
+#include "csrc/cpu/activation/activation.h"
+#include "src/core/cpu_allocator.h"
+#include "src/core/cpu_stream.h"
+#include "src/ops/common/cpu.h"
+#include "src/ops/activation/internal.h"
+#include "xllm_kernel/ops/activation.h"
+
+namespace xllm_kernel::activation {
+namespace {
+
+using Kernel = kernels::Status (*)(const cpu::ActivationParams&, int64_t, int64_t);
+
+template <Kernel kKernel>
+at::Tensor native_gated(const char* op, const at::Tensor& input) {
+  const int64_t d = check_input(op, input, c10::DeviceType::CPU);
+  at::Tensor out = detail::empty_cpu_cached(output_shape(input), input.scalar_type());
+  cpu::ActivationParams p;
+  p.dtype = bridge::kernel_dtype(input.scalar_type());
+  p.d = d;
+  bridge::describe_rows(op, input, {{&input, &p.input_strides}, {&out, &p.out_strides}}, p.shape);
+  p.input = input.const_data_ptr();
+  p.out = out.mutable_data_ptr();
+  p.stream_out = detail::stream_cpu_output(static_cast<int64_t>(out.nbytes()));
+  bridge::run_rows(op, p, p.shape.rows, d, kKernel);
+  return out;
+}
+
+at::Tensor native_silu_and_mul(const at::Tensor& input) { return native_gated<cpu::silu_and_mul>("silu_and_mul", input); }
+at::Tensor native_gelu_and_mul(const at::Tensor& input) { return native_gated<cpu::gelu_and_mul>("gelu_and_mul", input); }
+at::Tensor native_gelu_tanh_and_mul(const at::Tensor& input) {
+  return native_gated<cpu::gelu_tanh_and_mul>("gelu_tanh_and_mul", input);
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, native_cpu_module(), silu_and_mul_operation(),
+                             native_silu_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_and_mul, native_cpu_module(), gelu_and_mul_operation(),
+                             native_gelu_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh_and_mul, native_cpu_module(), gelu_tanh_and_mul_operation(),
+                             native_gelu_tanh_and_mul);
+
+}  // namespace xllm_kernel::activation

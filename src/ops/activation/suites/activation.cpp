@@ -1,0 +1,156 @@
+// Suites of the gated activations: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul.
+//
+// Options: --tokens, --hidden (d, the output width: the input is [tokens, 2d]), --dtype, --layout.
+// Tolerance: out = act(a) * b is computed in float32 and rounded once to the dtype. An
+// implementation's float32 evaluation of act (exp, erf or tanh, a division, the product) may err by
+// a few float32 ulps relative, and where 1 + erf or 1 + tanh cancels (a < 0) that error is
+// absolute in |a|: at most kComputeUlps * 2^-24 * |a * b| (kComputeUlps = 32 covers CUDA's
+// 2-ulp expf/erff/tanhf and the native CPU polynomials' documented bounds with a wide margin).
+// The final rounding adds at most one ulp of the dtype (2 u relative, a rounding boundary may sit
+// between the exact and the float32 value). So |got - want| <= 2 u |want| + 32 * 2^-24 * max|a b|.
+#include <cmath>
+
+#include "src/numerics/options.h"
+#include "src/numerics/tensor_case.h"
+#include "src/numerics/verify.h"
+#include "xllm_kernel/ops/activation.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+constexpr double kComputeUlps = 32;
+
+enum class Act { kSilu, kGelu, kGeluTanh };
+
+double act_reference(Act act, double a) {
+  switch (act) {
+    case Act::kSilu: return a / (1 + std::exp(-a));
+    case Act::kGelu: return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+    case Act::kGeluTanh: {
+      const double k = std::sqrt(2.0 / M_PI);
+      return 0.5 * a * (1 + std::tanh(k * (a + 0.044715 * a * a * a)));
+    }
+  }
+  return 0;
+}
+
+// [..., 2d] float64 -> [..., d] float64.
+at::Tensor reference(Act act, const at::Tensor& input) {
+  const int64_t width = input.size(-1), d = width / 2;
+  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, width});
+  at::Tensor out = at::empty({x.size(0), d}, at::kDouble);
+  const double* xp = x.const_data_ptr<double>();
+  double* op = out.mutable_data_ptr<double>();
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    for (int64_t i = 0; i < d; ++i) op[r * d + i] = act_reference(act, xp[r * width + i]) * xp[r * width + d + i];
+  }
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  shape.back() = d;
+  return out.reshape(shape);
+}
+
+void add_arguments(CLI::App& app, SuiteOptions& o) {
+  app.add_option("--tokens", o["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
+  app.add_option("--hidden", o["hidden"], "Output widths d (comma list, >= 1; the input is [..., 2d]) "
+                                          "[default: 1,7,64,4099]")
+      ->delimiter(',');
+  app.add_option("--dtype", o["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+  app.add_option("--layout", o["layout"], "Input layout: contiguous,strided,3d [default: contiguous,strided]")
+      ->delimiter(',');
+}
+
+// [tokens, 2d] in the case's layout: gate values randn * 3 (silu and gelu bend over [-6, 6]), up
+// values randn.
+at::Tensor make_input(const json& p, at::Generator& g) {
+  const int64_t tokens = p.at("tokens"), d = p.at("hidden");
+  const std::string layout = p.at("layout");
+  const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
+  const int64_t pad = layout == "contiguous" ? 0 : 8;
+  at::Tensor base = layout == "3d" ? at::randn({tokens, 3, 2 * d + pad}, g, at::kDouble)
+                                   : at::randn({tokens, 2 * d + pad}, g, at::kDouble);
+  base.narrow(-1, 0, d).mul_(3);
+  base = base.to(dtype);
+  if (layout == "contiguous") return base;
+  if (layout == "strided") return base.narrow(1, 0, 2 * d);
+  return base.narrow(1, 0, 2).narrow(2, 0, 2 * d);
+}
+
+template <Act kAct>
+Example build(const json& p, at::Generator& g) {
+  Example ex;
+  at::Tensor input = make_input(p, g);
+  ex.names = {"input"};
+  ex.tensors = {input};
+  ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    return std::vector<at::Tensor>{k.function<ActivationFn>()(t[0])};
+  };
+  ex.reference = [](const std::vector<at::Tensor>& t) { return Expected{{reference(kAct, t[0])}, {}}; };
+  const int64_t d = input.size(-1) / 2;
+  double max_product = 0;
+  if (input.numel() > 0) {
+    at::Tensor x = input.to(at::kDouble);
+    max_product = (x.narrow(-1, 0, d) * x.narrow(-1, d, d)).abs().max().item<double>();
+  }
+  const double u = unit_roundoff(input.scalar_type());
+  ex.tolerance = Tolerance{kComputeUlps * std::ldexp(1.0, -24) * std::max(max_product, 1.0), 2 * u};
+  const int64_t n = input.numel() / 2;  // output elements
+  ex.metadata = {2 * n * input.element_size(), n * input.element_size(), 10.0 * n};
+  return ex;
+}
+
+SuiteOptions benchmark_defaults() {
+  return {{"tokens", {"1", "128", "2048"}}, {"hidden", {"4096"}}, {"dtype", {"bfloat16", "float32"}},
+          {"layout", {"contiguous"}}};
+}
+
+template <Act kAct>
+OperationSuite make_suite(const char* operation, const char* description) {
+  return OperationSuite{
+      .operation = operation,
+      .description = description,
+      .add_arguments = add_arguments,
+      .cases =
+          [operation = std::string(operation)](const SuiteOptions& o) {
+            std::vector<Dimension> dims = {
+                {"tokens", options::integers(o, "tokens", {1, 7, 257}, 0)},
+                {"hidden", options::integers(o, "hidden", {1, 7, 64, 4099}, 1)},
+                {"dtype", options::choices(o, "dtype", {"float32", "bfloat16", "float16"},
+                                           {"float32", "bfloat16", "float16"})},
+                {"layout", options::choices(o, "layout", {"contiguous", "strided", "3d"}, {"contiguous", "strided"})},
+            };
+            std::vector<json> extra;
+            if (!options::given(o, "tokens")) {
+              for (const auto& dtype : dims[2].values) {
+                extra.push_back({{"tokens", 0}, {"hidden", 64}, {"dtype", dtype}, {"layout", "contiguous"}});
+              }
+            }
+            return tensor_cases(operation, dims, extra, build<kAct>);
+          },
+      .has_reference = true,
+      .benchmark_defaults = benchmark_defaults()};
+}
+
+}  // namespace
+
+const OperationSuite& silu_and_mul_suite() {
+  static const OperationSuite suite = make_suite<Act::kSilu>("silu_and_mul", "silu(x[..., :d]) * x[..., d:]");
+  return suite;
+}
+
+const OperationSuite& gelu_and_mul_suite() {
+  static const OperationSuite suite =
+      make_suite<Act::kGelu>("gelu_and_mul", "gelu(x[..., :d]) * x[..., d:], exact (erf) GELU");
+  return suite;
+}
+
+const OperationSuite& gelu_tanh_and_mul_suite() {
+  static const OperationSuite suite =
+      make_suite<Act::kGeluTanh>("gelu_tanh_and_mul", "gelu_tanh(x[..., :d]) * x[..., d:], tanh approximation");
+  return suite;
+}
+
+XLLM_REGISTER_SUITE(silu_and_mul_suite);
+XLLM_REGISTER_SUITE(gelu_and_mul_suite);
+XLLM_REGISTER_SUITE(gelu_tanh_and_mul_suite);
+
+}  // namespace xllm_kernel::numerics
