@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "csrc/cpu/common/simd.h"
+#include "src/core/cpu_stream.h"
 #include "xllm_kernel/device_api.h"
 
 #ifndef XLLM_KERNEL_BUILD_TYPE
@@ -53,6 +54,7 @@ json environment(Device device, int device_index, const std::string& revision) {
       {"host", host},
       {"cpu_model", cpu_model()},
       {"cpu_simd_target", cpu::simd_target()},
+      {"cpu_stream_policy", detail::cpu_stream_policy()},
       {"device", std::string(to_string(device)) + (device == Device::kCpu ? "" : ":" + std::to_string(device_index))},
       {"device_description", api ? api->description(device_index) : "unavailable"},
       {"torch", TORCH_VERSION},
