@@ -27,6 +27,36 @@ struct CudaDriver {
     return best;
   }
 
+  // Device `index` (the CUDA ordinal torch uses too) has compute capability >= `minimum`
+  // (10 * major + minor). Cheap: bridges check it on every call.
+  bool capable(int index, int minimum) const {
+    return index >= 0 && index < static_cast<int>(capabilities.size()) && capabilities[index] >= minimum;
+  }
+
+  // The devices with compute capability >= `minimum`, by index.
+  std::vector<int> capable_devices(int minimum) const {
+    std::vector<int> out;
+    for (int i = 0; i < static_cast<int>(capabilities.size()); ++i) {
+      if (capabilities[i] >= minimum) out.push_back(i);
+    }
+    return out;
+  }
+
+  // Empty when capable(index, minimum); otherwise why not, naming the device and its capability:
+  // "cuda:1 is sm_75, below sm_80", "cuda:2 is not among the 2 devices the driver sees".
+  std::string capability_shortfall(int index, int minimum) const {
+    if (capable(index, minimum)) return {};
+    if (!missing.empty()) return "cuda:" + std::to_string(index) + " cannot be used: " + missing;
+    if (index < 0 || index >= static_cast<int>(capabilities.size())) {
+      return "cuda:" + std::to_string(index) + " is not among the " + std::to_string(capabilities.size()) +
+             " devices the driver sees";
+    }
+    const int c = capabilities[index];
+    return "cuda:" + std::to_string(index) + (c == 0 ? std::string(" has an unknown compute capability")
+                                                     : " is sm_" + std::to_string(c)) +
+           ", below sm_" + std::to_string(minimum);
+  }
+
   // "driver 13.0, 1 device (sm_90)"
   std::string describe() const {
     std::string text = "driver " + std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10) + ", " +
@@ -35,6 +65,10 @@ struct CudaDriver {
     return text + ")";
   }
 };
+
+// The oldest compute capability the CUDA plugin's kernels run on (it holds sm_80 and sm_90 code,
+// and compute_90 PTX for newer GPUs).
+inline constexpr int kCudaPluginMinCapability = 80;
 
 namespace cuda_driver_api {
 // Driver API entry points by name, with the types of cuda.h (CUresult and enums are ints).

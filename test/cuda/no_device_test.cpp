@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "src/core/cuda_driver.h"
 #include "test/cuda/cuda_test_support.h"
 
 namespace xllm_kernel::testing {
@@ -132,6 +133,27 @@ TEST(CudaPlugin, LoadsRegistersAndChecksArgumentsWithoutADevice) {
     EXPECT_EQ(c.reason.rfind("missing dependency: ", 0), 0u) << c.reason;
     EXPECT_EQ(c.priority, 20);
   }
+}
+
+// The plugin loads where any device is sm_80+; whether one device can run cuda.native.* is decided
+// by its own capability (the bridges reject an input on another device with these words).
+TEST(CudaDriver, CapabilityIsDecidedPerDevice) {
+  detail::CudaDriver d;
+  d.version = 13000;
+  d.capabilities = {90, 75, 0};  // 0: the driver could not tell
+  EXPECT_TRUE(d.capable(0, detail::kCudaPluginMinCapability));
+  for (int index : {1, 2, 3, -1}) EXPECT_FALSE(d.capable(index, detail::kCudaPluginMinCapability)) << index;
+  EXPECT_EQ(d.capable_devices(80), std::vector<int>{0});
+  EXPECT_EQ(d.capable_devices(70), (std::vector<int>{0, 1}));
+  EXPECT_EQ(d.capability_shortfall(0, 80), "");
+  EXPECT_EQ(d.capability_shortfall(1, 80), "cuda:1 is sm_75, below sm_80");
+  EXPECT_EQ(d.capability_shortfall(2, 80), "cuda:2 has an unknown compute capability, below sm_80");
+  EXPECT_EQ(d.capability_shortfall(3, 80), "cuda:3 is not among the 3 devices the driver sees");
+  EXPECT_EQ(d.best_capability(), 90);  // what the old any-device probe looked at
+  detail::CudaDriver none;
+  none.missing = "no CUDA device";
+  EXPECT_EQ(none.capability_shortfall(0, 80), "cuda:0 cannot be used: no CUDA device");
+  EXPECT_TRUE(none.capable_devices(80).empty());
 }
 
 }  // namespace
