@@ -3,6 +3,8 @@
 //
 //   const DeviceApi* api = device_api(Device::kCuda);   // null until the plugin registered one
 //   if (auto reason = api->graph_unsupported_reason()) ... else { auto g = api->capture(0, fn, 64); g->replay(); }
+//   auto timer = api->timer(0);                          // events made once, for every sample
+//   timer->start(); fn(); const double seconds = timer->stop();
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,22 @@ class DeviceGraph {
   virtual void replay() = 0;  // enqueues the captured calls on the current stream
 };
 
+// Device time of enqueued work, for many samples: a device's timer makes its events once.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  // Holds the current stream (work enqueued from now on waits) and records the start event behind
+  // the hold. The host enqueues the timed calls meanwhile, so the interval holds the device's work
+  // only, also where a call takes less device time than the host needs to enqueue it.
+  virtual void start() = 0;
+  // Records the end event, releases the hold and waits for the end event; the seconds between the
+  // two events (on the CPU, the wall time since start()).
+  virtual double stop() = 0;
+  // Whether the last sample's hold ran out before stop() released it (a call waited for the device
+  // while enqueueing): that interval includes host time.
+  virtual bool hold_expired() const { return false; }
+};
+
 class DeviceApi {
  public:
   virtual ~DeviceApi() = default;
@@ -32,6 +50,8 @@ class DeviceApi {
   virtual bool has_device_events() const = 0;
   // Seconds between events recorded before and after `enqueue` (synchronizes on the second).
   virtual double time_interval(int index, const std::function<void()>& enqueue) const = 0;
+  // A timer on device `index` (the default: wall time, for devices whose calls are synchronous).
+  virtual std::unique_ptr<DeviceTimer> timer(int index) const;
   // Why graphs cannot be captured on this device, or nothing when they can.
   virtual std::optional<std::string> graph_unsupported_reason() const = 0;
   // Captures `calls` invocations of `enqueue` into one graph (warm up before capturing).

@@ -229,6 +229,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"bytes_written", meta.bytes_written},
                 {"flops", meta.flops},
                 {"calls_per_sample", s.calls_per_sample},
+                {"hold_expired", s.hold_expired},
                 {"host_enqueue", to_json(summarize(s.host_enqueue))},
                 {"device", to_json(device_summary)},
                 {"wall", to_json(summarize(s.wall))},
@@ -267,8 +268,10 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"seed", common.seed},
               {"environment", numerics::environment(device, index, common.revision)},
               {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
-              {"device_timer", api->has_device_events() ? "device intervals from device events"
-                                                        : "on the CPU a call is synchronous: the device interval is the call's wall time"},
+              {"device_timer", api->has_device_events()
+                                   ? "device intervals between two device events, the device held while the calls "
+                                     "are enqueued; wall: the same calls again, synchronized, from an idle device"
+                                   : "on the CPU a call is synchronous: the device interval is the call's wall time"},
               {"copy_bandwidth_gbps", copy.best().second / 1e9},
               {"copy_method", copy.best().first},
               {"copy_methods", [&] {

@@ -23,6 +23,31 @@ void reset_and_wait(const DeviceApi& api, int index, PreparedCase& c) {
   }
 }
 
+// One sample of `calls` (enqueued by `run`): host enqueue and device interval under the timer's
+// hold; then, on a device with events, the synchronized wall time of the same calls again (after
+// `reset`) from an idle device. On the CPU the call is synchronous: the wall time is its interval.
+void sample(const DeviceApi& api, int index, DeviceTimer& timer, const std::function<void()>& reset,
+            const std::function<void()>& run, int calls, Samples& s) {
+  timer.start();
+  const auto host_start = std::chrono::steady_clock::now();
+  run();
+  const double host = seconds_since(host_start);
+  const double device = timer.stop();
+  if (timer.hold_expired()) ++s.hold_expired;
+  double wall = device;
+  if (api.has_device_events()) {
+    reset();
+    api.synchronize(index);
+    const auto wall_start = std::chrono::steady_clock::now();
+    run();
+    api.synchronize(index);
+    wall = seconds_since(wall_start);
+  }
+  s.host_enqueue.push_back(host / calls);
+  s.device.push_back(device / calls);
+  s.wall.push_back(wall / calls);
+}
+
 }  // namespace
 
 Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& copies, const TimingOptions& o) {
@@ -33,22 +58,13 @@ Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& c
     c.function();
   }
   api.synchronize(index);
+  const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
   for (int i = 0; i < o.iterations; ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
     reset_and_wait(api, index, c);
     if (o.before_sample) o.before_sample();
-    double host = 0;
-    const auto wall_start = std::chrono::steady_clock::now();
-    const double device = api.time_interval(index, [&] {
-      const auto host_start = std::chrono::steady_clock::now();
-      c.function();
-      host = seconds_since(host_start);
-    });
-    api.synchronize(index);
-    s.wall.push_back(seconds_since(wall_start));
-    s.host_enqueue.push_back(host);
-    s.device.push_back(device);
+    sample(api, index, *timer, [&] { reset_and_wait(api, index, c); }, c.function, 1, s);
   }
   return s;
 }
@@ -70,28 +86,19 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   if (!v.passed) {
     throw std::runtime_error("graph replay output failed validation: " + (v.failures.empty() ? std::string("?") : v.failures[0]));
   }
+  const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
   s.calls_per_sample = calls;
   for (int i = 0; i < o.iterations; ++i) {
     reset_and_wait(api, index, c);
     if (o.before_sample) o.before_sample();
-    double host = 0;
-    const auto wall_start = std::chrono::steady_clock::now();
-    const double device = api.time_interval(index, [&] {
-      const auto host_start = std::chrono::steady_clock::now();
-      graph->replay();
-      host = seconds_since(host_start);
-    });
-    api.synchronize(index);
-    s.wall.push_back(seconds_since(wall_start) / calls);
-    s.host_enqueue.push_back(host / calls);
-    s.device.push_back(device / calls);
+    sample(api, index, *timer, [&] { reset_and_wait(api, index, c); }, [&] { graph->replay(); }, calls, s);
   }
   return s;
 }
 
 CopyMeter::CopyMeter(const DeviceApi& api, const at::Device& device, int index, int64_t bytes)
-    : api_(api), device_(device), index_(index), bytes_(bytes) {
+    : api_(api), device_(device), index_(index), bytes_(bytes), timer_(api.timer(index)) {
   const auto options = at::TensorOptions().dtype(at::kByte).device(device);
   src_ = at::ones({bytes}, options);
   dst_ = at::zeros({bytes}, options);
@@ -104,7 +111,11 @@ CopyBandwidth CopyMeter::measure(int iterations) {
   api_.synchronize(index_);
   std::vector<std::vector<double>> times(methods.size());
   for (int i = 0; i < iterations; ++i) {
-    for (size_t m = 0; m < methods.size(); ++m) times[m].push_back(api_.time_interval(index_, methods[m].second));
+    for (size_t m = 0; m < methods.size(); ++m) {
+      timer_->start();
+      methods[m].second();
+      times[m].push_back(timer_->stop());
+    }
   }
   CopyBandwidth result;
   for (size_t m = 0; m < methods.size(); ++m) {

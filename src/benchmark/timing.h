@@ -1,11 +1,18 @@
-// Timing of prepared cases: eager samples (host enqueue, device interval, synchronized wall time)
-// and graph replays. Warmup, preparation and capture are never timed; reset runs outside every
-// timed interval.
+// Timing of prepared cases: eager samples and graph replays, three figures each:
+//   device        the calls' device time: between two events of a timer made once, the device held
+//                 while the host enqueues the calls (DeviceTimer), so a call shorter than its launch
+//                 is still measured on the device, not at the host's launch rate;
+//   host_enqueue  the host's time to enqueue the calls (during that hold);
+//   wall          the synchronized wall time of the same calls from an idle device (synchronize,
+//                 calls, synchronize), timed separately; on the CPU, where calls are synchronous,
+//                 the device interval's own.
+// Warmup, preparation and capture are never timed; reset runs outside every timed interval.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +39,7 @@ struct Samples {
   std::vector<double> device;
   std::vector<double> wall;
   int calls_per_sample = 1;
+  int hold_expired = 0;  // samples whose device hold ran out (their device interval includes host time)
 };
 
 // Eager: each sample calls the case once. With several `copies` (cold cache) the samples rotate
@@ -65,6 +73,7 @@ class CopyMeter {
   int index_;
   int64_t bytes_;
   at::Tensor src_, dst_;
+  std::unique_ptr<DeviceTimer> timer_;
 };
 
 }  // namespace xllm_kernel::benchmark

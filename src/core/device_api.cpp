@@ -9,6 +9,15 @@
 namespace xllm_kernel {
 namespace {
 
+class WallTimer final : public DeviceTimer {
+ public:
+  void start() override { start_ = std::chrono::steady_clock::now(); }
+  double stop() override { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
 class CpuApi final : public DeviceApi {
  public:
   std::string description(int) const override { return "cpu"; }
@@ -60,6 +69,8 @@ Apis& apis() {
 }
 
 }  // namespace
+
+std::unique_ptr<DeviceTimer> DeviceApi::timer(int) const { return std::make_unique<WallTimer>(); }
 
 const DeviceApi* device_api(Device device) {
   Apis& a = apis();

@@ -1,6 +1,6 @@
 // The benchmark tool: statistics, timing protocol (reset outside the intervals, only validated
-// cases timed), side-by-side ratios, cold-cache rotation and the baseline/candidate/baseline
-// comparison. No test asserts a speed.
+// cases timed, device intervals under a hold with events made once, wall time apart), side-by-side
+// ratios, cold-cache rotation and the baseline/candidate/baseline comparison. No test asserts a speed.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -81,6 +81,100 @@ TEST(Timing, ResetRunsOutsideTheTimedIntervals) {
   }
 }
 
+// A device with events, in software: its timer's "device" interval is a fixed 1 us whatever the
+// host does, so what each figure measures shows.
+struct FakeEventDevice final : DeviceApi {
+  struct Timer final : DeviceTimer {
+    explicit Timer(const FakeEventDevice& d) : device(d) {}
+    void start() override { device.held = true; }
+    double stop() override {
+      device.held = false;
+      return 1e-6;
+    }
+    bool hold_expired() const override { return device.expire; }
+    const FakeEventDevice& device;
+  };
+  struct Graph final : DeviceGraph {
+    void replay() override {
+      for (int i = 0; i < calls; ++i) fn();
+    }
+    std::function<void()> fn;
+    int calls = 0;
+  };
+  std::string description(int) const override { return "fake"; }
+  void synchronize(int) const override { ++synchronizations; }
+  bool has_device_events() const override { return true; }
+  double time_interval(int, const std::function<void()>& enqueue) const override {
+    enqueue();
+    return 1e-6;
+  }
+  std::unique_ptr<DeviceTimer> timer(int) const override {
+    ++timers;
+    return std::make_unique<Timer>(*this);
+  }
+  std::optional<std::string> graph_unsupported_reason() const override { return std::nullopt; }
+  std::unique_ptr<DeviceGraph> capture(int, const std::function<void()>& enqueue, int calls) const override {
+    auto g = std::make_unique<Graph>();
+    g->fn = enqueue;
+    g->calls = calls;
+    return g;
+  }
+  mutable bool held = false;
+  mutable int timers = 0, synchronizations = 0;
+  bool expire = false;
+};
+
+TEST(Timing, EagerDeviceIntervalIsHeldAndWallIsTimedApart) {
+  FakeEventDevice device;
+  int calls = 0, held_calls = 0;
+  numerics::PreparedCase c;
+  c.function = [&] {
+    ++calls;
+    held_calls += device.held;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a host-bound call
+  };
+  std::vector<numerics::PreparedCase> copies{c};
+  TimingOptions o;
+  o.warmup = 1;
+  o.iterations = 4;
+  const Samples s = time_eager(device, 0, copies, o);
+  EXPECT_EQ(device.timers, 1);  // events made once, not per sample
+  EXPECT_EQ(calls, 1 + 2 * 4);  // warmup, then per sample one held call and one for the wall time
+  EXPECT_EQ(held_calls, 4);
+  EXPECT_EQ(s.calls_per_sample, 1);
+  EXPECT_EQ(s.hold_expired, 0);
+  ASSERT_EQ(s.device.size(), 4u);
+  for (size_t i = 0; i < s.device.size(); ++i) {
+    EXPECT_DOUBLE_EQ(s.device[i], 1e-6);  // the device's figure, not the host's 2 ms
+    EXPECT_GE(s.host_enqueue[i], 0.002);
+    EXPECT_GE(s.wall[i], 0.002);
+  }
+  EXPECT_GE(device.synchronizations, 2 * 4);  // the wall time runs from and to an idle device
+}
+
+TEST(Timing, GraphReplaysAreHeldAndCountedPerCall) {
+  FakeEventDevice device;
+  device.expire = true;
+  int calls = 0, held_calls = 0;
+  numerics::PreparedCase c;
+  c.function = [&] {
+    ++calls;
+    held_calls += device.held;
+  };
+  c.validate = [] { return numerics::Validation{}; };
+  TimingOptions o;
+  o.warmup = 2;
+  o.iterations = 3;
+  o.graph_calls = 8;
+  const Samples s = time_graph(device, 0, c, o);
+  EXPECT_EQ(device.timers, 1);
+  EXPECT_EQ(s.calls_per_sample, 8);
+  EXPECT_EQ(calls, 2 + 8 + 3 * 2 * 8);  // warmup, the validated replay, then held and wall replays
+  EXPECT_EQ(held_calls, 3 * 8);
+  EXPECT_EQ(s.hold_expired, 3);  // reported, not hidden
+  for (double d : s.device) EXPECT_DOUBLE_EQ(d, 1e-6 / 8);
+}
+
 TEST(Timing, CpuHasNoGraphs) {
   EXPECT_EQ(device_api(Device::kCpu)->graph_unsupported_reason().value(), "device cpu has no graph API");
   EXPECT_FALSE(device_api(Device::kCpu)->has_device_events());
@@ -137,6 +231,7 @@ TEST(Benchmark, SideBySideOnSameInputsWithRatios) {
     EXPECT_NEAR(row["percent_of_copy"].get<double>(),
                 100.0 * row["achieved_gbps"].get<double>() / row["copy_gbps"].get<double>(), 1e-9);
     EXPECT_EQ(row["samples"]["device"].size(), 3u);
+    EXPECT_EQ(row["hold_expired"], 0);
     EXPECT_EQ(row["device"]["count"], 3);
     EXPECT_GE(row["ratio_to_fastest"].get<double>(), 1.0);
     EXPECT_GT(row["achieved_gbps"].get<double>(), 0);
