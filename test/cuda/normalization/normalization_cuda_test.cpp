@@ -1,6 +1,7 @@
 // Every CUDA normalization implementation in the registry (cuda.native.* from the plugin,
-// cuda.torch.*) on a GPU against the float64 reference on the CPU, over the grid of the issue and
-// misaligned rows; argument errors that need a device; CUDA-graph capture equal to eager; and
+// cuda.torch.*) on a GPU against the float64 reference on the CPU, over the grid of the issue,
+// misaligned rows and the shapes of the kernels' other launch paths (many rows, rows per block);
+// argument errors that need a device; CUDA-graph capture equal to eager; and
 // selection through initialize("cuda"). Every test skips, saying why, where no usable GPU is.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -202,6 +203,41 @@ TEST(CudaNormalizationLargeStride, RowStrideBeyond2To31Elements) {
     function_of<FusedAddRmsNormFn>(impl)(xi, r, w, 1e-6);
     EXPECT_TRUE(at::equal(cpu(r), want_r));
     EXPECT_LE(headroom(cpu(xi), reference_rms_norm(want_r, cpu(w), 1e-6), tol), 1.0);
+  }
+}
+
+// The launch paths the grid above does not reach (kCudaKernelPathShapes), bfloat16, every
+// implementation of each operation against one reference per shape.
+TEST(CudaNormalizationKernelPaths, ManyRowsRowsPerBlockAndMisalignedRows) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const Tolerance tol = tolerance_for(at::kBFloat16);
+  at::manual_seed(5);
+  for (const KernelPathShape& shape : kCudaKernelPathShapes) {
+    SCOPED_TRACE(std::to_string(shape.tokens) + "x" + std::to_string(shape.hidden) + " (" + shape.path + ")");
+    const at::Tensor x = (at::randn({shape.tokens, shape.hidden}) + 4).to(at::kBFloat16).to(at::kCUDA);
+    const at::Tensor r = (at::randn({shape.tokens, shape.hidden}) + 3).to(at::kBFloat16).to(at::kCUDA);
+    const at::Tensor w = make_weight(shape.hidden, at::kBFloat16);
+    const at::Tensor b = at::randn({shape.hidden}).to(at::kBFloat16).to(at::kCUDA);
+    const at::Tensor x_cpu = cpu(x), w_cpu = cpu(w);
+    const at::Tensor want_rms = reference_rms_norm(x_cpu, w_cpu, 1e-6);
+    for (const auto& impl : cuda_implementations_of("rms_norm")) {
+      SCOPED_TRACE(impl);
+      EXPECT_LE(headroom(cpu(function_of<RmsNormFn>(impl)(x, w, 1e-6)), want_rms, tol), 1.0);
+    }
+    const at::Tensor want_ln = reference_layer_norm(x_cpu, w_cpu, cpu(b), 1e-5);
+    for (const auto& impl : cuda_implementations_of("layer_norm")) {
+      SCOPED_TRACE(impl);
+      EXPECT_LE(headroom(cpu(function_of<LayerNormFn>(impl)(x, w, b, 1e-5)), want_ln, tol), 1.0);
+    }
+    const at::Tensor want_r = (x_cpu.to(at::kDouble) + cpu(r).to(at::kDouble)).to(at::kBFloat16);
+    const at::Tensor want_x = reference_rms_norm(want_r, w_cpu, 1e-6);
+    for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
+      SCOPED_TRACE(impl);
+      at::Tensor xi = x.clone(), ri = r.clone();
+      function_of<FusedAddRmsNormFn>(impl)(xi, ri, w, 1e-6);
+      EXPECT_TRUE(at::equal(cpu(ri), want_r)) << "residual is not the rounded sum";
+      EXPECT_LE(headroom(cpu(xi), want_x, tol), 1.0);
+    }
   }
 }
 

@@ -20,6 +20,22 @@ inline const std::vector<int64_t> kTokens{0, 1, 7, 257};
 inline const std::vector<int64_t> kHidden{1, 7, 64, 4096 + 13};
 inline const std::vector<at::ScalarType> kDtypes{at::kFloat, at::kBFloat16, at::kHalf};
 
+// Shapes (bfloat16) that reach the CUDA kernels' other launch paths (plan_launch in
+// csrc/cuda/normalization/normalization.cu, for GPUs of 108-132 SMs): more rows than one grid
+// holds, so blocks loop over rows, in both kernels; several rows per block, a warp each; rows that
+// are not 16-byte aligned with several accesses per thread. The numerics tool's cuda defaults add
+// the same shapes (src/ops/normalization/suites/normalization_common.cpp).
+struct KernelPathShape {
+  int64_t tokens, hidden;
+  const char* path;
+};
+inline const std::vector<KernelPathShape> kCudaKernelPathShapes{
+    {200000, 64, "warp per row, more rows than one grid holds"},
+    {40000, 4096, "block per row, more rows than one grid holds"},
+    {8192, 1024, "several rows per block, a warp each"},
+    {2048, 4109, "misaligned rows, several accesses per thread"},
+};
+
 // Names of the registered implementations of `operation` on `device`.
 inline std::vector<std::string> registered_implementations(const std::string& operation, Device device) {
   std::vector<std::string> names;

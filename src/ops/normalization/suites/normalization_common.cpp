@@ -1,18 +1,27 @@
 #include "src/ops/normalization/suites/normalization_common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 namespace xllm_kernel::numerics::normalization {
 
 void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias) {
-  app.add_option("--tokens", options["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
+  app.add_option("--tokens", options["tokens"],
+                 "Rows (comma list; 0 allowed) [default: 1,7,257 and 0; on cuda also the kernels' launch-path shapes]")
+      ->delimiter(',');
   app.add_option("--hidden", options["hidden"], "Hidden sizes (comma list, >= 1) [default: 1,64,4109]")->delimiter(',');
   app.add_option("--dtype", options["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
   app.add_option("--weight-dtype", options["weight-dtype"], "Weight dtype: input,float32 [default: both]")->delimiter(',');
   app.add_option("--layout", options["layout"], "Input layout: contiguous,strided,3d [default: contiguous,strided]")
       ->delimiter(',');
   if (with_bias) app.add_option("--bias", options["bias"], "With bias: true,false [default: both]")->delimiter(',');
+  // The default grid depends on the device (--device, an option of the tool): keep its value.
+  app.parse_complete_callback([&app, &options] {
+    const CLI::Option* device = app.get_option_no_throw("--device");
+    if (device != nullptr && device->count() > 0) options["device"] = device->results();
+  });
 }
 
 SuiteOptions benchmark_defaults() {
@@ -74,8 +83,25 @@ std::vector<json> choices(const SuiteOptions& o, const std::string& key, const s
 
 }  // namespace
 
+namespace {
+
+// Shapes that reach the CUDA kernels' other launch paths (plan_launch in
+// csrc/cuda/normalization/normalization.cu, for GPUs of 108-132 SMs), in bfloat16: more rows than
+// one grid holds (blocks loop over rows) in the warp-per-row and the block-per-row kernel; several
+// rows per block, a warp each; rows not 16-byte aligned with several accesses per thread. The GPU
+// tests use the same (test/ops/normalization/grid.h).
+const std::pair<int64_t, int64_t> kCudaKernelPathShapes[] = {{200000, 64}, {40000, 4096}, {8192, 1024}, {2048, 4109}};
+
+bool on_cuda(const SuiteOptions& o) {
+  auto it = o.find("device");
+  return it != o.end() && !it->second.empty() && it->second.front().rfind("cuda", 0) == 0;
+}
+
+}  // namespace
+
 Grid grid(const SuiteOptions& o, bool with_bias) {
   const bool default_tokens = !o.count("tokens") || o.at("tokens").empty();
+  const bool default_hidden = !o.count("hidden") || o.at("hidden").empty();
   Grid g;
   g.dimensions = {
       {"tokens", integers(o, "tokens", {1, 7, 257}, 0)},
@@ -90,6 +116,14 @@ Grid grid(const SuiteOptions& o, bool with_bias) {
     // Empty dimension: zero tokens, for each dtype (custom points outside the matrix).
     for (const auto& dtype : g.dimensions[2].values) {
       json p{{"tokens", 0}, {"hidden", 64}, {"dtype", dtype}, {"weight_dtype", "input"}, {"layout", "contiguous"}};
+      if (with_bias) p["bias"] = "true";
+      g.extra.push_back(p);
+    }
+  }
+  const auto& dtypes = g.dimensions[2].values;
+  if (default_tokens && default_hidden && on_cuda(o) && std::find(dtypes.begin(), dtypes.end(), "bfloat16") != dtypes.end()) {
+    for (const auto& [tokens, hidden] : kCudaKernelPathShapes) {
+      json p{{"tokens", tokens}, {"hidden", hidden}, {"dtype", "bfloat16"}, {"weight_dtype", "input"}, {"layout", "contiguous"}};
       if (with_bias) p["bias"] = "true";
       g.extra.push_back(p);
     }

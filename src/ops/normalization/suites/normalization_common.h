@@ -11,7 +11,9 @@ namespace xllm_kernel::numerics::normalization {
 void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias);
 
 // Dimension matrix from the options (defaults cover tails, row strides, all dtypes and float32
-// weights) plus zero-token cases.
+// weights) plus zero-token cases, and on --device cuda the shapes of the CUDA kernels' other
+// launch paths (many rows, rows per block, misaligned rows; bfloat16) when tokens and hidden are
+// the defaults.
 struct Grid {
   std::vector<Dimension> dimensions;
   std::vector<json> extra;
