@@ -74,6 +74,11 @@ else()
   set(XLLM_KERNEL_TORCH_CUDART CUDA::cudart)
 endif()
 
+# One CUDA runtime in the process, shared: torch's. A static cudart (CMake's default for targets
+# with CUDA code) would give the plugin a runtime of its own: its own view of the current device
+# and its own registered kernels, beside torch's. test/CMakeLists.txt checks the plugin's link.
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+
 # Torch-free kernels: no torch headers reach nvcc.
 file(GLOB_RECURSE XK_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/csrc/cuda/*.cu")
 file(GLOB XK_CUDA_BRIDGE_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/cuda/*.cpp"
@@ -97,5 +102,6 @@ target_link_libraries(xllm_kernel_cuda PRIVATE
 target_compile_options(xllm_kernel_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
 # The runtime dlopens exactly "libxllm_kernel_cuda.so" beside libxllm_kernel.so: no version suffix.
 set_target_properties(xllm_kernel_cuda PROPERTIES INSTALL_RPATH "$ORIGIN")
+set_target_properties(xllm_kernel_cuda_kernels xllm_kernel_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
 install(TARGETS xllm_kernel_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 set(XLLM_KERNEL_CUDA_BUILT ON)
