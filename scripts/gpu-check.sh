@@ -1,51 +1,378 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU (sm_80 / sm_90): build with the CUDA plugin, run
-# the CUDA tests, validate every CUDA implementation in eager and graph mode, and benchmark the
-# normalization group side by side with cuda.torch (PyTorch's own kernels) from 1 x 4096 to
-# 16384 x 8192 in bfloat16, against the copy bandwidth measured in the same run. Reports go to
-# ${REPORT_DIR:-reports/gpu}/. Meant to finish in under ten minutes on one GPU.
+# The GPU check, for an offline machine with an NVIDIA GPU (sm_80 / sm_90), CUDA's nvcc, CMake and
+# a Python whose torch is a CUDA build (any torch from 2.10). Offline by construction: no apt-get,
+# no pip, no downloads. Third-party pieces come from the bundle made here by
+# scripts/device-bundle.sh (.device/); torch, its headers and libraries from ${PYTHON:-python3}.
 #
-#   bash scripts/gpu-check.sh                 # set up (scripts/setup.sh) and build first
-#   SKIP_BUILD=1 BUILD_DIR=build bash scripts/gpu-check.sh
+#   bash scripts/device-bundle.sh     # here, with the network: .device/ (git-ignored)
+#   bash scripts/gpu-check.sh         # there, from the source tree with .device/ beside it
+#   bash scripts/gpu-check.sh --dry-run   # here: scripts/gpu-check-dry-run.sh (no network, no GPU)
+#
+# Phases, each timed: environment; configure (prints where CMake found each bundled package); build
+# (library, CUDA plugin, tools, tests, and the Python extension where Python's headers are there);
+# tests (ctest: the CUDA tests, or every test with CPU_TESTS=1); numerics of every operation
+# (`xllm-kernel-info --operations-list`) with --device cuda --implementation all in eager and graph
+# mode; benchmark of every operation at tokens 1,128,8192 x hidden 4096 in bfloat16, float16 and
+# float32, every implementation (cuda.torch side by side), eager and graph. Without a GPU the
+# numerics and benchmark phases report "no GPU". Last comes one verdict table, read from the JSON
+# reports. Everything lands in $OUT when set (then packed into gpu-check-reports.tar.gz beside the
+# log, the verdict and summary.json), else in gpu-reports/.
+#
+# Environment: PYTHON (python3), OUT, REPORTS_DIR (gpu-reports; OUT wins), BUILD_DIR
+# (build-gpu-check), XLLM_KERNEL_BUNDLE (.device), JOBS (all cores), CUDA_ARCHITECTURES ("80;90",
+# what ships), CPU_TESTS (0), BUDGET_S (540: the phases stop there, leaving time for the verdict),
+# ALLOW_NO_GPU (0: without a GPU the check exits 3), VERIFY_BUNDLE (0: 1 fails unless CMake found
+# every bundled package in the bundle).
+# Exit: 0 passed, 1 a phase failed, 2 usage, 3 no GPU (unless ALLOW_NO_GPU=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-REPORT_DIR="${REPORT_DIR:-reports/gpu}"
-mkdir -p "$REPORT_DIR"
-if [ -z "${SKIP_BUILD:-}" ]; then
-  BUILD_DIR="$(CMAKE_ARGS="-DXLLM_KERNEL_CUDA=ON ${CMAKE_ARGS:-}" bash scripts/build.sh | tail -n 1)" || exit 1
+if [ "${1:-}" = "--dry-run" ]; then
+  shift
+  exec bash scripts/gpu-check-dry-run.sh "$@"
 fi
-BUILD_DIR="${BUILD_DIR:-build}"
+if [ $# -ne 0 ]; then
+  echo "usage: bash scripts/gpu-check.sh [--dry-run]   (settings through the environment; see the script's header)" >&2
+  exit 2
+fi
+
+T0=$(date +%s)
+PYTHON="${PYTHON:-python3}"
+PYTHON_PATH="$(command -v "$PYTHON")" || { echo "gpu-check: no Python '$PYTHON'" >&2; exit 1; }
+BUNDLE_ARG="${XLLM_KERNEL_BUNDLE:-.device}"
+if [ ! -f "$BUNDLE_ARG/MANIFEST" ]; then
+  echo "gpu-check: no bundle at $BUNDLE_ARG (make it with the network: bash scripts/device-bundle.sh, and send it along)" >&2
+  exit 1
+fi
+BUNDLE="$(cd "$BUNDLE_ARG" && pwd)"
+REPORTS="${OUT:-${REPORTS_DIR:-gpu-reports}}"
+mkdir -p "$REPORTS" && REPORTS="$(cd "$REPORTS" && pwd)"
+BUILD_DIR="${BUILD_DIR:-build-gpu-check}"
+JOBS="${JOBS:-$(nproc)}"
+CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-80;90}"
+CPU_TESTS="${CPU_TESTS:-0}"
+BUDGET_S="${BUDGET_S:-540}"
+RESERVE_S=15  # kept for the verdict
 REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-export XLLM_KERNEL_LOG=off
-status=0
-step() { echo; echo "== $*"; }
+rm -f "$REPORTS"/*.json "$REPORTS"/*.md "$REPORTS"/*.log "$REPORTS"/*.xml "$REPORTS"/phases.tsv "$REPORTS"/*.tar.gz
+exec > >(tee "$REPORTS/gpu-check.log") 2>&1
+export XLLM_KERNEL_LOG=off PYTHONDONTWRITEBYTECODE=1
 
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-"$BUILD_DIR/xllm-kernel-info" --device cuda --explain --run || status=1
+echo "gpu-check: revision $REVISION, bundle $BUNDLE, build $BUILD_DIR, reports $REPORTS, $JOBS jobs, budget ${BUDGET_S}s"
 
-step "CUDA tests"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -R 'cuda|Cuda|CUDA' || status=1
+# ---- helpers ----
+left() { echo $((BUDGET_S - ($(date +%s) - T0) - RESERVE_S)); }
+# Runs a command within what is left of the budget (exit 124 when it ran out).
+limited() {
+  local limit
+  limit="$(left)"
+  if [ "$limit" -le 5 ]; then
+    echo "  (no time left of the ${BUDGET_S}s budget for: $*)"
+    return 124
+  fi
+  timeout -k 10 "$limit" "$@"
+}
+NOTE=""
+# phase NAME FUNCTION: runs it, times it, records "name<TAB>seconds<TAB>status" in phases.tsv.
+# The function sets NOTE; return 0 ok, 1 failed, 4 skipped (NOTE says why), 124 out of time.
+phase() {
+  local name="$1" fn="$2" start rc status
+  start=$(date +%s)
+  NOTE=""
+  echo
+  echo "== $name"
+  "$fn"
+  rc=$?
+  case "$rc" in
+    0) status="ok${NOTE:+: $NOTE}" ;;
+    4) status="skipped: $NOTE" ;;
+    124) status="out of time${NOTE:+ ($NOTE)}"; FAILED=1 ;;
+    *) status="failed${NOTE:+: $NOTE}"; FAILED=1 ;;
+  esac
+  printf '%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$status" >>"$REPORTS/phases.tsv"
+  echo "-- $name: $status ($(($(date +%s) - start)) s)"
+}
+# supports TOOL OPERATION FLAG: whether the operation's suite takes FLAG (a new operation may not).
+supports() { "$BUILD_DIR/xllm-kernel-$1" --operation "$2" --help 2>/dev/null | grep -q -- "$3[ =,]"; }
+FAILED=0
+GPUS=0
+PYTHON_EXT=ON
 
-for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
-  for mode in eager graph; do
-    step "numerics: $op, cuda, $mode"
-    "$BUILD_DIR/xllm-kernel-numerics" --operation "$op" --device cuda --mode "$mode" --implementation all \
-      --layout contiguous,strided,3d --revision "$REVISION" \
-      --output "$REPORT_DIR/numerics-$op-$mode.json" --markdown "$REPORT_DIR/numerics-$op-$mode.md" \
-      | sed -n '1,10p'
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# ---- phases ----
+phase_environment() {
+  echo "host: $(uname -srm), $(nproc) cores"
+  if ! "$PYTHON" - >"$REPORTS/environment.txt" 2>&1 <<'EOF'; then
+import os, platform, sys
+import torch
+print("python", platform.python_version(), sys.executable)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "at", os.path.dirname(torch.__file__))
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+print("gpus", n)
+for i in range(n):
+    p = torch.cuda.get_device_properties(i)
+    print("gpu", i, p.name, "sm_%d%d" % (p.major, p.minor), "%d SMs" % p.multi_processor_count)
+EOF
+    cat "$REPORTS/environment.txt"
+    NOTE="$PYTHON cannot import torch"
+    return 1
+  fi
+  cat "$REPORTS/environment.txt"
+  GPUS="$(sed -n 's/^gpus //p' "$REPORTS/environment.txt")"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+  echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
+  echo "cmake: $(cmake --version | head -n1); ninja: $(ninja --version 2>/dev/null || echo 'not found'); c++: $(c++ --version | head -n1)"
+  if ! "$PYTHON" -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then
+    PYTHON_EXT=OFF
+    echo "skipped: the Python extension xllm_kernel._C (no Python.h for $PYTHON_PATH)"
+  fi
+  NOTE="torch $(sed -n 's/^torch \([^ ]*\).*/\1/p' "$REPORTS/environment.txt"), $GPUS GPU(s)"
+}
+
+phase_configure() {
+  # Only the bundle's pkg-config files, with the bundle's pkg-config.
+  export PKG_CONFIG_LIBDIR="$BUNDLE/root/usr/lib/x86_64-linux-gnu/pkgconfig:$BUNDLE/root/usr/share/pkgconfig"
+  unset PKG_CONFIG_PATH
+  local usr="$BUNDLE/root/usr" generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  limited cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$PYTHON_PATH" -DXLLM_KERNEL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES" \
+    -DXLLM_KERNEL_BUILD_PYTHON="$PYTHON_EXT" -DCMAKE_PREFIX_PATH="$usr" -DPKG_CONFIG_EXECUTABLE="$BUNDLE/bin/pkg-config" \
+    -DGTest_DIR="$usr/lib/x86_64-linux-gnu/cmake/GTest" -DCLI11_DIR="$usr/share/cmake/CLI11" \
+    -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" >"$REPORTS/configure.log" 2>&1
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    tail -n 30 "$REPORTS/configure.log"
+    NOTE="cmake failed (configure.log)"
+    return "$rc"
+  fi
+  grep -E '^-- (xllm_kernel|Found GTest|Found nlohmann|Found Python3|Found CUDAToolkit)' "$REPORTS/configure.log"
+  # Where each third-party package came from.
+  local outside=0 var value
+  for var in PKG_CONFIG_EXECUTABLE HWY_INCLUDE_DIRS pkgcfg_lib_HWY_hwy GTest_DIR CLI11_DIR nlohmann_json_DIR; do
+    value="$(sed -n "s/^$var:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt" | head -n1)"
+    [ -n "$value" ] && value="$(realpath -m -s "$value")"
+    local where="the bundle"
+    case "$value" in "$BUNDLE"/*) ;; *) where="NOT the bundle"; outside=1 ;; esac
+    printf '  %-22s %s (%s)\n' "$var" "$value" "$where"
   done
-done
+  if [ "$outside" -ne 0 ] && [ "${VERIFY_BUNDLE:-0}" = 1 ]; then
+    NOTE="a package was found outside the bundle"
+    return 1
+  fi
+  NOTE="packages from the bundle"
+  [ "$outside" -eq 0 ] || NOTE="some packages from the system"
+}
 
-for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
-  for mode in eager graph; do
-    step "benchmark: $op, cuda, $mode, bfloat16"
-    "$BUILD_DIR/xllm-kernel-benchmark" --operation "$op" --device cuda --mode "$mode" --implementation all \
-      --tokens 1,16,128,1024,4096,16384 --hidden 4096,8192 --dtype bfloat16 --weight-dtype input \
-      --iterations 30 --warmup 5 --copy-bytes 1073741824 --revision "$REVISION" \
-      --output "$REPORT_DIR/benchmark-$op-$mode.json" --markdown "$REPORT_DIR/benchmark-$op-$mode.md" || status=1
+phase_build() {
+  limited cmake --build "$BUILD_DIR" -j "$JOBS" >"$REPORTS/build.log" 2>&1
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    grep -E -B2 -A12 'error|FAILED' "$REPORTS/build.log" | head -n 60
+    NOTE="build failed (build.log)"
+    return "$rc"
+  fi
+  local built=()
+  for f in libxllm_kernel.so libxllm_kernel_cuda.so xllm-kernel-info xllm-kernel-numerics xllm-kernel-benchmark \
+           test/cuda/xllm_kernel_cuda_test; do
+    [ -e "$BUILD_DIR/$f" ] && built+=("${f##*/}")
   done
-done
-echo; echo "reports in $REPORT_DIR/ (status $status)"
-exit "$status"
+  ls "$BUILD_DIR"/python/xllm_kernel/_C*.so >/dev/null 2>&1 && built+=("xllm_kernel._C")
+  echo "built: ${built[*]}"
+  [ "$PYTHON_EXT" = ON ] || echo "skipped: xllm_kernel._C (no Python headers)"
+  if [ ! -e "$BUILD_DIR/libxllm_kernel_cuda.so" ]; then
+    NOTE="no CUDA plugin"
+    return 1
+  fi
+}
+
+phase_tests() {
+  local dir="$BUILD_DIR/test/cuda"
+  [ "$CPU_TESTS" = 1 ] && dir="$BUILD_DIR"
+  echo "ctest in $dir"
+  # The GPU tests' lists come from this machine's registry (DISCOVERY_MODE PRE_TEST): drop lists an
+  # earlier run elsewhere (without a GPU) left behind.
+  rm -f "$BUILD_DIR"/test/cuda/*_tests.cmake
+  # The bundle's libhwy stands in for an installed one (the installed-package test links against
+  # the installed libxllm_kernel.so, which needs it).
+  export LD_LIBRARY_PATH="$BUNDLE/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  limited ctest --test-dir "$dir" -j "$JOBS" --timeout 300 --output-on-failure \
+    --output-junit "$REPORTS/ctest.xml" >"$REPORTS/ctest.log" 2>&1
+  local rc=$?
+  grep -E '^[0-9]+% tests passed|^The following tests|^\s+[0-9]+ - |Total Test time' "$REPORTS/ctest.log"
+  [ "$rc" -eq 0 ] || NOTE="ctest exit $rc (ctest.log)"
+  return "$rc"
+}
+
+operations() { "$BUILD_DIR/xllm-kernel-info" --operations-list; }
+
+phase_numerics() {
+  if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  local op mode rc bad=0
+  for op in $(operations); do
+    for mode in eager graph; do
+      local args=(--operation "$op" --device cuda --mode "$mode" --implementation all --revision "$REVISION"
+                  --output "$REPORTS/numerics-$op-$mode.json" --markdown "$REPORTS/numerics-$op-$mode.md")
+      supports numerics "$op" --layout && args+=(--layout contiguous,strided,3d)
+      limited "$BUILD_DIR/xllm-kernel-numerics" "${args[@]}" >"$REPORTS/numerics-$op-$mode.log" 2>&1
+      rc=$?
+      echo "  $op $mode: exit $rc"
+      [ "$rc" -eq 0 ] || { bad=1; tail -n 5 "$REPORTS/numerics-$op-$mode.log"; }
+      [ "$rc" -ne 124 ] || return 124
+    done
+  done
+  [ "$bad" -eq 0 ] || NOTE="a numerics run did not pass"
+  return "$bad"
+}
+
+phase_benchmark() {
+  if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  local op mode rc bad=0
+  for op in $(operations); do
+    for mode in eager graph; do
+      local args=(--operation "$op" --device cuda --mode "$mode" --implementation all --revision "$REVISION"
+                  --output "$REPORTS/benchmark-$op-$mode.json" --markdown "$REPORTS/benchmark-$op-$mode.md")
+      supports benchmark "$op" --tokens && args+=(--tokens 1,128,8192)
+      supports benchmark "$op" --hidden && args+=(--hidden 4096)
+      supports benchmark "$op" --dtype && args+=(--dtype bfloat16,float16,float32)
+      supports benchmark "$op" --weight-dtype && args+=(--weight-dtype input)
+      limited "$BUILD_DIR/xllm-kernel-benchmark" "${args[@]}" >"$REPORTS/benchmark-$op-$mode.log" 2>&1
+      rc=$?
+      echo "  $op $mode: exit $rc"
+      [ "$rc" -eq 0 ] || { bad=1; tail -n 5 "$REPORTS/benchmark-$op-$mode.log"; }
+      [ "$rc" -ne 124 ] || return 124
+    done
+  done
+  [ "$bad" -eq 0 ] || NOTE="a benchmark run did not pass"
+  return "$bad"
+}
+
+phase environment phase_environment
+if [ "$FAILED" -eq 0 ]; then
+  phase configure phase_configure
+  [ "$FAILED" -eq 0 ] && phase build phase_build
+  if [ "$FAILED" -eq 0 ]; then
+    phase tests phase_tests
+    phase numerics phase_numerics
+    phase benchmark phase_benchmark
+  fi
+fi
+
+# ---- verdict: phase times, then one table read from the reports ----
+echo
+echo "== phases"
+awk -F'\t' '{ printf "  %-12s %5d s  %s\n", $1, $2, $3 }' "$REPORTS/phases.tsv"
+echo "  total        $(($(date +%s) - T0)) s"
+if [ "$GPUS" -eq 0 ] && [ "${ALLOW_NO_GPU:-0}" != 1 ]; then NO_GPU_EXIT=3; else NO_GPU_EXIT=0; fi
+TESTS_SCOPE="CUDA tests"
+[ "$CPU_TESTS" = 1 ] && TESTS_SCOPE="all tests"
+"$PYTHON" - "$REPORTS" "$(($(date +%s) - T0))" "$FAILED" "$NO_GPU_EXIT" "$TESTS_SCOPE" <<'EOF'
+import glob, json, os, re, sys
+import xml.etree.ElementTree as ET
+
+reports, seconds, failed, no_gpu_exit, scope = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rows = []
+phases = {}
+for line in open(os.path.join(reports, "phases.tsv")):
+    name, _, status = line.rstrip("\n").split("\t")
+    phases[name] = status
+env = open(os.path.join(reports, "environment.txt")).read() if os.path.exists(os.path.join(reports, "environment.txt")) else ""
+torch = re.search(r"^torch (\S+)", env, re.M)
+gpu = re.search(r"^gpu 0 (.*)$", env, re.M)
+title = "torch %s, %s, %d s" % (torch.group(1) if torch else "?", gpu.group(1) if gpu else "no GPU", seconds)
+
+# Tests: ctest's JUnit report.
+junit = os.path.join(reports, "ctest.xml")
+if os.path.exists(junit):
+    passed = failed_tests = skipped = 0
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        status = case.get("status", "")
+        if case.find("failure") is not None or status == "fail":
+            failed_tests += 1
+        elif case.find("skipped") is not None or status in ("notrun", "disabled"):
+            skipped += 1
+        else:
+            passed += 1
+    rows.append(("ctest, " + scope, "%d passed, %d failed, %d skipped" % (passed, failed_tests, skipped)))
+else:
+    rows.append(("ctest, " + scope, phases.get("tests", "not run")))
+
+def load(pattern):
+    out = []
+    for path in sorted(glob.glob(os.path.join(reports, pattern))):
+        try:
+            out.append(json.load(open(path)))
+        except (OSError, ValueError) as e:
+            rows.append((os.path.basename(path), "unreadable: %s" % e))
+    return out
+
+# Numerics: cases passed per implementation, per mode.
+numerics = load("numerics-*.json")
+if numerics:
+    per_impl = {}
+    for r in numerics:
+        for impl in r.get("implementations", []):
+            name = impl["implementation"]["name"]
+            c = impl.get("coverage", {})
+            text = "%s %d/%d" % (r["mode"], c.get("passed", 0), c.get("cases", 0))
+            if c.get("failed"):
+                text += " (%d FAILED)" % c["failed"]
+            if impl.get("excluded_reason"):
+                text += " (excluded: %s)" % impl["excluded_reason"]
+            per_impl.setdefault(name, []).append(text)
+    for name, texts in per_impl.items():
+        rows.append(("numerics " + name, ", ".join(texts)))
+else:
+    rows.append(("numerics", phases.get("numerics", "not run")))
+
+# Benchmark: per operation at 8192 x 4096, eager, each non-torch implementation: % of the in-run
+# copy bandwidth and speed-up over the torch solution (cuda.torch).
+short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+bench = [r for r in load("benchmark-*.json") if r.get("mode") == "eager"]
+if bench:
+    for r in bench:
+        per_impl = {}
+        for row in r.get("results", []):
+            p = row.get("parameters", {})
+            if p.get("tokens") != 8192 or p.get("hidden") != 4096 or row.get("status") != "timed":
+                continue
+            if row.get("implementation_detail", {}).get("solution") == "torch":
+                continue
+            x = row.get("speedup_vs_torch")
+            per_impl.setdefault(row["implementation"], []).append(
+                "%s %.0f%%, %s" % (short.get(p.get("dtype"), p.get("dtype", "?")), row["percent_of_copy"],
+                                  "%.2fx" % x if x is not None else "no torch"))
+        if not per_impl:
+            rows.append((r["operation"] + " 8192x4096", "nothing timed"))
+        for name, texts in per_impl.items():
+            rows.append((name + " 8192x4096", "; ".join(texts) + " (% of copy, x cuda.torch)"))
+else:
+    rows.append(("benchmark", phases.get("benchmark", "not run")))
+
+bad = [name for name, status in phases.items() if not (status.startswith("ok") or status.startswith("skipped"))]
+no_gpu = any(status == "skipped: no GPU" for status in phases.values())
+if failed or bad:
+    verdict, code = "FAILED: " + ", ".join(bad), 1
+elif no_gpu:
+    verdict, code = "passed without a GPU (the GPU phases did not run)", no_gpu_exit
+else:
+    verdict, code = "passed", 0
+rows.append(("verdict", verdict))
+
+width = max(len(name) for name, _ in rows)
+lines = ["== verdict: " + title, "| %s | result |" % "check".ljust(width), "|%s|---|" % ("-" * (width + 2))]
+lines += ["| %s | %s |" % (name.ljust(width), text) for name, text in rows]
+text = "\n".join(lines)
+open(os.path.join(reports, "verdict.md"), "w").write(text + "\n")
+json.dump({"title": title, "phases": phases, "rows": [{"check": n, "result": t} for n, t in rows], "exit_code": code},
+          open(os.path.join(reports, "summary.json"), "w"), indent=2)
+print()
+print(text)
+sys.exit(code)
+EOF
+rc=$?
+if [ -n "${OUT:-}" ]; then
+  # The device tool brings back a few files: the log, the verdict, the summary and one archive.
+  (cd "$REPORTS" && find . -maxdepth 1 -type f ! -name gpu-check.log ! -name verdict.md ! -name summary.json \
+      ! -name gpu-check-reports.tar.gz -printf '%P\n' | tar czf gpu-check-reports.tar.gz -T - --remove-files)
+fi
+exit "$rc"

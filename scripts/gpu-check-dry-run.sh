@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The dry run of the GPU check, here: scripts/gpu-check.sh as the GPU test machine would run it,
+# minus the GPU. Needs root (or user namespaces) for unshare.
+#   1. a second virtual environment with the GPU machine's torch (2.11.0, as it is there: numpy,
+#      pytest, pybind11 beside it), kept in the user cache like the main one; made with the network
+#      the first time, reused after;
+#   2. the bundle (scripts/device-bundle.sh) when .device/ is missing;
+#   3. the check itself in new network and mount namespaces (unshare -n -m): no network at all, and
+#      the system's copies of the bundled packages (Highway, GoogleTest, CLI11, nlohmann-json,
+#      pkg-config) hidden under empty mounts, so the build can only use the bundle; it builds
+#      everything against torch 2.11, runs every test (CPU_TESTS=1: the GPU tests skip, saying why),
+#      reports the numerics and benchmark phases as "no GPU", and must exit 0.
+#
+#   bash scripts/gpu-check-dry-run.sh         # or: bash scripts/gpu-check.sh --dry-run
+#
+# Environment: XLLM_KERNEL_DRY_RUN_VENV (~/.cache/xllm-kernel/venv-torch2.11.0), BUILD_DIR
+# (build-gpu-dry-run), REPORT_DIR (gpu-reports-dry-run), JOBS, BUDGET_S (the check's; default 10800
+# here, where the build has few cores), HIDE_CCACHE (0: 1 hides ccache too, as on the GPU machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TORCH_VERSION="2.11.0"
+VENV="${XLLM_KERNEL_DRY_RUN_VENV:-$HOME/.cache/xllm-kernel/venv-torch$TORCH_VERSION}"
+log() { echo "[dry-run] $*" >&2; }
+start=$(date +%s)
+
+# 1. torch 2.11.0 (may use the network).
+if ! "$VENV/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION into $VENV (large download the first time)"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" >&2
+fi
+"$VENV/bin/python" -c "import numpy, pytest, pybind11" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q numpy pytest pybind11 >&2
+log "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
+
+# 2. the bundle.
+[ -f .device/MANIFEST ] || bash scripts/device-bundle.sh >&2
+
+# 3. the check, offline, seeing only the bundle.
+if ! unshare -n true 2>/dev/null; then
+  log "unshare -n is not permitted here (needs root or unprivileged user namespaces)"
+  exit 1
+fi
+HIDDEN=(/usr/include/hwy /usr/include/gtest /usr/include/gmock /usr/include/CLI /usr/include/nlohmann
+        /usr/lib/x86_64-linux-gnu/cmake/hwy /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/share/cmake/CLI11
+        /usr/share/cmake/nlohmann_json /usr/lib/x86_64-linux-gnu/pkgconfig /usr/share/pkgconfig /usr/src/googletest)
+[ "${HIDE_CCACHE:-0}" = 1 ] && HIDDEN+=(/usr/bin/ccache)
+HIDDEN+=(/usr/bin/pkg-config /usr/bin/pkgconf /usr/bin/x86_64-linux-gnu-pkg-config)
+HIDDEN+=(/usr/lib/x86_64-linux-gnu/libhwy* /usr/lib/x86_64-linux-gnu/libgtest* /usr/lib/x86_64-linux-gnu/libgmock*)
+log "running scripts/gpu-check.sh without network, system copies hidden: ${HIDDEN[*]}"
+set +e
+unshare -n -m -- env HIDDEN_PATHS="${HIDDEN[*]}" PYTHON="$VENV/bin/python" BUILD_DIR="${BUILD_DIR:-build-gpu-dry-run}" \
+  OUT= REPORTS_DIR="${REPORT_DIR:-gpu-reports-dry-run}" CPU_TESTS=1 ALLOW_NO_GPU=1 VERIFY_BUNDLE=1 \
+  BUDGET_S="${BUDGET_S:-10800}" bash -c '
+    set -e
+    for path in $HIDDEN_PATHS; do
+      [ -e "$path" ] || continue
+      if [ -d "$path" ] && [ ! -L "$path" ]; then mount -t tmpfs -o ro,size=4k none "$path"
+      else mount --bind /dev/null "$path"; fi
+    done
+    # No network: only a loopback device, and down.
+    if ip -o link show 2>/dev/null | grep -v " lo:" | grep -q .; then echo "[dry-run] a network device is visible" >&2; exit 1; fi
+    if python3 -c "import socket; socket.create_connection((\"pypi.org\", 443), timeout=3)" 2>/dev/null; then
+      echo "[dry-run] the network is reachable" >&2; exit 1
+    fi
+    echo "[dry-run] no network: $(ip -o link show 2>/dev/null | cut -d: -f2 | xargs echo) (no route out)"
+    exec bash scripts/gpu-check.sh'
+rc=$?
+set -e
+log "gpu-check.sh exited $rc; dry run took $(($(date +%s) - start)) s"
+exit "$rc"
