@@ -112,7 +112,7 @@ ProbeResult probe_torch_cuda() {
 
 ProbeResult probe_cuda_plugin() {
   // The plugin holds sm_80 and sm_90 code (and compute_90 PTX for newer GPUs).
-  constexpr int kMinCapability = 80;
+  constexpr int kMinCapability = detail::kCudaPluginMinCapability;
   const detail::CudaDriver& driver = detail::cuda_driver();
   if (!driver.missing.empty()) return ProbeResult::missing(driver.missing);
   if (driver.best_capability() < kMinCapability) {

@@ -18,6 +18,7 @@ using Launcher = cudaError_t (*)(const cuda::ActivationParams&, cudaStream_t);
 template <Launcher kLaunch>
 at::Tensor native_gated(const char* op, const at::Tensor& input) {
   const int64_t d = check_input(op, input, c10::DeviceType::CUDA);
+  bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(output_shape(input), input.options());
   cuda::ActivationParams p;

@@ -7,48 +7,26 @@
 #include <c10/util/Exception.h>
 
 #include "csrc/cuda/normalization/normalization.h"
-#include "src/core/cuda_driver.h"
+#include "src/ops/common/cuda/launch.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
 namespace xllm_kernel::normalization {
 namespace {
 
-cuda::DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return cuda::DType::kFloat32;
-    case at::kBFloat16: return cuda::DType::kBFloat16;
-    case at::kHalf: return cuda::DType::kFloat16;
-    default: TORCH_CHECK(false, "native cuda normalization: unsupported dtype ", t);  // checked before
-  }
-}
-
 cuda::NormParams common(const at::Tensor& input, const at::Tensor& weight, double eps) {
   cuda::NormParams p;
-  p.dtype = to_dtype(input.scalar_type());
-  p.weight_dtype = to_dtype(weight.scalar_type());
+  p.dtype = bridge::kernel_dtype(input.scalar_type());
+  p.weight_dtype = bridge::kernel_dtype(weight.scalar_type());
   p.hidden = input.size(-1);
   p.weight = weight.const_data_ptr();
   p.eps = eps;
   return p;
 }
 
-// The plugin loads where any device is sm_80+; each call checks the device its input is on.
-void check_capability(const char* op, const at::Tensor& input) {
-  const detail::CudaDriver& driver = detail::cuda_driver();
-  TORCH_CHECK(driver.capable(input.get_device(), detail::kCudaPluginMinCapability), op, ": cuda.native.", op,
-              " needs a device of compute capability >= 8.0, but the input's device ",
-              driver.capability_shortfall(input.get_device(), detail::kCudaPluginMinCapability));
-}
-
-void check_launch(const char* op, cudaError_t status) {
-  TORCH_CHECK(status == cudaSuccess, op, ": cuda.native kernel failed to launch: ", cudaGetErrorName(status), " (",
-              cudaGetErrorString(status), ")");
-}
-
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
   check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
-  check_capability("rms_norm", input);
+  bridge::check_capability("rms_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
@@ -56,13 +34,13 @@ at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, do
                              cuda::kMaxRowDims, p.row_sizes, p.rows);
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
-  check_launch("rms_norm", cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch("rms_norm", cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
   check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
-  check_capability("fused_add_rms_norm", input);
+  bridge::check_capability("fused_add_rms_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   cuda::NormParams p = common(input, weight, eps);
   p.row_ndim = describe_rows("fused_add_rms_norm", input,
@@ -70,13 +48,13 @@ void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at
                              p.row_sizes, p.rows);
   p.input = input.mutable_data_ptr();
   p.residual = residual.mutable_data_ptr();
-  check_launch("fused_add_rms_norm", cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch("fused_add_rms_norm", cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
   check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
-  check_capability("layer_norm", input);
+  bridge::check_capability("layer_norm", input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
@@ -85,7 +63,7 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
-  check_launch("layer_norm", cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch("layer_norm", cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 
