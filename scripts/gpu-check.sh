@@ -190,8 +190,11 @@ phase_tests() {
   [ "$CPU_TESTS" = 1 ] && dir="$BUILD_DIR"
   echo "ctest in $dir"
   # The GPU tests' lists come from this machine's registry (DISCOVERY_MODE PRE_TEST): drop lists an
-  # earlier run elsewhere (without a GPU) left behind.
-  rm -f "$BUILD_DIR"/test/cuda/*_tests.cmake
+  # earlier run elsewhere (without a GPU) left behind. (Lists discovered after the build stay.)
+  local include
+  for include in "$BUILD_DIR"/test/cuda/*_include.cmake; do
+    grep -q gtest_discover_tests_impl "$include" 2>/dev/null && rm -f "${include%_include.cmake}_tests.cmake"
+  done
   # The bundle's libhwy stands in for an installed one (the installed-package test links against
   # the installed libxllm_kernel.so, which needs it).
   export LD_LIBRARY_PATH="$BUNDLE/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
