@@ -28,37 +28,49 @@ namespace hn = hwy::HWY_NAMESPACE;
 // u > 17.3 on anyway); for u < -88 the result is -0 (the exact value is below 2^-126 |a|; a
 // division would give NaN for a = -inf). A NaN a gives NaN through the division, whatever Min
 // and the comparison make of it (their NaN rules differ between targets).
+// kFast (bfloat16 results): e^-u from the degree-3 ExpNegFastParts. The division stays: it is not
+// what limits the loop, and a / 1 keeps large a exact.
+template <bool kFast>
 HWY_INLINE VF TimesSigmoid(VF a, VF u) {
   const DF d;
-  const VF x = hn::Neg(hn::Min(u, hn::Set(d, -kExpInRangeMin)));
+  const VF m = hn::Min(u, hn::Set(d, -kExpInRangeMin));
   VF er, pow2n;
-  ExpParts<false>(d, x, x, er, pow2n);
+  if constexpr (kFast) {
+    ExpNegFastParts(d, m, er, pow2n);
+  } else {
+    const VF x = hn::Neg(m);
+    ExpParts<false>(d, x, x, er, pow2n);
+  }
   const VF s = hn::Div(a, hn::MulAdd(er, pow2n, hn::Set(d, 1.0f)));
   return hn::IfThenElse(hn::Lt(u, hn::Set(d, -kExpInRangeMax)), hn::Set(d, -0.0f), s);
 }
 
+template <bool kFast>
 struct Silu {
-  HWY_INLINE VF operator()(VF a) const { return TimesSigmoid(a, a); }
+  HWY_INLINE VF operator()(VF a) const { return TimesSigmoid<kFast>(a, a); }
 };
 
 // 0.5 a (1 + tanh(v)) = a * sigmoid(2 v), v = sqrt(2 / pi) (a + 0.044715 a^3): no tanh needed,
 // and no cancellation in 1 + tanh(v) for negative a.
+template <bool kFast>
 struct GeluTanh {
   HWY_INLINE VF operator()(VF a) const {
     const DF d;
     const VF k0 = hn::Set(d, 1.5957691216057308f);  // 2 sqrt(2 / pi)
     const VF k1 = hn::Set(d, 0.0713548162726f);     // 2 sqrt(2 / pi) 0.044715
     const VF u = hn::Mul(a, hn::MulAdd(k1, hn::Mul(a, a), k0));
-    return TimesSigmoid(a, u);
+    return TimesSigmoid<kFast>(a, u);
   }
 };
 
 // a * Phi(a). For a < -13.25, Phi(a) is 0 (NormalCdfNotNaN) and the result is -0 (a * 0 would be
 // NaN for a = -inf). A NaN a gives NaN through the product.
+template <bool kFast>
 struct Gelu {
   HWY_INLINE VF operator()(VF a) const {
     const DF d;
-    return hn::IfThenElse(hn::Lt(a, hn::Set(d, -13.25f)), hn::Set(d, -0.0f), hn::Mul(a, NormalCdfNotNaN(d, a)));
+    const VF phi = kFast ? NormalCdfFastNotNaN(d, a) : NormalCdfNotNaN(d, a);
+    return hn::IfThenElse(hn::Lt(a, hn::Set(d, -13.25f)), hn::Set(d, -0.0f), hn::Mul(a, phi));
   }
 };
 
@@ -71,9 +83,9 @@ struct Gelu {
 // Their results are rounded without the NaN guard of Bf16UpperFromF32: the only NaNs are from
 // bf16 inputs (whose payload is in the upper half, which the rounding bias cannot carry out of)
 // or the FPU's default NaN.
-template <class Act, bool kStream, typename T>
+template <template <bool> class Act, bool kStream, typename T>
 HWY_INLINE void GatedRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size) {
-  const Act act;
+  const Act<std::is_same_v<T, bfloat16_t>> act;  // the cheaper math where results round to bf16
   const DF d;
   const size_t n = hn::Lanes(d);
   const T* HWY_RESTRICT b = x + d_size;
@@ -101,7 +113,7 @@ HWY_INLINE void GatedRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_si
   }
 }
 
-template <class Act, typename T>
+template <template <bool> class Act, typename T>
 void GatedRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   const size_t d_size = static_cast<size_t>(p.d);
   const T* input = static_cast<const T*>(p.input);
@@ -120,7 +132,7 @@ void GatedRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   if (stream) hwy::FlushStream();  // order the non-temporal stores before returning
 }
 
-template <class Act>
+template <template <bool> class Act>
 void GatedRows(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   switch (p.dtype) {
     case DType::kFloat32: return GatedRowsT<Act, float>(p, row_begin, row_end);
@@ -150,14 +162,29 @@ struct ExpFn {
 struct NormalCdfFn {
   HWY_INLINE VF operator()(VF a) const { return NormalCdf(DF(), a); }
 };
+struct ExpNegFastFn {
+  HWY_INLINE VF operator()(VF a) const {
+    VF er, pow2n;
+    ExpNegFastParts(DF(), hn::Neg(a), er, pow2n);
+    return hn::Mul(er, pow2n);
+  }
+};
+struct NormalCdfFastFn {
+  HWY_INLINE VF operator()(VF a) const { return hn::IfThenElse(hn::IsNaN(a), a, NormalCdfFastNotNaN(DF(), a)); }
+};
 
 void ActivationMathF32(int f, const float* in, float* out, size_t count) {
   switch (static_cast<detail::ActivationMath>(f)) {
-    case detail::ActivationMath::kSilu: return MapF32(Silu(), in, out, count);
-    case detail::ActivationMath::kGelu: return MapF32(Gelu(), in, out, count);
-    case detail::ActivationMath::kGeluTanh: return MapF32(GeluTanh(), in, out, count);
+    case detail::ActivationMath::kSilu: return MapF32(Silu<false>(), in, out, count);
+    case detail::ActivationMath::kGelu: return MapF32(Gelu<false>(), in, out, count);
+    case detail::ActivationMath::kGeluTanh: return MapF32(GeluTanh<false>(), in, out, count);
     case detail::ActivationMath::kExp: return MapF32(ExpFn(), in, out, count);
     case detail::ActivationMath::kNormalCdf: return MapF32(NormalCdfFn(), in, out, count);
+    case detail::ActivationMath::kSiluFast: return MapF32(Silu<true>(), in, out, count);
+    case detail::ActivationMath::kGeluFast: return MapF32(Gelu<true>(), in, out, count);
+    case detail::ActivationMath::kGeluTanhFast: return MapF32(GeluTanh<true>(), in, out, count);
+    case detail::ActivationMath::kExpFast: return MapF32(ExpNegFastFn(), in, out, count);
+    case detail::ActivationMath::kNormalCdfFast: return MapF32(NormalCdfFastFn(), in, out, count);
   }
 }
 

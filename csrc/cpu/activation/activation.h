@@ -30,6 +30,12 @@
 //   gelu_tanh  (8 + 4 |u|) ulp, u = 2 sqrt(2 / pi) (a + 0.044715 a^3): a / (1 + e^-u), where u's
 //              own rounding (a few ulps) is scaled by |u| in e^-u; |u| > 20 only where the
 //              result is below 2e-9 |a|
+// bfloat16 results (unit roundoff 2^-8) come from cheaper forms of the same functions, a degree-3
+// e^x and, for gelu, a degree-4 R(t) (ExpNegFastParts and
+// NormalCdfFastNotNaN in csrc/cpu/common/math-inl.h): silu 1.5e-4, gelu 2.5e-4, gelu_tanh
+// 1.5e-4 + (8 + 4 |u|) float32 ulps, all below 2^-10, so a bf16 result is within 0.75 ulp of the
+// exact value (the float32 forms: 0.5 ulp plus a few float32 ulps). float32 and float16 results use the
+// forms above.
 // None of these cancels: results keep their relative accuracy where they are tiny (large
 // negative a), unlike 1 + erf or 1 + tanh evaluated in float32.
 //
@@ -84,6 +90,12 @@ enum class ActivationMath : int {
   kGeluTanh = 2,  // gelu_tanh(a)
   kExp = 3,       // e^a for a in [-87.5, 88] (ExpInRange; unspecified outside)
   kNormalCdf = 4,  // Phi(a) = 0.5 (1 + erf(a / sqrt(2)))
+  // The cheaper forms the bfloat16 kernels use.
+  kSiluFast = 5,
+  kGeluFast = 6,
+  kGeluTanhFast = 7,
+  kExpFast = 8,        // e^a for a in [-88, 87.5] (ExpNegFastParts; unspecified outside)
+  kNormalCdfFast = 9,  // Phi(a) (NormalCdfFastNotNaN; NaN gives NaN)
 };
 
 // out[i] = f(in[i]) for i < n (any n; in and out may be the same array).

@@ -50,9 +50,14 @@ Status RunOp(Op op, const ActivationParams& p, int64_t b, int64_t e) {
   return Status::invalid("unknown op");
 }
 
-Math MathOf(Op op) {
+// fast: the cheaper forms of the bfloat16 kernels.
+Math MathOf(Op op, bool fast = false) {
+  if (fast) return op == Op::kSilu ? Math::kSiluFast : op == Op::kGelu ? Math::kGeluFast : Math::kGeluTanhFast;
   return op == Op::kSilu ? Math::kSilu : op == Op::kGelu ? Math::kGelu : Math::kGeluTanh;
 }
+
+// The kernels of this dtype use the cheaper forms.
+bool FastFor(DType t) { return t == DType::kBFloat16; }
 
 // ---------------------------------------------------------------- float64 references
 
@@ -94,12 +99,17 @@ constexpr double kSiluRel = 5.0e-7;
 constexpr double kGeluRel = 2.0e-6;
 // gelu_tanh is a / (1 + e^-u): u's own rounding (a few ulps) is scaled by |u| in e^-u.
 double GeluTanhRel(double a) { return (8.0 + 4.0 * std::fabs(GeluTanhArg(a))) * kU32; }
+// The bfloat16 kernels' cheaper forms (below 2^-10, a quarter of bf16's unit roundoff).
+constexpr double kExpFastRel = 1.3e-4;
+constexpr double kNormalCdfFastRel = 2.5e-4;
+constexpr double kSiluFastRel = 1.5e-4;
+constexpr double kGeluFastRel = 2.5e-4;
 
-double Rel(Op op, double a) {
+double Rel(Op op, double a, bool fast = false) {
   switch (op) {
-    case Op::kSilu: return kSiluRel;
-    case Op::kGelu: return kGeluRel;
-    case Op::kGeluTanh: return GeluTanhRel(a);
+    case Op::kSilu: return fast ? kSiluFastRel : kSiluRel;
+    case Op::kGelu: return fast ? kGeluFastRel : kGeluRel;
+    case Op::kGeluTanh: return (fast ? kSiluFastRel : 0.0) + GeluTanhRel(a);
   }
   return 0.0;
 }
@@ -190,8 +200,8 @@ TEST_P(MathBounds, NormalCdfAgainstErfAndErfc) {
   EXPECT_EQ(out[6], 0.0f);
 }
 
-void CheckActivationSweep(Op op, double lo, double hi, int64_t target) {
-  const Sweep s = RunMath(MathOf(op), lo, hi, 2000001, Binades(-40, 7, 4096));
+void CheckActivationSweep(Op op, double lo, double hi, int64_t target, bool fast = false) {
+  const Sweep s = RunMath(MathOf(op, fast), lo, hi, 2000001, Binades(-40, 7, 4096));
   double worst = 0.0;  // error / bound
   float at = 0.0f;
   int64_t bad = 0;
@@ -199,27 +209,73 @@ void CheckActivationSweep(Op op, double lo, double hi, int64_t target) {
     const double a = s.in[i];
     const double want = RefAct(op, a);
     const double err = std::fabs(s.out[i] - want);
-    const double bound = std::fabs(want) >= Floor(a) ? Rel(op, a) * std::fabs(want) : Floor(a);
+    const double bound = std::fabs(want) >= Floor(a) ? Rel(op, a, fast) * std::fabs(want) : Floor(a);
     if (!(err <= worst * bound)) worst = err / bound, at = s.in[i];
     if (!(err <= bound) && bad++ < 5) {
       ADD_FAILURE() << Name(op) << "(" << a << "): got " << s.out[i] << " want " << want << " bound " << bound;
     }
   }
   EXPECT_EQ(bad, 0);
-  std::printf("[%s] %s: max error / bound %.3f at %.9g\n", hwy::TargetName(target), Name(op), worst, at);
+  std::printf("[%s] %s%s: max error / bound %.3f at %.9g\n", hwy::TargetName(target), Name(op),
+              fast ? " (bf16 form)" : "", worst, at);
 }
 
 TEST_P(MathBounds, Silu) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam()); }
 TEST_P(MathBounds, Gelu) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam()); }
 TEST_P(MathBounds, GeluTanh) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam()); }
+TEST_P(MathBounds, SiluFast) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam(), true); }
+TEST_P(MathBounds, GeluFast) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam(), true); }
+TEST_P(MathBounds, GeluTanhFast) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam(), true); }
+
+TEST_P(MathBounds, ExpFast) {
+  const Sweep s = RunMath(Math::kExpFast, -87.5, 88.0, 2000001, {0.0f, -0.0f, 1.0f, -1.0f, 0.34657359f, -0.34657359f});
+  double worst = 0.0;
+  float at = 0.0f;
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    const double want = std::exp(static_cast<double>(s.in[i]));
+    const double rel = std::fabs(s.out[i] - want) / want;
+    if (!(rel <= worst)) worst = rel, at = s.in[i];
+  }
+  EXPECT_LE(worst, kExpFastRel) << "at " << at;
+  EXPECT_GT(worst, kExpRel) << "the bf16 form is expected to be the cheaper, coarser one";
+  std::printf("[%s] exp (bf16 form): max relative error %.3g at %.9g\n", hwy::TargetName(GetParam()), worst, at);
+}
+
+TEST_P(MathBounds, NormalCdfFast) {
+  const Sweep s = RunMath(Math::kNormalCdfFast, -13.5, 13.5, 2700001, Binades(-30, 0, 64));
+  double worst = 0.0;
+  float at = 0.0f;
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    const double a = s.in[i];
+    const double want = Phi(a);
+    if (want >= kMinNormal) {
+      const double rel = std::fabs(s.out[i] - want) / want;
+      if (!(rel <= worst)) worst = rel, at = s.in[i];
+    } else {
+      EXPECT_LE(std::fabs(s.out[i] - want), kMinNormal) << "at " << a;
+    }
+  }
+  EXPECT_LE(worst, kNormalCdfFastRel) << "at " << at;
+  const float special[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e30f, -1e30f};
+  float out[7];
+  detail::activation_math(Math::kNormalCdfFast, special, out, 7);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_NEAR(out[3], 0.5f, 0.5 * kNormalCdfFastRel);
+  EXPECT_NEAR(out[4], 0.5f, 0.5 * kNormalCdfFastRel);
+  EXPECT_EQ(out[5], 1.0f);
+  EXPECT_EQ(out[6], 0.0f);
+  std::printf("[%s] normal cdf (bf16 form): max relative error %.3g at %.9g\n", hwy::TargetName(GetParam()), worst, at);
+}
 
 TEST_P(MathBounds, SpecialValues) {
   const float in[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f, 3e38f, -3e38f, 1e-40f, -1e-40f};
   constexpr size_t n = sizeof(in) / sizeof(in[0]);
-  for (Op op : {Op::kSilu, Op::kGelu, Op::kGeluTanh}) {
-    SCOPED_TRACE(Name(op));
+  for (Op op : {Op::kSilu, Op::kGelu, Op::kGeluTanh}) for (bool fast : {false, true}) {
+    SCOPED_TRACE(std::string(Name(op)) + (fast ? " (bf16 form)" : ""));
     float out[n];
-    detail::activation_math(MathOf(op), in, out, n);
+    detail::activation_math(MathOf(op, fast), in, out, n);
     EXPECT_TRUE(std::isnan(out[0]));
     EXPECT_TRUE(std::isnan(out[1]));
     EXPECT_EQ(out[2], INFINITY);
@@ -347,7 +403,7 @@ ActivationParams MakeParams(DType t, int64_t d, const RowShape& shape, const Ten
 // Tolerance of one output: the float32 activation's bound, the float32 product with b, and the
 // one rounding to the dtype (with its subnormal spacing).
 double Tolerance(Op op, DType t, double a, double b, double want) {
-  const double f32 = std::fabs(RefAct(op, a)) >= Floor(a) ? (Rel(op, a) + kU32) * std::fabs(want)
+  const double f32 = std::fabs(RefAct(op, a)) >= Floor(a) ? (Rel(op, a, FastFor(t)) + kU32) * std::fabs(want)
                                                           : Floor(a) * std::fabs(b) + kU32 * std::fabs(want);
   return f32 + Roundoff(t) * (std::fabs(want) + f32) + SubnormalHalfSpacing(t);
 }
@@ -558,10 +614,10 @@ TEST(ActivationRounding, LargeGateGivesTheProductRoundedOnce) {
 }
 
 TEST(ActivationRounding, HalfDTypesRoundTheFloat32Result) {
-  // The bf16 and f16 kernels compute in float32 and round once: their output is the f32
-  // kernel's output (same inputs, exactly representable) rounded to nearest even, except where
-  // the f32 results' last bits differ between loops (fused or not), which moves a value across
-  // a rounding midpoint only when it was within a few f32 ulps of it.
+  // The bf16 and f16 kernels compute in float32 and round once: their output is f(a) * b in
+  // float32 (f: the form of that dtype, from activation_math) rounded to nearest even, except
+  // where the float32 results' last bits differ between loops (fused or not), which moves a value
+  // across a rounding midpoint only when it was within a few f32 ulps of it.
   std::mt19937 rng(7);
   std::normal_distribution<float> gate(0.0f, 3.0f), up(0.0f, 1.0f);
   const int64_t d = 4099;
@@ -579,10 +635,12 @@ TEST(ActivationRounding, HalfDTypesRoundTheFloat32Result) {
           b32[j] = F32Bits(DecodeBits(t, b[j]));
         }
         const std::vector<uint32_t> got = RunRow(op, t, a, b);
-        const std::vector<uint32_t> f32 = RunRow(op, DType::kFloat32, a32, b32);
+        std::vector<float> fa(d), f(d);
+        for (int64_t j = 0; j < d; ++j) fa[j] = F32FromBits(a32[j]);
+        detail::activation_math(MathOf(op, FastFor(t)), fa.data(), f.data(), d);
         int64_t differ = 0, bad = 0;
         for (int64_t j = 0; j < d; ++j) {
-          const float v = F32FromBits(f32[j]);
+          const float v = f[j] * F32FromBits(b32[j]);
           if (got[j] == EncodeBits(t, v)) continue;
           ++differ;
           // Allowed only next to a midpoint: rounding v nudged by 4 ulps either way gives got.
