@@ -9,7 +9,7 @@
 // The final rounding adds at most one ulp of the dtype (2 u relative, a rounding boundary may sit
 // between the exact and the float32 value). So |got - want| <= 2 u |want| + 32 * 2^-24 * max|a b|.
 // bfloat16 results may come from cheaper float32 forms (cpu.native: relative error below 2^-10 =
-// u / 4, csrc/cpu/activation/activation.h): u / 2 for the rounding plus u / 4 stays within 2 u.
+// u / 4, csrc/cpu/activation/activation.h): u for the rounding plus u / 4 stays within 2 u.
 #include <cmath>
 
 #include "src/numerics/options.h"
