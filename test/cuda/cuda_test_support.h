@@ -1,28 +1,14 @@
 // Shared by the CUDA tests: whether this machine can run them (and why not), the CUDA
-// implementations in the registry, and error capture.
+// implementations in the registry.
 #pragma once
 
-#include <c10/util/Exception.h>
-
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "test/ops/normalization/grid.h"
+#include "test/ops/common/registered.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
-
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // The verdict explain("cuda", operation) gives `name`; loads the cuda modules (and the plugin,
 // where its probe passes) on first use. Throws what explain throws (a broken plugin).

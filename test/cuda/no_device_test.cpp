@@ -63,22 +63,22 @@ TEST_F(NoCudaDevice, ExplainExcludesCudaImplementationsWithTheReason) {
 // nothing is published, and the process goes on (cpu still initializes).
 TEST_F(NoCudaDevice, InitializeFailsWithAClearError) {
   XLLM_SKIP_WITH_CUDA_DEVICE();
-  std::string e = error_of([] { initialize("cuda", {"rms_norm"}); });
+  std::string e = error_message([] { initialize("cuda", {"rms_norm"}); });
   EXPECT_NE(e.find("initialize(cuda): rms_norm: no eligible implementation on cuda in eager mode"), std::string::npos)
       << e;
   EXPECT_NE(e.find("cuda.native.rms_norm"), std::string::npos) << e;
   EXPECT_NE(e.find("missing dependency: "), std::string::npos) << e;
-  e = error_of([] { initialize("cuda"); });
+  e = error_message([] { initialize("cuda"); });
   EXPECT_NE(e.find("no eligible implementation on cuda"), std::string::npos) << e;
-  e = error_of([] { initialize("cuda", {"layer_norm"}, {}, "graph"); });
+  e = error_message([] { initialize("cuda", {"layer_norm"}, {}, "graph"); });
   EXPECT_NE(e.find("layer_norm: no eligible implementation on cuda in graph mode"), std::string::npos) << e;
-  e = error_of([] { initialize("cuda", {"rms_norm"}, {{"rms_norm", "native"}}); });
+  e = error_message([] { initialize("cuda", {"rms_norm"}, {{"rms_norm", "native"}}); });
   EXPECT_NE(e.find("every implementation of that solution is excluded: cuda.native.rms_norm: missing dependency: "),
             std::string::npos)
       << e;
   EXPECT_EQ(runtime().bindings(Device::kCuda), nullptr);
   const at::Tensor x = at::randn({2, 8}), w = at::ones({8});
-  e = error_of([&] { rms_norm_operation().call(Device::kCuda, x, w, 1e-6); });
+  e = error_message([&] { rms_norm_operation().call(Device::kCuda, x, w, 1e-6); });
   EXPECT_NE(e.find("rms_norm: device cuda is not initialized"), std::string::npos) << e;
   EXPECT_NO_THROW(initialize("cpu"));
 }
@@ -115,15 +115,15 @@ TEST(CudaPlugin, LoadsRegistersAndChecksArgumentsWithoutADevice) {
   const at::Tensor x = at::randn({4, 16}), w = at::ones({16});
   for (const std::string solution : {"native", "torch"}) {
     SCOPED_TRACE(solution);
-    std::string e = error_of([&] { function_of<RmsNormFn>("cuda." + solution + ".rms_norm")(x, w, 1e-6); });
+    std::string e = error_message([&] { function_of<RmsNormFn>("cuda." + solution + ".rms_norm")(x, w, 1e-6); });
     EXPECT_NE(e.find("rms_norm: input must be on cuda for this implementation, got cpu"), std::string::npos) << e;
-    e = error_of([&] {
+    e = error_message([&] {
       at::Tensor a = x.clone(), r = x.clone();
       function_of<FusedAddRmsNormFn>("cuda." + solution + ".fused_add_rms_norm")(a, r, w, 1e-6);
     });
     EXPECT_NE(e.find("fused_add_rms_norm: input must be on cuda for this implementation, got cpu"), std::string::npos)
         << e;
-    e = error_of([&] { function_of<LayerNormFn>("cuda." + solution + ".layer_norm")(x, w, std::nullopt, 1e-5); });
+    e = error_message([&] { function_of<LayerNormFn>("cuda." + solution + ".layer_norm")(x, w, std::nullopt, 1e-5); });
     EXPECT_NE(e.find("layer_norm: input must be on cuda for this implementation, got cpu"), std::string::npos) << e;
   }
   // Still excluded for the probe's reason where there is no device, now that it is registered.

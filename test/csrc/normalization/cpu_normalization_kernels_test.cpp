@@ -19,118 +19,17 @@
 #include <vector>
 
 #include "hwy/targets.h"
+#include "test/csrc/common/cpu_test_support.h"
 
 namespace xllm_kernel::cpu {
 namespace {
 
-// ---------------------------------------------------------------- element codecs
-// Independent of the kernel: bf16 rounds via nearbyint on a scaled double, f16 via the
-// compiler's _Float16 conversion (both round to nearest even).
+using namespace test;  // NOLINT: the element codecs, targets and guarded memory of the kernel tests
 
-size_t ElemSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
-const char* Name(DType t) {
-  switch (t) {
-    case DType::kFloat32: return "f32";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat16: return "f16";
-  }
-  return "?";
-}
-
-uint32_t F32Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float F32FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t Bf16Round(float f) {
-  const uint32_t sign = (F32Bits(f) >> 16) & 0x8000u;
-  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7FC0u);
-  if (std::isinf(f) || f == 0.0f) return static_cast<uint16_t>(F32Bits(f) >> 16);
-  const double a = std::fabs(static_cast<double>(f));
-  // bf16 keeps 8 significant bits; its subnormal spacing is 2^-133.
-  const double quantum = std::ldexp(1.0, std::max(std::ilogb(a) - 7, -133));
-  const double r = std::nearbyint(a / quantum) * quantum;
-  if (r >= 0x1p128) return static_cast<uint16_t>(sign | 0x7F80u);
-  return static_cast<uint16_t>(sign | (F32Bits(static_cast<float>(r)) >> 16));
-}
-
-uint16_t F16Round(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-
-float F16ToFloat(uint16_t u) {
-  _Float16 h;
-  std::memcpy(&h, &u, 2);
-  return static_cast<float>(h);
-}
-
-// Raw bits of v rounded to t.
-uint32_t EncodeBits(DType t, float v) {
-  switch (t) {
-    case DType::kFloat32: return F32Bits(v);
-    case DType::kBFloat16: return Bf16Round(v);
-    case DType::kFloat16: return F16Round(v);
-  }
-  return 0;
-}
-
-float DecodeBits(DType t, uint32_t bits) {
-  switch (t) {
-    case DType::kFloat32: return F32FromBits(bits);
-    case DType::kBFloat16: return F32FromBits(bits << 16);
-    case DType::kFloat16: return F16ToFloat(static_cast<uint16_t>(bits));
-  }
-  return 0.0f;
-}
-
-uint32_t LoadBits(DType t, const void* base, int64_t i) {
-  if (t == DType::kFloat32) {
-    uint32_t u;
-    std::memcpy(&u, static_cast<const char*>(base) + i * 4, 4);
-    return u;
-  }
-  uint16_t u;
-  std::memcpy(&u, static_cast<const char*>(base) + i * 2, 2);
-  return u;
-}
-
-void StoreBits(DType t, void* base, int64_t i, uint32_t bits) {
-  if (t == DType::kFloat32) {
-    std::memcpy(static_cast<char*>(base) + i * 4, &bits, 4);
-  } else {
-    const uint16_t u = static_cast<uint16_t>(bits);
-    std::memcpy(static_cast<char*>(base) + i * 2, &u, 2);
-  }
-}
-
-double Load(DType t, const void* base, int64_t i) { return DecodeBits(t, LoadBits(t, base, i)); }
-
-// Stores v rounded to t and returns the stored value.
-double Store(DType t, void* base, int64_t i, float v) {
-  const uint32_t bits = EncodeBits(t, v);
-  StoreBits(t, base, i, bits);
-  return DecodeBits(t, bits);
-}
-
-bool SameValue(DType t, uint32_t a, uint32_t b) {
-  return a == b || (std::isnan(DecodeBits(t, a)) && std::isnan(DecodeBits(t, b)));
-}
+const char* Name(DType t) { return ShortName(t); }
 
 // Unit roundoff of the output dtype: RNE is off by at most this fraction of the value.
-double OutputRoundoff(DType t) {
-  return t == DType::kFloat32 ? 0x1p-24 : t == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
-}
+double OutputRoundoff(DType t) { return Roundoff(t); }
 
 // f16 outputs below 2^-14 are subnormal with absolute spacing 2^-24.
 double OutputAtol(DType t) { return t == DType::kFloat16 ? 0x1p-24 : 1e-30; }
@@ -140,32 +39,6 @@ double OutputAtol(DType t) { return t == DType::kFloat16 ? 0x1p-24 : 1e-30; }
 // sqrt, the division and the products. A reduction in bf16/f16, or E[x^2] - mean^2, is off
 // by orders of magnitude more than this on the data below.
 double ComputeRel(int64_t hidden) { return 0x1p-24 * (4.0 * std::sqrt(double(hidden)) + 16.0); }
-
-// ---------------------------------------------------------------- targets
-
-// Targets the kernel library was compiled for and this CPU runs, found by forcing each
-// supported target and asking the dispatcher which one it picked.
-const std::vector<int64_t>& KernelTargets() {
-  static const std::vector<int64_t> targets = [] {
-    std::vector<int64_t> result;
-    hwy::SetSupportedTargetsForTest(0);
-    const int64_t supported = hwy::SupportedTargets();
-    for (int64_t rest = supported; rest != 0; rest &= rest - 1) {
-      const int64_t bit = rest & -rest;
-      hwy::SetSupportedTargetsForTest(bit);
-      if (std::string(simd_target()) == hwy::TargetName(bit)) result.push_back(bit);
-    }
-    hwy::SetSupportedTargetsForTest(0);
-    return result;
-  }();
-  return targets;
-}
-
-class TargetScope {
- public:
-  explicit TargetScope(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-};
 
 // ---------------------------------------------------------------- layouts
 
@@ -713,37 +586,8 @@ TEST(NormRounding, NaNWeightOrBiasStaysNaNInEveryRow) {
 
 // ---------------------------------------------------------------- memory safety
 
-// Anonymous mapping with an inaccessible page after `bytes`, so a read past the end faults.
-class GuardedRegion {
- public:
-  explicit GuardedRegion(size_t bytes) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t data_pages = (bytes + page - 1) / page;
-    len_ = (data_pages + 1) * page;
-    base_ = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
-    if (base_ == MAP_FAILED) {
-      base_ = nullptr;
-      return;
-    }
-    char* guard = static_cast<char*>(base_) + data_pages * page;
-    if (mprotect(guard, page, PROT_NONE) != 0) return;
-    end_ = guard;
-  }
-  ~GuardedRegion() {
-    if (base_ != nullptr) munmap(base_, len_);
-  }
-  GuardedRegion(const GuardedRegion&) = delete;
-  GuardedRegion& operator=(const GuardedRegion&) = delete;
-  bool ok() const { return end_ != nullptr; }
-  // Start of the last `bytes` before the guard page.
-  char* tail(size_t bytes) const { return end_ - bytes; }
-
- private:
-  void* base_ = nullptr;
-  size_t len_ = 0;
-  char* end_ = nullptr;
-};
+// GuardedRegion (test/csrc/common/cpu_test_support.h): the last row of a tensor ends right
+// before an inaccessible page, so a read or write past it faults.
 
 TEST(NormMemory, NoReadOrWritePastRowEnd) {
   // The last row of each tensor ends right before a PROT_NONE page.

@@ -1,8 +1,9 @@
 // Every CUDA normalization implementation in the registry (cuda.native.* from the plugin,
-// cuda.torch.*) on a GPU against the float64 reference on the CPU, over the grid of the issue,
-// misaligned rows and the shapes of the kernels' other launch paths (many rows, rows per block);
-// argument errors that need a device; CUDA-graph capture equal to eager; and
-// selection through initialize("cuda"). Every test skips, saying why, where no usable GPU is.
+// cuda.torch.*) on a GPU: the bridge checks the CPU tests run (test/ops/normalization/
+// bridge_checks.h: the grid against the float64 reference, every argument error), the shapes of
+// the kernels' other launch paths (many rows, rows per block), a second GPU, CUDA-graph capture
+// equal to eager, and selection through initialize("cuda"). Every test skips, saying why, where no
+// usable GPU is.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -15,58 +16,17 @@
 #include <functional>
 
 #include "test/cuda/cuda_test_support.h"
-#include "test/ops/normalization/grid.h"
-#include "test/ops/normalization/reference.h"
+#include "test/ops/normalization/bridge_checks.h"
 
 namespace xllm_kernel::testing {
 namespace {
 
-enum class Layout { kContiguous, kRowStrided, kUnmergeable3d, kMisaligned };
-const Layout kLayouts[] = {Layout::kContiguous, Layout::kRowStrided, Layout::kUnmergeable3d, Layout::kMisaligned};
-const char* name_of(Layout l) {
-  switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kRowStrided: return "row-strided";
-    case Layout::kUnmergeable3d: return "3-D unmergeable";
-    case Layout::kMisaligned: return "starts at element 1";
-  }
-  return "?";
-}
+using namespace normalization;  // NOLINT: the shared bodies of the bridge checks
 
-at::TensorOptions on_gpu() { return at::TensorOptions().device(at::kCUDA, 0); }
-
-// A view in `layout` over a padded GPU buffer, filled on the CPU (fixed seed) with
-// randn + offset, then moved; the whole buffer is returned too, to check what lies outside.
-struct Input {
-  at::Tensor view, buffer;
-};
-at::Tensor view_of(const at::Tensor& buffer, Layout layout, int64_t tokens, int64_t hidden) {
-  switch (layout) {
-    case Layout::kContiguous: return buffer;
-    case Layout::kRowStrided: return buffer.narrow(1, 0, hidden);
-    case Layout::kUnmergeable3d: return buffer.narrow(1, 0, 2).narrow(2, 0, hidden);  // [tokens, 2, hidden]
-    case Layout::kMisaligned: return buffer.narrow(0, 1, tokens * hidden).view({tokens, hidden});
-  }
-  return buffer;
-}
-Input make_input(int64_t tokens, int64_t hidden, at::ScalarType dtype, Layout layout, double offset, int pad) {
-  at::Tensor buffer;
-  switch (layout) {
-    case Layout::kContiguous: buffer = at::randn({tokens, hidden}); break;
-    case Layout::kRowStrided: buffer = at::randn({tokens, hidden + pad}); break;
-    case Layout::kUnmergeable3d: buffer = at::randn({tokens, 3, hidden + pad}); break;
-    case Layout::kMisaligned: buffer = at::randn({tokens * hidden + 1}); break;
-  }
-  buffer = buffer.add_(offset).to(dtype).to(at::kCUDA);
-  return {view_of(buffer, layout, tokens, hidden), buffer};
-}
+const at::Device kGpu(at::kCUDA, 0);
 
 at::Tensor make_weight(int64_t hidden, at::ScalarType dtype) {
-  return ::xllm_kernel::testing::make_weight(hidden, dtype, at::kCUDA);
-}
-
-std::string case_name(int64_t tokens, int64_t hidden, at::ScalarType w, Layout l) {
-  return ::xllm_kernel::testing::case_name(tokens, hidden, w, name_of(l));
+  return ::xllm_kernel::testing::make_weight(hidden, dtype, kGpu);
 }
 
 std::vector<ImplAndDtype> params_for(const std::string& operation) {
@@ -81,86 +41,15 @@ class CudaLayerNormImpl : public ::testing::TestWithParam<ImplAndDtype> {};
 
 TEST_P(CudaRmsNormImpl, MatchesFloat64ReferenceOverGrid) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
-  const auto [impl, dtype] = GetParam();
-  auto fn = function_of<RmsNormFn>(impl);
-  const Tolerance tol = tolerance_for(dtype);
-  at::manual_seed(1);
-  for (int64_t tokens : kTokens)
-    for (int64_t hidden : kHidden)
-      for (at::ScalarType wdtype : {dtype, at::kFloat})
-        for (Layout layout : kLayouts) {
-          SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout));
-          Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/4, /*pad=*/5);
-          const at::Tensor before = in.buffer.clone();
-          const at::Tensor w = make_weight(hidden, wdtype);
-          const at::Tensor out = fn(in.view, w, 1e-6);
-          ASSERT_TRUE(out.is_cuda());
-          ASSERT_EQ(out.sizes(), in.view.sizes());
-          ASSERT_EQ(out.scalar_type(), dtype);
-          ASSERT_TRUE(out.is_contiguous());
-          EXPECT_LE(headroom(cpu(out), reference_rms_norm(cpu(in.view), cpu(w), 1e-6), tol), 1.0);
-          EXPECT_TRUE(at::equal(in.buffer, before)) << "input was modified";
-        }
+  check_rms_norm_grid(GetParam().implementation, GetParam().dtype, kGpu);
 }
-
 TEST_P(CudaFusedAddRmsNormImpl, MatchesFloat64ReferenceOverGrid) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
-  const auto [impl, dtype] = GetParam();
-  auto fn = function_of<FusedAddRmsNormFn>(impl);
-  const Tolerance tol = tolerance_for(dtype);
-  at::manual_seed(2);
-  for (int64_t tokens : kTokens)
-    for (int64_t hidden : kHidden)
-      for (at::ScalarType wdtype : {dtype, at::kFloat})
-        for (Layout layout : kLayouts) {
-          SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout));
-          Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/2, /*pad=*/5);
-          // Other strides for the residual (and contiguous where the input is misaligned).
-          const Layout res_layout = layout == Layout::kMisaligned ? Layout::kContiguous : layout;
-          Input res = make_input(tokens, hidden, dtype, res_layout, /*offset=*/3, /*pad=*/3);
-          at::Tensor in_buffer = in.buffer.clone(), res_buffer = res.buffer.clone();
-          const at::Tensor w = make_weight(hidden, wdtype);
-          // The sum of two values of this dtype is exact in float64: one rounding is bitwise.
-          const at::Tensor want_residual = (cpu(in.view).to(at::kDouble) + cpu(res.view).to(at::kDouble)).to(dtype);
-          const at::Tensor want_input = reference_rms_norm(want_residual, cpu(w), 1e-5);
-          fn(in.view, res.view, w, 1e-5);
-          EXPECT_TRUE(at::equal(cpu(res.view), want_residual)) << "residual is not the rounded sum";
-          EXPECT_LE(headroom(cpu(in.view), want_input, tol), 1.0);
-          // Nothing outside the views was written.
-          view_of(in_buffer, layout, tokens, hidden).copy_(in.view);
-          view_of(res_buffer, res_layout, tokens, hidden).copy_(res.view);
-          EXPECT_TRUE(at::equal(in.buffer, in_buffer)) << "wrote outside input";
-          EXPECT_TRUE(at::equal(res.buffer, res_buffer)) << "wrote outside residual";
-        }
+  check_fused_add_rms_norm_grid(GetParam().implementation, GetParam().dtype, kGpu);
 }
-
 TEST_P(CudaLayerNormImpl, MatchesFloat64ReferenceOverGrid) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
-  const auto [impl, dtype] = GetParam();
-  auto fn = function_of<LayerNormFn>(impl);
-  const Tolerance tol = tolerance_for(dtype);
-  at::manual_seed(3);
-  for (int64_t tokens : kTokens)
-    for (int64_t hidden : kHidden)
-      for (at::ScalarType wdtype : {dtype, at::kFloat})
-        for (Layout layout : kLayouts)
-          for (bool with_bias : {false, true}) {
-            SCOPED_TRACE(case_name(tokens, hidden, wdtype, layout) + (with_bias ? " bias" : " no bias"));
-            // A large offset: E[x^2] - E[x]^2 or half-precision sums would fail here.
-            Input in = make_input(tokens, hidden, dtype, layout, /*offset=*/50, /*pad=*/5);
-            const at::Tensor before = in.buffer.clone();
-            const at::Tensor w = make_weight(hidden, wdtype);
-            std::optional<at::Tensor> b;
-            if (with_bias) b = at::randn({hidden}).to(wdtype).to(at::kCUDA);
-            const at::Tensor out = fn(in.view, w, b, 1e-5);
-            ASSERT_EQ(out.sizes(), in.view.sizes());
-            ASSERT_EQ(out.scalar_type(), dtype);
-            ASSERT_TRUE(out.is_contiguous());
-            std::optional<at::Tensor> b_cpu;
-            if (b) b_cpu = cpu(*b);
-            EXPECT_LE(headroom(cpu(out), reference_layer_norm(cpu(in.view), cpu(w), b_cpu, 1e-5), tol), 1.0);
-            EXPECT_TRUE(at::equal(in.buffer, before)) << "input was modified";
-          }
+  check_layer_norm_grid(GetParam().implementation, GetParam().dtype, kGpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaRmsNormImpl, ::testing::ValuesIn(params_for("rms_norm")), param_name);
@@ -168,42 +57,25 @@ INSTANTIATE_TEST_SUITE_P(All, CudaFusedAddRmsNormImpl, ::testing::ValuesIn(param
                          param_name);
 INSTANTIATE_TEST_SUITE_P(All, CudaLayerNormImpl, ::testing::ValuesIn(params_for("layer_norm")), param_name);
 
-// Rows 2^31 + 16 elements apart (4 GiB of bfloat16 reserved per tensor, two rows touched).
 TEST(CudaNormalizationLargeStride, RowStrideBeyond2To31Elements) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
-  const int64_t hidden = 64, stride = (int64_t{1} << 31) + 16;
-  at::Tensor storage, r_storage;
-  try {
-    storage = at::empty({stride + hidden}, on_gpu().dtype(at::kBFloat16));
-    r_storage = at::empty({stride + hidden}, on_gpu().dtype(at::kBFloat16));
-  } catch (const c10::OutOfMemoryError& e) {
-    GTEST_SKIP() << "needs 8 GiB of free device memory: " << e.what_without_backtrace();
+  if (!check_row_stride_beyond_2_to_31(kGpu, cuda_implementations_of)) {
+    GTEST_SKIP() << "needs 8 GiB of free device memory";
   }
-  at::Tensor x = storage.as_strided({2, hidden}, {stride, 1});
-  x.copy_(at::randn({2, hidden}) + 1);
-  const at::Tensor w = make_weight(hidden, at::kFloat);
-  const Tolerance tol = tolerance_for(at::kBFloat16);
-  for (const auto& impl : cuda_implementations_of("rms_norm")) {
-    SCOPED_TRACE(impl);
-    EXPECT_LE(headroom(cpu(function_of<RmsNormFn>(impl)(x, w, 1e-6)), reference_rms_norm(cpu(x), cpu(w), 1e-6), tol),
-              1.0);
-  }
-  for (const auto& impl : cuda_implementations_of("layer_norm")) {
-    SCOPED_TRACE(impl);
-    EXPECT_LE(headroom(cpu(function_of<LayerNormFn>(impl)(x, w, std::nullopt, 1e-6)),
-                       reference_layer_norm(cpu(x), cpu(w), std::nullopt, 1e-6), tol),
-              1.0);
-  }
-  for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
-    SCOPED_TRACE(impl);
-    at::Tensor xi = x.clone();  // contiguous input, huge-stride residual
-    at::Tensor r = r_storage.as_strided({2, hidden}, {stride, 1});
-    r.copy_(at::randn({2, hidden}));
-    const at::Tensor want_r = (cpu(xi).to(at::kDouble) + cpu(r).to(at::kDouble)).to(at::kBFloat16);
-    function_of<FusedAddRmsNormFn>(impl)(xi, r, w, 1e-6);
-    EXPECT_TRUE(at::equal(cpu(r), want_r));
-    EXPECT_LE(headroom(cpu(xi), reference_rms_norm(want_r, cpu(w), 1e-6), tol), 1.0);
-  }
+}
+
+// The argument errors of the CPU tests, on the GPU (a CPU tensor is the wrong device here).
+TEST(CudaNormalizationErrors, RmsNorm) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_errors(cuda_implementations_of("rms_norm"), rms_norm_bad_cases(kGpu));
+}
+TEST(CudaNormalizationErrors, FusedAddRmsNorm) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_errors(cuda_implementations_of("fused_add_rms_norm"), fused_add_rms_norm_bad_cases(kGpu));
+}
+TEST(CudaNormalizationErrors, LayerNorm) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_errors(cuda_implementations_of("layer_norm"), layer_norm_bad_cases(kGpu));
 }
 
 // The launch paths the grid above does not reach (kCudaKernelPathShapes), bfloat16, every
@@ -241,42 +113,17 @@ TEST(CudaNormalizationKernelPaths, ManyRowsRowsPerBlockAndMisalignedRows) {
   }
 }
 
-// ---- errors that need a device: mixed devices ----
-
-TEST(CudaNormalizationErrors, MixedDevices) {
+// ---- a tensor on another GPU ----
+TEST(CudaNormalizationErrors, TensorOnAnotherGpu) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
-  const at::Tensor x = at::randn({4, 16}, on_gpu().dtype(at::kBFloat16));
-  const at::Tensor w = at::ones({16}, on_gpu().dtype(at::kBFloat16));
+  if (c10::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, found " << int{c10::cuda::device_count()};
+  const at::Tensor x = at::randn({4, 16}, at::TensorOptions().dtype(at::kBFloat16).device(kGpu));
+  const at::Tensor w = at::ones({16}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 1));
   for (const auto& impl : cuda_implementations_of("rms_norm")) {
-    EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x, w.cpu(), 1e-6); })
-                  .find("rms_norm: weight must be on cuda:0 (the input's device), got cpu"),
+    EXPECT_NE(error_message([&] { function_of<RmsNormFn>(impl)(x, w, 1e-6); })
+                  .find("rms_norm: weight must be on cuda:0 (the input's device), got cuda:1"),
               std::string::npos)
         << impl;
-    EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x.cpu(), w.cpu(), 1e-6); })
-                  .find("rms_norm: input must be on cuda for this implementation, got cpu"),
-              std::string::npos)
-        << impl;
-  }
-  for (const auto& impl : cuda_implementations_of("fused_add_rms_norm")) {
-    at::Tensor a = x.clone(), r = x.cpu();
-    EXPECT_NE(error_of([&] { function_of<FusedAddRmsNormFn>(impl)(a, r, w, 1e-6); })
-                  .find("fused_add_rms_norm: residual must be on cuda:0 (the input's device), got cpu"),
-              std::string::npos)
-        << impl;
-  }
-  for (const auto& impl : cuda_implementations_of("layer_norm")) {
-    EXPECT_NE(error_of([&] { function_of<LayerNormFn>(impl)(x, w, w.cpu(), 1e-5); })
-                  .find("layer_norm: bias must be on cuda:0 (the input's device), got cpu"),
-              std::string::npos)
-        << impl;
-  }
-  if (c10::cuda::device_count() >= 2) {
-    for (const auto& impl : cuda_implementations_of("rms_norm")) {
-      EXPECT_NE(error_of([&] { function_of<RmsNormFn>(impl)(x, w.to(at::Device(at::kCUDA, 1)), 1e-6); })
-                    .find("rms_norm: weight must be on cuda:0 (the input's device), got cuda:1"),
-                std::string::npos)
-          << impl;
-    }
   }
 }
 

@@ -6,12 +6,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <ostream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "test/ops/common/registered.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
@@ -35,25 +34,6 @@ inline const std::vector<KernelPathShape> kCudaKernelPathShapes{
     {8192, 1024, "several rows per block, a warp each"},
     {2048, 4109, "misaligned rows, several accesses per thread"},
 };
-
-// Names of the registered implementations of `operation` on `device`.
-inline std::vector<std::string> registered_implementations(const std::string& operation, Device device) {
-  std::vector<std::string> names;
-  for (const auto& k : registry().kernels()) {
-    if (k->operation->name() == operation && k->spec.device == device) names.push_back(k->spec.name);
-  }
-  return names;
-}
-
-// A callable of one registered implementation, kept alive for the process.
-template <class Sig>
-KernelFunction<Sig> function_of(const std::string& name) {
-  auto k = registry().find(name);
-  if (!k) throw std::runtime_error("not registered: " + name);
-  static std::vector<std::unique_ptr<PreparedKernel>> keep;
-  keep.push_back(std::make_unique<PreparedKernel>(k->spec, k->function, ""));
-  return keep.back()->function<Sig>();
-}
 
 // weight = randn * 0.5 + 1 (away from zero), on `device`.
 inline at::Tensor make_weight(int64_t hidden, at::ScalarType dtype, at::Device device) {

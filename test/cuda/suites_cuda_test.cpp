@@ -1,0 +1,55 @@
+// Every CUDA implementation the build registers, of every family, through its operation's
+// numerics suite on a GPU (the default grid plus the suites' cuda shapes), in eager and graph
+// mode: no list of operations here, so a new family is covered. The CPU counterpart is in
+// test/numerics. Skips, saying why, where no usable GPU is.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test/cuda/cuda_test_support.h"
+#include "xllm_kernel/tools.h"
+
+namespace xllm_kernel::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+TEST(CudaSuites, EveryCudaImplementationPassesItsSuite) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  std::vector<std::string> operations;
+  for (const Operation* op : builtin_operations()) operations.push_back(op->name());
+  int tested = 0;
+  for (const auto& op : operations) {
+    for (const auto& impl : cuda_implementations_of(op)) {
+      for (const char* mode : {"eager", "graph"}) {
+        SCOPED_TRACE(impl + " " + mode);
+        const fs::path out = fs::temp_directory_path() / ("xk_cuda_suite_" + std::to_string(::getpid()) + ".json");
+        fs::remove(out);
+        const int code = tools::numerics_main({"xllm-kernel-numerics", "--operation", op, "--device", "cuda",
+                                               "--mode", mode, "--implementation", impl, "--output", out.string()});
+        ASSERT_TRUE(fs::exists(out)) << "no report (exit " << code << ")";
+        std::ifstream in(out);
+        const json report = json::parse(in);
+        fs::remove(out);
+        ASSERT_EQ(report["implementations"].size(), 1u);
+        const json& i = report["implementations"][0];
+        std::string failures;
+        for (const auto& r : i["results"])
+          for (const auto& f : r.value("failures", json::array())) failures += r["case_id"].get<std::string>() + ": " + f.get<std::string>() + "\n";
+        EXPECT_EQ(code, 0) << failures;
+        EXPECT_EQ(i["coverage"]["failed"], 0) << failures;
+        EXPECT_GT(i["coverage"]["passed"].get<int>(), 20);
+        EXPECT_LE(i["worst_headroom"].get<double>(), 1.0);
+        ++tested;
+      }
+    }
+  }
+  EXPECT_GE(tested, 24);  // normalization and activation, torch and native, two modes
+}
+
+}  // namespace
+}  // namespace xllm_kernel::testing
