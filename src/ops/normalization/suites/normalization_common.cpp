@@ -1,5 +1,7 @@
 #include "src/ops/normalization/suites/normalization_common.h"
 
+#include "src/numerics/options.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -29,59 +31,9 @@ SuiteOptions benchmark_defaults() {
           {"weight-dtype", {"input"}},      {"layout", {"contiguous"}}, {"bias", {"true"}}};
 }
 
-at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  throw CLI::ValidationError("--dtype", "expected float32, bfloat16 or float16, got '" + name + "'");
-}
-
-const char* dtype_name(at::ScalarType dtype) {
-  return dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : "float16";
-}
-
-namespace {
-
-std::vector<json> integers(const SuiteOptions& o, const std::string& key, std::vector<int64_t> defaults, int64_t min) {
-  std::vector<json> out;
-  auto it = o.find(key);
-  if (it == o.end() || it->second.empty()) {
-    for (int64_t d : defaults) out.push_back(d);
-    return out;
-  }
-  for (const auto& s : it->second) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != s.size() || v < min) {
-      throw CLI::ValidationError("--" + key, "expected integers >= " + std::to_string(min) + ", got '" + s + "'");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-std::vector<json> choices(const SuiteOptions& o, const std::string& key, const std::vector<std::string>& allowed,
-                          std::vector<std::string> defaults) {
-  auto it = o.find(key);
-  const auto& values = it == o.end() || it->second.empty() ? defaults : it->second;
-  std::vector<json> out;
-  for (const auto& v : values) {
-    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      throw CLI::ValidationError("--" + key, "expected one of " + list + ", got '" + v + "'");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-}  // namespace
+using options::choices;
+using options::integers;
+using options::parse_dtype;
 
 namespace {
 

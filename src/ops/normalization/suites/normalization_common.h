@@ -25,9 +25,6 @@ Grid grid(const SuiteOptions& options, bool with_bias);
 // for the large shape).
 SuiteOptions benchmark_defaults();
 
-at::ScalarType parse_dtype(const std::string& name);
-const char* dtype_name(at::ScalarType dtype);
-
 // [tokens, hidden] input in the case's layout, randn * scale + offset, from the generator.
 //   contiguous: [tokens, hidden]; strided: rows hidden + 8 apart; 3d: [tokens, 2, hidden] whose
 //   leading dimensions cannot merge into one stride.
