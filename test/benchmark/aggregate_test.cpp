@@ -1,7 +1,9 @@
-// The benchmark aggregate of a distributed run, from synthetic per-rank reports.
+// The benchmark aggregate of a distributed run, from synthetic per-rank reports, and the speed
+// ratios it shares with a rank's own report.
 #include <gtest/gtest.h>
 
 #include "src/benchmark/aggregate.h"
+#include "src/benchmark/ratios.h"
 
 namespace xllm_kernel::benchmark {
 namespace {
@@ -61,6 +63,31 @@ TEST(BenchmarkAggregate, TakesTheSlowestRankPerSampleAndMeasuresSkew) {
   EXPECT_EQ(d["results"][0]["dissent"][0]["rank"], 1);
   EXPECT_EQ(d["summary"]["disagreed"], 1);
   EXPECT_EQ(d["summary"]["exit_code"], 1);
+}
+
+json timed_row(const std::string& case_id, const std::string& solution, double median) {
+  return {{"case_id", case_id},
+          {"status", "timed"},
+          {"implementation_detail", {{"solution", solution}}},
+          {"device", {{"median", median}}}};
+}
+
+TEST(BenchmarkRatios, PerCaseToTheFastestAndToTorch) {
+  json results = json::array({timed_row("a", "native", 1.0), timed_row("a", "torch", 4.0),
+                              json{{"case_id", "a"}, {"status", "failed"}}, timed_row("b", "native", 2.0),
+                              timed_row("b", "other", 3.0)});
+  add_ratios(results, 0, results.size());
+  EXPECT_DOUBLE_EQ(results[0]["ratio_to_fastest"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(results[0]["speedup_vs_torch"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(results[1]["ratio_to_fastest"].get<double>(), 4.0);
+  EXPECT_FALSE(results[2].contains("ratio_to_fastest"));
+  EXPECT_DOUBLE_EQ(results[4]["ratio_to_fastest"].get<double>(), 1.5);
+  EXPECT_TRUE(results[4]["speedup_vs_torch"].is_null());  // no torch row in case b
+  // A range: only its rows.
+  json part = json::array({timed_row("c", "native", 2.0), timed_row("c", "torch", 1.0)});
+  add_ratios(part, 1, 2);
+  EXPECT_FALSE(part[0].contains("ratio_to_fastest"));
+  EXPECT_DOUBLE_EQ(part[1]["ratio_to_fastest"].get<double>(), 1.0);
 }
 
 }  // namespace

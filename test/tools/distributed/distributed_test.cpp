@@ -140,6 +140,57 @@ TEST(DistributedEnvironment, TestFaultSyntax) {
   }
 }
 
+TEST(DistributedEnvironment, FaultInjectorActsOnlyOnItsRankAndOnce) {
+  std::vector<std::string> failures{"x"};
+  bool passed = true;
+  FaultInjector none;  // what every run without XLLM_KERNEL_TEST_FAULT gets
+  none.after_validation(passed, failures);
+  none.before_case(1, 2);
+  json configuration{{"cases", {{"count", 2}, {"hash", "h"}}}};
+  none.on_configuration(configuration);
+  EXPECT_TRUE(passed);
+  EXPECT_EQ(failures.size(), 1u);
+  EXPECT_EQ(configuration["cases"]["count"], 2);
+
+  FaultInjector other(TestFault::parse("disagree:1"), 0, 1s);
+  other.after_validation(passed, failures);
+  EXPECT_TRUE(passed);
+  FaultInjector disagree(TestFault::parse("disagree:1"), 1, 1s);
+  disagree.after_validation(passed, failures);
+  EXPECT_FALSE(passed);
+  EXPECT_EQ(failures[0], "XLLM_KERNEL_TEST_FAULT=disagree:1: rank 1 reports this case as failed");
+  passed = true;
+  disagree.after_validation(passed, failures);  // once
+  EXPECT_TRUE(passed);
+
+  FaultInjector fail(TestFault::parse("fail:0"), 0, 1s);
+  EXPECT_NO_THROW(fail.before_case(0, 3));  // mid-run: before the second case
+  EXPECT_THROW(fail.before_case(1, 3), std::runtime_error);
+  EXPECT_NO_THROW(fail.before_case(1, 3));
+
+  FaultInjector(TestFault::parse("mismatch:0"), 0, 1s).on_configuration(configuration);
+  EXPECT_EQ(configuration["cases"]["count"], 3);
+}
+
+TEST(DistributedAggregate, ConsensusIsTheMajorityWithTiesToTheLowestRank) {
+  EXPECT_EQ(majority({"passed", "failed", "failed"}), "failed");
+  EXPECT_EQ(majority({"failed", "passed"}), "failed");
+  const json a{{"status", "passed"}}, b{{"status", "failed"}};
+  const Consensus c = consensus({&a, &b, &a});
+  EXPECT_FALSE(c.agreed);
+  EXPECT_EQ(c.status(), "disagreed");
+  EXPECT_TRUE(c.dissents(1));
+  EXPECT_EQ(c.to_json(), json({{"status", "disagreed"},
+                               {"consensus", "disagreed"},
+                               {"majority_status", "passed"},
+                               {"statuses", {"passed", "failed", "passed"}}}));
+  EXPECT_EQ(consensus({&a, &a}).to_json()["status"], "passed");
+  const json table0 = json::array({json{{"id", "x"}}, json{{"id", "y"}}}), table1 = json::array({json{{"id", "y"}}});
+  const RowKey id = [](const json& r) { return r.at("id").get<std::string>(); };
+  EXPECT_EQ(match_rows({&table0, &table1}, json{{"id", "y"}}, id)[1], &table1[0]);
+  EXPECT_THROW(match_rows({&table0, &table1}, json{{"id", "x"}}, id), std::runtime_error);
+}
+
 TEST(DistributedReport, RankPaths) {
   EXPECT_EQ(insert_rank("report.json", 1), "report.rank1.json");
   EXPECT_EQ(insert_rank("out/v1.2/report.md", 0), "out/v1.2/report.rank0.md");
