@@ -8,24 +8,29 @@
 #include <iostream>
 #include <sstream>
 
+#include "src/benchmark/aggregate.h"
 #include "src/benchmark/compare.h"
+#include "src/benchmark/ratios.h"
 #include "src/benchmark/statistics.h"
 #include "src/benchmark/timing.h"
-#include "src/numerics/arguments.h"
-#include "src/numerics/distributed.h"
-#include "src/numerics/distributed_report.h"
-#include "src/numerics/report.h"
 #include "src/numerics/tensor_case.h"
+#include "src/tools/cli.h"
+#include "src/tools/distributed/run.h"
+#include "src/tools/report.h"
+#include "src/tools/run_tool.h"
+#include "src/tools/targets.h"
 #include "xllm_kernel/tools.h"
 
 namespace xllm_kernel {
 namespace benchmark {
 namespace {
 
-using numerics::CommonOptions;
-using numerics::DistributedRun;
 using numerics::json;
-using numerics::UsageError;
+using tools::CommonOptions;
+using tools::format_microseconds;
+using tools::format_number;
+using tools::UsageError;
+using tools::distributed::DistributedRun;
 
 struct BenchmarkOptions {
   TimingOptions timing;
@@ -53,8 +58,6 @@ json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, i
           {"exceeds_cache", cache > 0 ? json(working_set > cache) : json(nullptr)}};
 }
 
-std::string us(double seconds) { return numerics::format_number(seconds * 1e6); }
-
 std::string markdown(const json& report) {
   std::ostringstream md;
   md << "# Benchmark: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
@@ -63,10 +66,10 @@ std::string markdown(const json& report) {
   md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
      << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), "
      << env["threads"] << " threads, load " << env["load_average"][0] << ". Copy bandwidth at the start of this run: "
-     << numerics::format_number(report["copy_bandwidth_gbps"].get<double>()) << " GB/s ("
+     << format_number(report["copy_bandwidth_gbps"].get<double>()) << " GB/s ("
      << report["copy_method"].get<std::string>();
   for (const auto& [name, gbps] : report["copy_methods"].items()) {
-    if (name != report["copy_method"].get<std::string>()) md << "; " << name << " " << numerics::format_number(gbps.get<double>()) << " GB/s";
+    if (name != report["copy_method"].get<std::string>()) md << "; " << name << " " << format_number(gbps.get<double>()) << " GB/s";
   }
   md << "); each case's % of copy is against the faster copy timed again just before the case. "
      << report["device_timer"].get<std::string>() << ".\n\n";
@@ -79,11 +82,11 @@ std::string markdown(const json& report) {
       continue;
     }
     const json& d = r["device"];
-    md << us(d["median"].get<double>()) << " | " << us(d["p10"].get<double>()) << "-" << us(d["p90"].get<double>())
-       << " | " << numerics::format_number(r["achieved_gbps"].get<double>()) << " | "
-       << numerics::format_number(r["percent_of_copy"].get<double>()) << (r["warm_cache"].get<bool>() ? " (warm cache)" : "")
-       << " | " << numerics::format_number(r["ratio_to_fastest"].get<double>()) << " | "
-       << (r["speedup_vs_torch"].is_null() ? std::string("-") : numerics::format_number(r["speedup_vs_torch"].get<double>()))
+    md << format_microseconds(d["median"].get<double>()) << " | " << format_microseconds(d["p10"].get<double>()) << "-"
+       << format_microseconds(d["p90"].get<double>()) << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
+       << format_number(r["percent_of_copy"].get<double>()) << (r["warm_cache"].get<bool>() ? " (warm cache)" : "")
+       << " | " << format_number(r["ratio_to_fastest"].get<double>()) << " | "
+       << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))
        << " |\n";
   }
   return md.str();
@@ -98,7 +101,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   CommonOptions common;
   numerics::SuiteOptions suite_options;
   BenchmarkOptions bo;
-  const numerics::OperationSuite* suite = numerics::add_arguments(app, common, suite_options, argv);
+  tools::add_common_arguments(app, common);
+  const numerics::OperationSuite* suite = numerics::add_suite_arguments(app, suite_options, argv);
   app.add_option("--iterations", bo.timing.iterations, "Timed samples per case")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", bo.timing.warmup, "Untimed calls before sampling")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--graph-calls", bo.timing.graph_calls, "Calls captured per graph (1 when the case resets)")
@@ -106,14 +110,14 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   app.add_option("--threads", bo.threads, "CPU threads (0: torch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--cold-cache", bo.cold_cache, "Rotate copies of the inputs so the working set exceeds the last-level cache");
   app.add_option("--copy-bytes", bo.copy_bytes, "Buffer size of the copy-bandwidth measurement [default: 256 MiB]");
-  if (auto code = numerics::parse(app, argv)) return *code;
+  if (auto code = tools::parse(app, argv)) return *code;
   if (common.list) {
-    std::cout << numerics::list_text();
+    std::cout << tools::list_text();
     return 0;
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list, or compare); see --help");
   if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
-  const numerics::DeviceFlag device_flag = numerics::parse_device_flag(common.device);
+  const tools::DeviceFlag device_flag = tools::parse_device_flag(common.device);
   const Device device = device_flag.device;
   int index = device_flag.index;
   if (common.distributed) {
@@ -131,7 +135,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   } catch (const CLI::ValidationError& e) {
     throw UsageError(e.what());
   }
-  const auto targets = numerics::resolve_targets(suite->operation, device, mode, common.implementation);
+  const auto targets = tools::resolve_targets(suite->operation, device, mode, common.implementation);
   const DeviceApi* api = device_api(device);
   if (api == nullptr) {
     std::string why;
@@ -150,7 +154,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
          {"mode", common.mode},
          {"implementations", names},
          {"seed", common.seed},
-         {"cases", numerics::case_list_digest(ids)},
+         {"cases", tools::distributed::case_list_digest(ids)},
          {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
          {"cold_cache", bo.cold_cache},
          {"copy_bytes", bo.copy_bytes}});
@@ -169,8 +173,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   int timed = 0, failed = 0;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const auto& c = *cases[ci];
-    if (dist) dist->before_case(ci, cases.size());
-    json row_start = results.size();
+    if (dist) dist->test_fault().before_case(ci, cases.size());
+    const size_t row_start = results.size();
     std::optional<double> case_copy_bw;  // measured just before this case's first timing
     // Interleaved: every implementation on this case before the next case.
     for (const auto& target : targets) {
@@ -198,7 +202,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       copies[0].function();
       api->synchronize(index);
       numerics::Validation v = copies[0].validate();
-      if (dist) dist->after_validation(v);
+      if (dist) dist->test_fault().after_validation(v.passed, v.failures);
       if (!v.passed) {
         ++failed;
         r["status"] = "failed";
@@ -224,7 +228,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
       const double gbps = bytes / device_summary.median / 1e9;
       r.update({{"status", "timed"},
-                {"implementation_detail", numerics::implementation_json(*target.kernel)},
+                {"implementation_detail", tools::implementation_json(*target.kernel)},
                 {"bytes_read", meta.bytes_read},
                 {"bytes_written", meta.bytes_written},
                 {"flops", meta.flops},
@@ -241,24 +245,10 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       results.push_back(r);
     }
     // Ratios within this case: to the fastest implementation and to the torch solution.
-    double fastest = 0, torch_time = 0;
-    for (size_t i = row_start.get<size_t>(); i < results.size(); ++i) {
-      const json& r = results[i];
-      if (r["status"] != "timed") continue;
-      const double t = r["device"]["median"].get<double>();
-      if (fastest == 0 || t < fastest) fastest = t;
-      if (r["implementation_detail"]["solution"] == "torch") torch_time = t;
-    }
-    for (size_t i = row_start.get<size_t>(); i < results.size(); ++i) {
-      json& r = results[i];
-      if (r["status"] != "timed") continue;
-      const double t = r["device"]["median"].get<double>();
-      r["ratio_to_fastest"] = t / fastest;
-      r["speedup_vs_torch"] = torch_time > 0 ? json(torch_time / t) : json(nullptr);
-    }
+    add_ratios(results, row_start, results.size());
   }
   if (progress) std::cerr << "\r\033[K";
-  const int code = failed > 0 ? numerics::kCaseFailed : timed == 0 ? numerics::kNothingPassed : numerics::kPassed;
+  const int code = failed > 0 ? tools::kCaseFailed : timed == 0 ? tools::kNothingPassed : tools::kPassed;
   json report{{"schema", "xllm-kernel/benchmark-report/1"},
               {"tool", "benchmark"},
               {"operation", suite->operation},
@@ -266,7 +256,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                                 : common.device},
               {"mode", common.mode},
               {"seed", common.seed},
-              {"environment", numerics::environment(device, index, common.revision)},
+              {"environment", tools::environment(device, index, common.revision)},
               {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
               {"device_timer", api->has_device_events()
                                    ? "device intervals between two device events, the device held while the calls "
@@ -287,16 +277,11 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                }()},
               {"results", results},
               {"summary", {{"timed", timed}, {"failed", failed}, {"exit_code", code}}}};
-  if (dist) {
-    return dist->finish({report, common.output, common.markdown, [](const json& r, size_t) { return markdown(r); },
-                         numerics::aggregate_benchmark, numerics::benchmark_aggregate_markdown});
-  }
-  const std::string md = markdown(report);
-  std::cout << md;
-  if (!common.output.empty()) numerics::write_atomically(common.output, report.dump(2) + "\n");
-  if (!common.markdown.empty()) numerics::write_atomically(common.markdown, md);
-  if (code == numerics::kNothingPassed) std::cerr << "xllm-kernel-benchmark: nothing was timed; that is a failure\n";
-  return code;
+  return tools::publish({std::move(report), common.output, common.markdown,
+                         [](const json& r, size_t) { return markdown(r); }, SIZE_MAX,
+                         "xllm-kernel-benchmark: nothing was timed; that is a failure\n", aggregate_benchmark,
+                         benchmark_aggregate_markdown},
+                        dist.get());
 }
 
 }  // namespace
@@ -305,8 +290,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
 namespace tools {
 
 int benchmark_main(const std::vector<std::string>& argv) {
-  return numerics::run_tool("xllm-kernel-benchmark",
-                            [&](std::unique_ptr<numerics::DistributedRun>& dist) { return benchmark::run(argv, dist); });
+  return run_tool("xllm-kernel-benchmark",
+                  [&](std::unique_ptr<distributed::DistributedRun>& dist) { return benchmark::run(argv, dist); });
 }
 
 }  // namespace tools

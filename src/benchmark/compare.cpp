@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "src/benchmark/statistics.h"
-#include "src/numerics/report.h"
+#include "src/tools/report.h"
 
 namespace xllm_kernel::benchmark {
 
@@ -68,8 +68,8 @@ std::string compare_markdown(const json& comparison) {
         "intervals.\n\n";
   md << "| case | implementation | candidate / baseline | baseline2 / baseline | verdict |\n|---|---|---|---|---|\n";
   auto fmt = [](const json& r) {
-    return numerics::format_number(r["point"].get<double>()) + " [" + numerics::format_number(r["low"].get<double>()) +
-           ", " + numerics::format_number(r["high"].get<double>()) + "]";
+    return tools::format_number(r["point"].get<double>()) + " [" + tools::format_number(r["low"].get<double>()) +
+           ", " + tools::format_number(r["high"].get<double>()) + "]";
   };
   for (const auto& row : comparison["rows"]) {
     md << "| `" << row["case_id"].get<std::string>() << "` | `" << row["implementation"].get<std::string>() << "` | "
@@ -118,8 +118,8 @@ int compare_main(const std::vector<std::string>& argv) {
   const json comparison = compare_reports(reports[0], reports[1], reports[2], tolerance);
   const std::string md = compare_markdown(comparison);
   std::cout << md;
-  if (!output.empty()) numerics::write_atomically(output, comparison.dump(2) + "\n");
-  if (!markdown.empty()) numerics::write_atomically(markdown, md);
+  if (!output.empty()) tools::write_atomically(output, comparison.dump(2) + "\n");
+  if (!markdown.empty()) tools::write_atomically(markdown, md);
   return comparison["compared"].get<size_t>() == 0 ? 3 : 0;
 }
 

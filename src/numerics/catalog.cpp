@@ -1,5 +1,6 @@
-// The suites the tools know (metadata only: building a suite touches no device). Each family's
-// suites register themselves (XLLM_REGISTER_SUITE); nothing here lists them.
+// The suites the tools know (metadata only: building a suite touches no device), and the flags of
+// the one a command line names. Each family's suites register themselves (XLLM_REGISTER_SUITE);
+// nothing here lists them.
 #include <algorithm>
 #include <mutex>
 
@@ -44,6 +45,24 @@ const OperationSuite* find_suite(const std::string& operation) {
   for (const OperationSuite* s : builtin_suites()) {
     if (s->operation == operation) return s;
   }
+  return nullptr;
+}
+
+const OperationSuite* add_suite_arguments(CLI::App& app, SuiteOptions& options, const std::vector<std::string>& argv) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    std::string name;
+    if (argv[i] == "--operation" && i + 1 < argv.size()) name = argv[i + 1];
+    if (argv[i].rfind("--operation=", 0) == 0) name = argv[i].substr(12);
+    if (name.empty()) continue;
+    if (const OperationSuite* suite = find_suite(name)) {
+      suite->add_arguments(app, options);
+      app.footer("Options of --operation " + name + " are listed above (" + suite->description + ").");
+      return suite;
+    }
+  }
+  std::string names;
+  for (const OperationSuite* s : builtin_suites()) names += (names.empty() ? "" : ", ") + s->operation;
+  app.footer("Operations: " + names + ". `--operation NAME --help` shows that operation's options.");
   return nullptr;
 }
 

@@ -5,11 +5,13 @@
 #include <iostream>
 #include <sstream>
 
-#include "src/numerics/arguments.h"
-#include "src/numerics/distributed.h"
-#include "src/numerics/distributed_report.h"
-#include "src/numerics/report.h"
+#include "src/numerics/aggregate.h"
 #include "src/numerics/verify.h"
+#include "src/tools/cli.h"
+#include "src/tools/distributed/run.h"
+#include "src/tools/report.h"
+#include "src/tools/run_tool.h"
+#include "src/tools/targets.h"
 #include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
 #include "xllm_kernel/tools.h"
@@ -17,6 +19,12 @@
 namespace xllm_kernel {
 namespace numerics {
 namespace {
+
+using tools::CommonOptions;
+using tools::format_number;
+using tools::Target;
+using tools::UsageError;
+using tools::distributed::DistributedRun;
 
 struct Counts {
   int passed = 0, failed = 0, unsupported = 0;
@@ -62,7 +70,7 @@ json run_case(const KernelCase& c, const Plan& plan, const Target& target, Count
       v.failures.push_back("graph replay differs from the eager call (bitwise)");
     }
   }
-  if (dist) dist->after_validation(v);
+  if (dist) dist->test_fault().after_validation(v.passed, v.failures);
   (v.passed ? counts.passed : counts.failed) += 1;
   r["status"] = v.passed ? "passed" : "failed";
   r["max_abs_error"] = v.max_abs_error;
@@ -126,11 +134,12 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                "xllm-kernel-numerics"};
   CommonOptions common;
   SuiteOptions suite_options;
-  const OperationSuite* suite = add_arguments(app, common, suite_options, argv);
-  if (auto code = parse(app, argv)) return *code;
+  tools::add_common_arguments(app, common);
+  const OperationSuite* suite = add_suite_arguments(app, suite_options, argv);
+  if (auto code = tools::parse(app, argv)) return *code;
   if (common.list) {
-    std::cout << list_text();
-    return kPassed;
+    std::cout << tools::list_text();
+    return tools::kPassed;
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list); see --help");
   if (suite == nullptr) {
@@ -138,7 +147,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     for (const OperationSuite* s : builtin_suites()) names += (names.empty() ? "" : ", ") + s->operation;
     throw UsageError("--operation: unknown operation '" + common.operation + "'; known: " + names);
   }
-  const DeviceFlag device_flag = parse_device_flag(common.device);
+  const tools::DeviceFlag device_flag = tools::parse_device_flag(common.device);
   const Device device = device_flag.device;
   int index = device_flag.index;
   if (common.distributed) {
@@ -153,7 +162,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   } catch (const CLI::ValidationError& e) {
     throw UsageError(e.what());
   }
-  const auto targets = resolve_targets(suite->operation, device, mode, common.implementation);
+  const auto targets = tools::resolve_targets(suite->operation, device, mode, common.implementation);
   // Without the device's runtime support only excluded implementations can be listed: their
   // cases are reported unsupported with the exclusion's reason (exit 3).
   bool runnable = false;
@@ -170,7 +179,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                                     {"mode", common.mode},
                                     {"implementations", names},
                                     {"seed", common.seed},
-                                    {"cases", case_list_digest(ids)}});
+                                    {"cases", tools::distributed::case_list_digest(ids)}});
   }
 
   json report{{"schema", "xllm-kernel/numerics-report/1"},
@@ -180,7 +189,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                                 : common.device},
               {"mode", common.mode},
               {"seed", common.seed},
-              {"environment", environment(device, index, common.revision)},
+              {"environment", tools::environment(device, index, common.revision)},
               {"implementations", json::array()}};
   Counts total;
   const bool progress = isatty(STDERR_FILENO);
@@ -192,7 +201,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     for (size_t i = 0; i < cases.size(); ++i) {
       if (progress) std::cerr << "\r" << target.name << " " << i + 1 << "/" << cases.size() << std::flush;
       json r;
-      if (dist) dist->before_case(i, cases.size());
+      if (dist) dist->test_fault().before_case(i, cases.size());
       try {
         r = run_case(*cases[i], plan, target, counts, dist.get());
       } catch (const std::exception& e) {
@@ -205,7 +214,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       results.push_back(std::move(r));
     }
     if (progress) std::cerr << "\r\033[K";
-    json impl_json = target.kernel ? implementation_json(*target.kernel) : json{{"name", target.name}};
+    json impl_json = target.kernel ? tools::implementation_json(*target.kernel) : json{{"name", target.name}};
     report["implementations"].push_back(
         {{"implementation", impl_json},
          {"excluded_reason", target.excluded_reason},
@@ -218,22 +227,17 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     total.failed += counts.failed;
     total.unsupported += counts.unsupported;
   }
-  const int code = total.failed > 0 ? kCaseFailed : total.passed == 0 ? kNothingPassed : kPassed;
-  report["summary"] = {{"passed", total.passed},
-                       {"failed", total.failed},
-                       {"unsupported", total.unsupported},
-                       {"status", code == kPassed ? "passed" : code == kCaseFailed ? "failed" : "nothing_passed"},
-                       {"exit_code", code}};
-  if (dist) {
-    return dist->finish({report, common.output, common.markdown, markdown, aggregate_numerics,
-                         numerics_aggregate_markdown});
-  }
-  const std::string md = markdown(report, SIZE_MAX);
-  std::cout << markdown(report, 20);
-  if (!common.output.empty()) write_atomically(common.output, report.dump(2) + "\n");
-  if (!common.markdown.empty()) write_atomically(common.markdown, md);
-  if (code == kNothingPassed) std::cerr << "xllm-kernel-numerics: no case passed; that is a failure\n";
-  return code;
+  const int code = total.failed > 0 ? tools::kCaseFailed : total.passed == 0 ? tools::kNothingPassed : tools::kPassed;
+  report["summary"] = {
+      {"passed", total.passed},
+      {"failed", total.failed},
+      {"unsupported", total.unsupported},
+      {"status", code == tools::kPassed ? "passed" : code == tools::kCaseFailed ? "failed" : "nothing_passed"},
+      {"exit_code", code}};
+  return tools::publish({std::move(report), common.output, common.markdown, markdown, 20,
+                         "xllm-kernel-numerics: no case passed; that is a failure\n", aggregate_numerics,
+                         numerics_aggregate_markdown},
+                        dist.get());
 }
 
 }  // namespace
@@ -242,8 +246,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
 namespace tools {
 
 int numerics_main(const std::vector<std::string>& argv) {
-  return numerics::run_tool("xllm-kernel-numerics",
-                            [&](std::unique_ptr<numerics::DistributedRun>& dist) { return numerics::run(argv, dist); });
+  return run_tool("xllm-kernel-numerics",
+                  [&](std::unique_ptr<distributed::DistributedRun>& dist) { return numerics::run(argv, dist); });
 }
 
 }  // namespace tools

@@ -90,6 +90,10 @@ struct OperationSuite {
 const std::vector<const OperationSuite*>& builtin_suites();
 const OperationSuite* find_suite(const std::string& operation);
 
+// If argv names a known --operation, adds that suite's flags to `app` (so that `--operation NAME
+// --help` shows them) and returns the suite; else returns null. Either way sets the help footer.
+const OperationSuite* add_suite_arguments(CLI::App& app, SuiteOptions& options, const std::vector<std::string>& argv);
+
 namespace registration {
 struct SuiteRegistrar {
   explicit SuiteRegistrar(const OperationSuite& (*suite)());

@@ -1,26 +1,31 @@
-#include "src/numerics/report.h"
+#include "src/tools/report.h"
 
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
 #include "csrc/cpu/common/simd.h"
 #include "src/core/cpu_stream.h"
+#include "src/tools/cli.h"
+#include "src/tools/distributed/run.h"
 #include "xllm_kernel/device_api.h"
 
 #ifndef XLLM_KERNEL_BUILD_TYPE
 #define XLLM_KERNEL_BUILD_TYPE "unknown"
 #endif
 
-namespace xllm_kernel::numerics {
+namespace xllm_kernel::tools {
 namespace {
 
 std::string cpu_model() {
@@ -40,6 +45,40 @@ std::string now_utc() {
   char buffer[32];
   std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buffer;
+}
+
+int publish_locally(const Publication& p) {
+  const int code = p.report.at("summary").at("exit_code").get<int>();
+  const std::string md = p.render(p.report, SIZE_MAX);
+  std::cout << (p.console_rows == SIZE_MAX ? md : p.render(p.report, p.console_rows));
+  if (!p.output.empty()) write_atomically(p.output, p.report.dump(2) + "\n");
+  if (!p.markdown.empty()) write_atomically(p.markdown, md);
+  if (code == kNothingPassed) std::cerr << p.nothing_passed;
+  return code;
+}
+
+int publish_through_ranks(Publication p, distributed::DistributedRun& run) {
+  const distributed::RankEnvironment& env = run.environment();
+  const bool write_json = !p.output.empty(), write_markdown = !p.markdown.empty();
+  p.report["distributed"] = {{"rank", env.rank},
+                             {"world_size", env.world_size},
+                             {"local_rank", env.local_rank},
+                             {"report", write_json ? json(run.rank_path(p.output)) : json(nullptr)},
+                             {"aggregate", write_json ? json(p.output) : json(nullptr)}};
+  if (write_json) write_atomically(run.rank_path(p.output), p.report.dump(2) + "\n");
+  if (write_markdown) write_atomically(run.rank_path(p.markdown), p.render(p.report, SIZE_MAX));
+  const auto gathered = run.group().gather("reports", p.report.dump());
+  std::optional<int> code;
+  if (env.rank == 0) {
+    std::vector<json> all;
+    for (const auto& s : gathered) all.push_back(json::parse(s));
+    const json aggregate = p.aggregate(all);
+    std::cout << p.render_aggregate(aggregate, 20) << std::flush;
+    if (write_json) write_atomically(p.output, aggregate.dump(2) + "\n");
+    if (write_markdown) write_atomically(p.markdown, p.render_aggregate(aggregate, SIZE_MAX));
+    code = aggregate["summary"]["exit_code"].get<int>();
+  }
+  return run.finish(code);
 }
 
 }  // namespace
@@ -102,4 +141,11 @@ std::string format_number(double value) {
   return buffer;
 }
 
-}  // namespace xllm_kernel::numerics
+std::string format_microseconds(double seconds) { return format_number(seconds * 1e6); }
+
+int publish(Publication publication, distributed::DistributedRun* run) {
+  if (run == nullptr) return publish_locally(publication);
+  return publish_through_ranks(std::move(publication), *run);
+}
+
+}  // namespace xllm_kernel::tools
