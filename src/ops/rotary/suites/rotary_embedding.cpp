@@ -14,13 +14,14 @@
 // outside the rotated ones (past rot_dim, the value part, padding) bitwise unchanged.
 //
 // Tolerance. An output element is x1 c - x2 s or x2 c + x1 s, where x1, x2, c, s are exact in
-// float32 (inputs of the dtype, cache float32 or the dtype). The float32 evaluation rounds at most
-// twice (the product x2 s, then the sum or the fused multiply-add), so it is within
-// 2 u32 (|x1 c| + |x2 s|) (1 + u32) of the exact value, u32 = 2^-24; the tolerance doubles that to
-// 4 u32 m with m the largest |x1 c| + |x2 s| of the case (absolute: the difference may cancel).
-// The result is then rounded once to the dtype: at most u |result| (u = 2^-8 bfloat16, 2^-11
-// float16; none for float32), taken as rtol = 2 u as in the other suites (a rounding boundary may
-// sit between the exact and the float32 value).
+// float32 (inputs of the dtype, cache float32 or the dtype). In float32 each product is rounded
+// (u32 = 2^-24 of it) or fused into the sum, and the sum is rounded (u32 of |x1 c| + |x2 s| at most,
+// plus u32^2), so the float32 value is within 2 u32 m (1 + u32) of the exact one, m = |x1 c| + |x2 s|,
+// whether an implementation uses fused multiply-adds (cpu.native, cuda.native) or not (the ATen
+// composites). The tolerance doubles that: atol = 4 u32 m with m the largest of the case (absolute:
+// the difference may cancel). The result is then rounded once to the dtype: at most u |result|
+// (u = 2^-8 bfloat16, 2^-11 float16; none for float32), taken as rtol = 2 u as in the other suites
+// (a rounding boundary may sit between the exact and the float32 value).
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
