@@ -1,0 +1,54 @@
+// cuda.native.rotary_embedding: the bridge from at::Tensor to the CUDA kernel in csrc/cuda/rotary/.
+// Built into the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the
+// rotary.native_cuda module's probe finds a usable device; loading it registers this. Positions are
+// not checked on the host (that would synchronize): the kernel leaves an out-of-range token's rows
+// unchanged.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "csrc/cuda/rotary/rotary.h"
+#include "src/ops/common/cuda/launch.h"
+#include "src/ops/rotary/internal.h"
+#include "xllm_kernel/ops/rotary.h"
+
+namespace xllm_kernel::rotary {
+namespace {
+
+void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
+                   int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
+  const char* op = "rotary_embedding";
+  const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CUDA);
+  bridge::check_capability(op, query);
+  if (l.tokens == 0) return;
+  const c10::cuda::CUDAGuard guard(query.device());
+  cuda::RotaryParams p;
+  p.dtype = bridge::kernel_dtype(query.scalar_type());
+  p.cache_dtype = bridge::kernel_dtype(cos_sin_cache.scalar_type());
+  p.tokens = l.tokens;
+  p.head_size = l.head_size;
+  p.rot_dim = l.rot_dim;
+  p.is_neox = is_neox;
+  p.positions = positions.const_data_ptr<int64_t>();
+  p.position_stride = positions.stride(0);
+  p.cos_sin_cache = cos_sin_cache.const_data_ptr();
+  p.cache_stride = cos_sin_cache.stride(0);
+  p.max_position = l.max_position;
+  p.query = query.mutable_data_ptr();
+  p.query_heads = l.query.heads;
+  p.query_token_stride = l.query.token_stride;
+  p.query_head_stride = l.query.head_stride;
+  if (l.key.heads > 0) {
+    p.key = key->mutable_data_ptr();
+    p.key_heads = l.key.heads;
+    p.key_token_stride = l.key.token_stride;
+    p.key_head_stride = l.key.head_stride;
+  }
+  bridge::check_launch(op, cuda::rotary_embedding(p, c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_rotary_embedding, native_cuda_module(), rotary_embedding_operation(),
+                             native_rotary);
+
+}  // namespace xllm_kernel::rotary
