@@ -2,7 +2,7 @@
 //
 // Options: --tokens, --head-size, --kv-heads, --block-size, --num-blocks, --dtype, --layout.
 // Cases from vLLM's and FlashInfer's test grids: head_size 64, 80, 96, 128, 256; kv_heads 8 and 1;
-// blocks of 16 and 32; slots distinct, in random order, about one token in eight padding (-1).
+// blocks of 16 and 32 (plus head_size 67, rows no SIMD width divides, and zero tokens); slots distinct, in random order, about one token in eight padding (-1).
 // Layouts: "contiguous" (key, value and caches each their own tensor) and "fused" (key and value
 // slices of a [tokens, 3, kv_heads, head_size] qkv tensor, the caches the two halves of one
 // [num_blocks, 2, block_size, kv_heads, head_size] KV tensor: strided rows, interleaved blocks).
@@ -30,7 +30,7 @@ namespace {
 
 void add_arguments(CLI::App& app, SuiteOptions& o) {
   app.add_option("--tokens", o["tokens"], "Tokens (comma list; 0 allowed) [default: 1,37,160 and 0]")->delimiter(',');
-  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, >= 1) [default: 64,80,96,128,256]")
+  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, >= 1) [default: 64,80,96,128,256, and 67 for tails]")
       ->delimiter(',');
   app.add_option("--kv-heads", o["kv_heads"], "KV heads (comma list, >= 1) [default: 8,1]")->delimiter(',');
   app.add_option("--block-size", o["block_size"], "Slots per cache block (comma list, >= 1) [default: 16,32]")
@@ -148,10 +148,18 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       points.push_back(point);
     }
   }
-  if (!options::given(o, "tokens")) {
-    for (const auto& dtype : dims[4].values) {
+  // Zero tokens, and rows no SIMD width divides (head_size 67: the copies' tails), unless the
+  // user chose the tokens or head sizes.
+  for (const auto& dtype : dims[4].values) {
+    if (!options::given(o, "tokens")) {
       points.push_back({{"tokens", 0}, {"head_size", 128}, {"kv_heads", 8}, {"block_size", 16}, {"dtype", dtype},
                         {"layout", "contiguous"}, {"num_blocks", 2}});
+    }
+    if (!options::given(o, "head_size")) {
+      for (const auto& layout : dims[5].values) {
+        points.push_back({{"tokens", 37}, {"head_size", 67}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
+                          {"layout", layout}, {"num_blocks", default_blocks(37, 16)}});
+      }
     }
   }
   std::vector<std::shared_ptr<const KernelCase>> out;
