@@ -1,0 +1,123 @@
+// Torch-free CPU kernel of the paged KV-cache write: a row copy per token (or per token and head
+// where the input's heads are not adjacent). This translation unit is compiled once per Highway
+// target (foreach_target) and the entry point picks the best one at runtime.
+#include "csrc/cpu/kv_cache/kv_cache.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "csrc/cpu/kv_cache/kv_cache.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "csrc/cpu/common/stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// bytes from src to dst (not overlapping) in full vectors, four at a time, then a memcpy tail.
+// kStream: full vectors are stored non-temporally (dst aligned to the vector size).
+template <bool kStream>
+HWY_INLINE void CopyRow(const uint8_t* HWY_RESTRICT src, uint8_t* HWY_RESTRICT dst, size_t bytes) {
+  const hn::ScalableTag<uint8_t> d;
+  const size_t n = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + 4 * n <= bytes; i += 4 * n) {
+    const auto v0 = hn::LoadU(d, src + i), v1 = hn::LoadU(d, src + i + n);
+    const auto v2 = hn::LoadU(d, src + i + 2 * n), v3 = hn::LoadU(d, src + i + 3 * n);
+    StoreVec<kStream>(v0, d, dst + i);
+    StoreVec<kStream>(v1, d, dst + i + n);
+    StoreVec<kStream>(v2, d, dst + i + 2 * n);
+    StoreVec<kStream>(v3, d, dst + i + 3 * n);
+  }
+  for (; i + n <= bytes; i += n) StoreVec<kStream>(hn::LoadU(d, src + i), d, dst + i);
+  if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
+}
+
+HWY_INLINE void Copy(const uint8_t* src, uint8_t* dst, size_t bytes, bool stream) {
+  if (stream && StreamAligned(dst)) {
+    CopyRow<true>(src, dst, bytes);
+  } else {
+    CopyRow<false>(src, dst, bytes);
+  }
+}
+
+void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
+  const int64_t es = kernels::element_size(p.dtype);
+  const int64_t head_bytes = p.head_size * es, slot_bytes = p.kv_heads * head_bytes;
+  // One copy per token where the input's heads are adjacent (a contiguous [kv_heads, head_size]).
+  const bool whole_key = p.kv_heads == 1 || p.key_strides.head == p.head_size;
+  const bool whole_value = p.kv_heads == 1 || p.value_strides.head == p.head_size;
+  const auto* key = static_cast<const uint8_t*>(p.key);
+  const auto* value = static_cast<const uint8_t*>(p.value);
+  auto* key_cache = static_cast<uint8_t*>(p.key_cache);
+  auto* value_cache = static_cast<uint8_t*>(p.value_cache);
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const int64_t slot = p.slot_mapping[t * p.slot_stride];
+    if (slot < 0 || slot >= p.num_slots) continue;
+    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+    uint8_t* kd = key_cache + (block * p.key_cache_block_stride) * es + offset * slot_bytes;
+    uint8_t* vd = value_cache + (block * p.value_cache_block_stride) * es + offset * slot_bytes;
+    const uint8_t* ks = key + t * p.key_strides.token * es;
+    const uint8_t* vs = value + t * p.value_strides.token * es;
+    if (whole_key) {
+      Copy(ks, kd, static_cast<size_t>(slot_bytes), p.stream_out);
+    } else {
+      for (int64_t h = 0; h < p.kv_heads; ++h) {
+        Copy(ks + h * p.key_strides.head * es, kd + h * head_bytes, static_cast<size_t>(head_bytes), p.stream_out);
+      }
+    }
+    if (whole_value) {
+      Copy(vs, vd, static_cast<size_t>(slot_bytes), p.stream_out);
+    } else {
+      for (int64_t h = 0; h < p.kv_heads; ++h) {
+        Copy(vs + h * p.value_strides.head * es, vd + h * head_bytes, static_cast<size_t>(head_bytes), p.stream_out);
+      }
+    }
+  }
+  if (p.stream_out) hwy::FlushStream();  // order the non-temporal stores before returning
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace xllm_kernel::cpu {
+
+HWY_EXPORT(ReshapeAndCacheTokens);
+
+namespace {
+
+// Defence only: the bridge validates shapes, layouts and slots before calling.
+Status Check(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
+  if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return Status::invalid("reshape_and_cache: unknown dtype");
+  }
+  if (p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1 || p.num_slots < 0) {
+    return Status::invalid("reshape_and_cache: kv_heads, head_size and block_size must be >= 1");
+  }
+  if (p.tokens < 0 || token_begin < 0 || token_begin > token_end || token_end > p.tokens) {
+    return Status::invalid("reshape_and_cache: token range not within [0, tokens]");
+  }
+  if (token_begin < token_end && (p.key == nullptr || p.value == nullptr || p.slot_mapping == nullptr ||
+                                  (p.num_slots > 0 && (p.key_cache == nullptr || p.value_cache == nullptr)))) {
+    return Status::invalid("reshape_and_cache: null pointer");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status reshape_and_cache(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
+  const Status s = Check(p, token_begin, token_end);
+  if (s.is_ok() && token_begin < token_end) HWY_DYNAMIC_DISPATCH(ReshapeAndCacheTokens)(p, token_begin, token_end);
+  return s;
+}
+
+}  // namespace xllm_kernel::cpu
+#endif  // HWY_ONCE

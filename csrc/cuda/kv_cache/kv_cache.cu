@@ -1,0 +1,123 @@
+// Launcher of the paged KV-cache write (csrc/cuda/kv_cache/kv_cache.cuh): validate what the kernel
+// relies on, plan the launch, enqueue on the caller's stream, check the launch.
+#include <algorithm>
+#include <limits>
+
+#include "csrc/cuda/common/device.h"
+#include "csrc/cuda/kv_cache/kv_cache.cuh"
+#include "csrc/cuda/kv_cache/kv_cache.h"
+
+namespace xllm_kernel::cuda {
+namespace {
+
+using kernels::KvCacheArgs;
+
+constexpr int64_t kResidentThreadsPerSm = 2048;
+constexpr int64_t kResidentBlocksPerSm = 32;
+constexpr int64_t kMaxWaves = 16;
+constexpr int64_t kMaxThreads = kernels::kKvCacheMaxThreads;
+constexpr int64_t kWarp = 32;
+
+bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
+
+// What the kernel assumes (a bridge checked the tensors; this guards the torch-free API).
+bool valid(const KvCacheParams& p) {
+  if (!valid_dtype(p.dtype) || p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1) return false;
+  if (p.tokens < 0 || p.num_slots < 0) return false;
+  if (p.key_strides.token < 0 || p.key_strides.head < 0 || p.value_strides.token < 0 || p.value_strides.head < 0 ||
+      p.key_cache_block_stride < 0 || p.value_cache_block_stride < 0 || p.slot_stride < 0) {
+    return false;
+  }
+  if (p.tokens == 0 || p.num_slots == 0) return true;
+  if (p.key == nullptr || p.value == nullptr || p.key_cache == nullptr || p.value_cache == nullptr ||
+      p.slot_mapping == nullptr) {
+    return false;
+  }
+  // Byte offsets (token * stride, block * block stride, a row) stay inside int64.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 8;
+  const int64_t row = p.kv_heads * p.head_size;
+  if (p.head_size > kMax / p.kv_heads || row > kMax / p.block_size) return false;
+  const int64_t num_blocks = (p.num_slots + p.block_size - 1) / p.block_size;
+  const int64_t strides[] = {p.key_strides.token, p.value_strides.token, p.slot_stride};
+  for (int64_t s : strides) {
+    if (s > 0 && p.tokens > kMax / s) return false;
+  }
+  if (p.key_strides.head > 0 && p.kv_heads > kMax / p.key_strides.head) return false;
+  if (p.value_strides.head > 0 && p.kv_heads > kMax / p.value_strides.head) return false;
+  for (int64_t s : {p.key_cache_block_stride, p.value_cache_block_stride}) {
+    if (s > 0 && num_blocks > kMax / s) return false;
+  }
+  return true;
+}
+
+int64_t pow2_ceil(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+bool kv_cache_vector_access(const KvCacheParams& p) {
+  if (!valid_dtype(p.dtype)) return false;
+  const int64_t es = ::xllm_kernel::kernels::element_size(p.dtype);
+  const int64_t v = kernels::kVectorBytes;
+  if ((p.head_size * es) % v != 0) return false;
+  for (const void* ptr : {p.key, p.value, static_cast<const void*>(p.key_cache),
+                          static_cast<const void*>(p.value_cache)}) {
+    if (!kernels::aligned16(ptr)) return false;
+  }
+  // Strides of a dimension of size 1 are never used.
+  if (p.tokens > 1 && ((p.key_strides.token * es) % v != 0 || (p.value_strides.token * es) % v != 0)) return false;
+  if (p.kv_heads > 1 && ((p.key_strides.head * es) % v != 0 || (p.value_strides.head * es) % v != 0)) return false;
+  if (p.num_slots > p.block_size &&
+      ((p.key_cache_block_stride * es) % v != 0 || (p.value_cache_block_stride * es) % v != 0)) {
+    return false;
+  }
+  return true;
+}
+
+// Plan rules: pieces of 16 bytes where kv_cache_vector_access holds, else of one element. A
+// token's P = pieces_per_token pieces are taken by threads_per_token = the power of two >= P up to
+// 32, above that P rounded up to a multiple of 32, at most 256 (a bf16 token of 8 x 128 is 256
+// pieces: one per thread). Blocks of 256 threads hold 256 / threads_per_token tokens (but not more
+// than the tokens there are, rounded up to a power of two), and the grid holds at most 16 waves
+// of resident blocks; blocks loop over the rest.
+KvCachePlan plan_kv_cache(const KvCacheParams& p, int sm_count) {
+  KvCachePlan plan;
+  if (!valid(p) || p.tokens == 0 || p.num_slots == 0) return plan;
+  const int64_t sms = std::clamp(sm_count, 1, 1 << 16);
+  plan.vector = kv_cache_vector_access(p);
+  const int64_t es = ::xllm_kernel::kernels::element_size(p.dtype);
+  plan.piece_bytes = plan.vector ? kernels::kVectorBytes : static_cast<int>(es);
+  plan.pieces_per_head = p.head_size * es / plan.piece_bytes;
+  plan.pieces_per_token = 2 * p.kv_heads * plan.pieces_per_head;
+  const int64_t per_token = plan.pieces_per_token <= kWarp
+                                ? pow2_ceil(plan.pieces_per_token)
+                                : std::min(kMaxThreads, ceil_div(plan.pieces_per_token, kWarp) * kWarp);
+  const int64_t tokens_per_block = std::min(kMaxThreads / per_token, pow2_ceil(p.tokens));
+  plan.threads_per_token = static_cast<int>(per_token);
+  plan.tokens_per_block = static_cast<int>(tokens_per_block);
+  plan.threads = plan.threads_per_token * plan.tokens_per_block;
+  plan.items = ceil_div(p.tokens, tokens_per_block);
+  const int64_t blocks_per_sm = std::clamp<int64_t>(kResidentThreadsPerSm / plan.threads, 1, kResidentBlocksPerSm);
+  plan.blocks = std::min(plan.items, sms * blocks_per_sm * kMaxWaves);
+  return plan;
+}
+
+cudaError_t reshape_and_cache(const KvCacheParams& p, cudaStream_t stream) {
+  if (!valid(p)) return cudaErrorInvalidValue;
+  if (p.tokens == 0 || p.num_slots == 0) return cudaSuccess;
+  int sm_count = 0;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  KvCacheArgs args;
+  args.p = p;
+  args.plan = plan_kv_cache(p, sm_count);
+  const dim3 grid(static_cast<unsigned>(args.plan.blocks)), block(static_cast<unsigned>(args.plan.threads));
+  return kernels::dispatch_piece(args.plan, cudaErrorInvalidValue, [&](auto bytes) {
+    kernels::reshape_and_cache_kernel<decltype(bytes)::value><<<grid, block, 0, stream>>>(args);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace xllm_kernel::cuda

@@ -1,0 +1,41 @@
+// Shared by the kv_cache group's bridges (not public).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+
+#include "src/ops/common/bridge.h"
+#include "xllm_kernel/catalog.h"
+
+namespace xllm_kernel::kv_cache {
+
+inline constexpr const char* kOp = "reshape_and_cache";
+
+// The sizes every bridge needs, from checked arguments.
+struct CacheShape {
+  int64_t tokens = 0;
+  int64_t kv_heads = 0;
+  int64_t head_size = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t slots = 0;  // num_blocks * block_size
+};
+
+// Checks every argument of reshape_and_cache for an implementation on `device` (shapes, dtypes,
+// devices, the caches' layout, overlap; not the slot values); errors name the operation, the
+// argument, what was expected and what was given.
+CacheShape check_arguments(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& slot_mapping, c10::DeviceType device);
+
+// The CPU implementations' check of the slot values (slot_mapping on the CPU), before anything is
+// written: every slot < shape.slots and no non-negative slot twice. Returns the number of
+// non-negative slots.
+int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping);
+
+// The group's backend modules (src/ops/kv_cache/kv_cache.cpp).
+const BackendModule& torch_cpu_module();
+const BackendModule& native_cpu_module();
+const BackendModule& torch_cuda_module();
+const BackendModule& native_cuda_module();
+
+}  // namespace xllm_kernel::kv_cache

@@ -1,0 +1,46 @@
+// cpu.native.reshape_and_cache: bridge from at::Tensor to the Highway row copy in
+// csrc/cpu/kv_cache/. Every argument and every slot is checked before anything is written.
+#include <c10/util/Exception.h>
+
+#include "csrc/cpu/kv_cache/kv_cache.h"
+#include "src/core/cpu_stream.h"
+#include "src/ops/common/cpu.h"
+#include "src/ops/kv_cache/internal.h"
+#include "xllm_kernel/ops/kv_cache.h"
+
+namespace xllm_kernel::kv_cache {
+namespace {
+
+void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                              at::Tensor& value_cache, const at::Tensor& slot_mapping) {
+  const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, c10::DeviceType::CPU);
+  const int64_t written = check_slots_cpu(s, slot_mapping);
+  if (written == 0) return;
+  cpu::KvCacheParams p;
+  p.dtype = bridge::kernel_dtype(key.scalar_type());
+  p.tokens = s.tokens;
+  p.kv_heads = s.kv_heads;
+  p.head_size = s.head_size;
+  p.block_size = s.block_size;
+  p.num_slots = s.slots;
+  p.key = key.const_data_ptr();
+  p.key_strides = {key.stride(0), key.stride(1)};
+  p.value = value.const_data_ptr();
+  p.value_strides = {value.stride(0), value.stride(1)};
+  p.key_cache = key_cache.mutable_data_ptr();
+  p.key_cache_block_stride = key_cache.stride(0);
+  p.value_cache = value_cache.mutable_data_ptr();
+  p.value_cache_block_stride = value_cache.stride(0);
+  p.slot_mapping = slot_mapping.const_data_ptr<int64_t>();
+  p.slot_stride = slot_mapping.stride(0);
+  const int64_t row = s.kv_heads * s.head_size;
+  p.stream_out = detail::stream_cpu_output(2 * written * row * key.element_size());
+  bridge::run_rows(kOp, p, s.tokens, 2 * row, cpu::reshape_and_cache);
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_reshape_and_cache, native_cpu_module(), reshape_and_cache_operation(),
+                             native_reshape_and_cache);
+
+}  // namespace xllm_kernel::kv_cache

@@ -1,0 +1,190 @@
+// Suite of reshape_and_cache, the paged KV-cache write.
+//
+// Options: --tokens, --head-size, --kv-heads, --block-size, --num-blocks, --dtype, --layout.
+// Cases from vLLM's and FlashInfer's test grids: head_size 64, 80, 96, 128, 256; kv_heads 8 and 1;
+// blocks of 16 and 32 (plus head_size 67, rows no SIMD width divides, and zero tokens); slots distinct, in random order, about one token in eight padding (-1).
+// Layouts: "contiguous" (key, value and caches each their own tensor) and "fused" (key and value
+// slices of a [tokens, 3, kv_heads, head_size] qkv tensor, the caches the two halves of one
+// [num_blocks, 2, block_size, kv_heads, head_size] KV tensor: strided rows, interleaved blocks).
+//
+// Reference and tolerance: the operator copies, so the expected caches are their old values with
+// each addressed slot replaced by its token's row, built here in float64 row by row (no kernel,
+// no index op). Tolerance is zero: every value is finite and non-zero (inputs and old caches from
+// randn, caches offset away from 0), and for such values equality in float64 is equality of the
+// bits. The whole storage of both caches is checked: the addressed rows, every other slot
+// unchanged, and (layout fused) the other half of the KV tensor unchanged (the runner compares the
+// rest of a mutated argument's storage bitwise).
+//
+// Bytes: the key and value rows of the tokens with a slot read, the slot_mapping read, and those
+// rows written into the caches.
+#include <algorithm>
+#include <cmath>
+
+#include "src/numerics/options.h"
+#include "src/numerics/tensor_case.h"
+#include "src/numerics/verify.h"
+#include "xllm_kernel/ops/kv_cache.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+void add_arguments(CLI::App& app, SuiteOptions& o) {
+  app.add_option("--tokens", o["tokens"], "Tokens (comma list; 0 allowed) [default: 1,37,160 and 0]")->delimiter(',');
+  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, >= 1) [default: 64,80,96,128,256, and 67 for tails]")
+      ->delimiter(',');
+  app.add_option("--kv-heads", o["kv_heads"], "KV heads (comma list, >= 1) [default: 8,1]")->delimiter(',');
+  app.add_option("--block-size", o["block_size"], "Slots per cache block (comma list, >= 1) [default: 16,32]")
+      ->delimiter(',');
+  app.add_option("--num-blocks", o["num_blocks"],
+                 "Cache blocks (comma list, >= 1) [default: enough for the tokens and a few more]")
+      ->delimiter(',');
+  app.add_option("--dtype", o["dtype"], "Dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+  app.add_option("--layout", o["layout"], "Layouts: contiguous,fused [default: both]")->delimiter(',');
+}
+
+// Distinct slots of [0, slots) in random order, about one token in eight -1 (none for one token);
+// more tokens than slots: the rest -1.
+at::Tensor make_slots(int64_t tokens, int64_t slots, at::Generator& g) {
+  at::Tensor out = at::full({tokens}, -1, at::kLong);
+  if (tokens == 0) return out;
+  const at::Tensor perm = at::randperm(slots, g, at::kLong);
+  const at::Tensor pad = at::rand({tokens}, g, at::kDouble);
+  int64_t* o = out.mutable_data_ptr<int64_t>();
+  const int64_t* p = perm.const_data_ptr<int64_t>();
+  const double* r = pad.const_data_ptr<double>();
+  for (int64_t t = 0, next = 0; t < tokens && next < slots; ++t) {
+    if (tokens > 1 && r[t] < 0.125) continue;
+    o[t] = p[next++];
+  }
+  return out;
+}
+
+// Old cache contents: randn + 4 (finite, never 0 after rounding; distinct from the inputs').
+at::Tensor cache_values(at::IntArrayRef shape, at::ScalarType dtype, at::Generator& g) {
+  return (at::randn(shape, g, at::kDouble) + 4).to(dtype);
+}
+
+// The expected cache: the old values with each addressed slot's row replaced, in float64.
+at::Tensor expected_cache(const at::Tensor& cache, const at::Tensor& rows, const at::Tensor& slots) {
+  at::Tensor want = cache.to(at::kDouble).contiguous();
+  const at::Tensor src = rows.to(at::kDouble).contiguous();
+  const int64_t block_size = cache.size(1), row = cache.size(2) * cache.size(3);
+  double* w = want.mutable_data_ptr<double>();
+  const double* s = src.const_data_ptr<double>();
+  const at::Tensor sl = slots.contiguous();
+  const int64_t* slot = sl.const_data_ptr<int64_t>();
+  for (int64_t t = 0; t < src.size(0); ++t) {
+    if (slot[t] < 0) continue;
+    const int64_t block = slot[t] / block_size, offset = slot[t] % block_size;
+    std::copy(s + t * row, s + (t + 1) * row, w + (block * block_size + offset) * row);
+  }
+  return want;
+}
+
+Example build(const json& p, at::Generator& g) {
+  const int64_t tokens = p.at("tokens"), head_size = p.at("head_size"), kv_heads = p.at("kv_heads");
+  const int64_t block_size = p.at("block_size"), num_blocks = p.at("num_blocks");
+  const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
+  const bool fused = p.at("layout").get<std::string>() == "fused";
+  at::Tensor key, value, key_cache, value_cache;
+  if (fused) {
+    const at::Tensor qkv = at::randn({tokens, 3, kv_heads, head_size}, g, at::kDouble).to(dtype);
+    key = qkv.select(1, 1);
+    value = qkv.select(1, 2);
+    const at::Tensor kv = cache_values({num_blocks, 2, block_size, kv_heads, head_size}, dtype, g);
+    key_cache = kv.select(1, 0);
+    value_cache = kv.select(1, 1);
+  } else {
+    key = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
+    value = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
+    key_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
+    value_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
+  }
+  const at::Tensor slots = make_slots(tokens, num_blocks * block_size, g);
+
+  Example ex;
+  ex.names = {"key", "value", "key_cache", "value_cache", "slot_mapping"};
+  ex.tensors = {key, value, key_cache, value_cache, slots};
+  ex.mutates = reshape_and_cache_contract().mutates;
+  ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    k.function<ReshapeAndCacheFn>()(t[0], t[1], t[2], t[3], t[4]);
+    return std::vector<at::Tensor>{};
+  };
+  ex.reference = [](const std::vector<at::Tensor>& t) {
+    return Expected{{},
+                    {{"key_cache", expected_cache(t[2], t[0], t[4])},
+                     {"value_cache", expected_cache(t[3], t[1], t[4])}}};
+  };
+  ex.tolerance = Tolerance{0, 0};  // a copy: bit for bit (see the file comment)
+  const int64_t written = slots.ge(0).sum().item<int64_t>();
+  const int64_t row_bytes = kv_heads * head_size * key.element_size();
+  ex.metadata = {2 * written * row_bytes + tokens * 8, 2 * written * row_bytes, 0.0};
+  return ex;
+}
+
+// Enough blocks for the tokens, and a few more so that the untouched slots are checked too.
+int64_t default_blocks(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size + 3; }
+
+std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
+  const std::vector<Dimension> dims = {
+      {"tokens", options::integers(o, "tokens", {1, 37, 160}, 0)},
+      {"head_size", options::integers(o, "head_size", {64, 80, 96, 128, 256}, 1)},
+      {"kv_heads", options::integers(o, "kv_heads", {8, 1}, 1)},
+      {"block_size", options::integers(o, "block_size", {16, 32}, 1)},
+      {"dtype", options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"})},
+      {"layout", options::choices(o, "layout", {"contiguous", "fused"}, {"contiguous", "fused"})},
+  };
+  const bool blocks_given = options::given(o, "num_blocks");
+  const std::vector<json> blocks = options::integers(o, "num_blocks", {1}, 1);
+  std::vector<json> points;
+  for (json point : cartesian(dims)) {
+    if (!blocks_given) {
+      point["num_blocks"] = default_blocks(point.at("tokens").get<int64_t>(), point.at("block_size").get<int64_t>());
+      points.push_back(point);
+      continue;
+    }
+    for (const json& n : blocks) {
+      point["num_blocks"] = n;
+      points.push_back(point);
+    }
+  }
+  // Zero tokens, and rows no SIMD width divides (head_size 67: the copies' tails), unless the
+  // user chose the tokens or head sizes.
+  for (const auto& dtype : dims[4].values) {
+    if (!options::given(o, "tokens")) {
+      points.push_back({{"tokens", 0}, {"head_size", 128}, {"kv_heads", 8}, {"block_size", 16}, {"dtype", dtype},
+                        {"layout", "contiguous"}, {"num_blocks", 2}});
+    }
+    if (!options::given(o, "head_size")) {
+      for (const auto& layout : dims[5].values) {
+        points.push_back({{"tokens", 37}, {"head_size", 67}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
+                          {"layout", layout}, {"num_blocks", default_blocks(37, 16)}});
+      }
+    }
+  }
+  std::vector<std::shared_ptr<const KernelCase>> out;
+  for (const json& point : points) out.push_back(std::make_shared<TensorCase>("reshape_and_cache", point, build));
+  return out;
+}
+
+SuiteOptions benchmark_defaults() {
+  return {{"tokens", {"1", "128", "8192"}}, {"head_size", {"128"}}, {"kv_heads", {"8"}}, {"block_size", {"16"}},
+          {"num_blocks", {"4096"}},         {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}}};
+}
+
+}  // namespace
+
+const OperationSuite& reshape_and_cache_suite() {
+  static const OperationSuite suite{
+      .operation = "reshape_and_cache",
+      .description = "Paged KV-cache write (NHD): key/value rows into their slots, -1 skipped",
+      .add_arguments = add_arguments,
+      .cases = cases,
+      .has_reference = true,
+      .benchmark_defaults = benchmark_defaults()};
+  return suite;
+}
+
+XLLM_REGISTER_SUITE(reshape_and_cache_suite);
+
+}  // namespace xllm_kernel::numerics

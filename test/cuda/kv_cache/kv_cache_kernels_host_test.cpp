@@ -1,0 +1,285 @@
+// Torch-free host tests of csrc/cuda/kv_cache: every block and thread of the plan that
+// plan_kv_cache picks runs on the CPU (kernels::run_block, the same code the device runs), with
+// the piece size the launcher would pick, against expected caches built here byte by byte. They
+// check that the addressed slots hold the inputs' bits, that every byte of a written row is
+// stored exactly once and nothing else is (the host build's store observer), that negative and
+// out-of-range slots write nothing, that 16-byte accesses happen exactly on the vector path and
+// only at aligned addresses (the host load16/store16 throw otherwise), the plan's rules, and the
+// launcher's argument checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "csrc/cuda/kv_cache/kv_cache.cuh"
+#include "csrc/cuda/kv_cache/kv_cache.h"
+
+namespace xllm_kernel::cuda {
+namespace {
+
+using kernels::KvCacheArgs;
+
+constexpr int kSms = 132;
+
+// A 64-byte aligned buffer of random bytes.
+struct Bytes {
+  std::unique_ptr<unsigned char, void (*)(void*)> p{nullptr, std::free};
+  size_t n = 0;
+  Bytes(size_t size, std::mt19937& rng) : n(size) {
+    p.reset(static_cast<unsigned char*>(std::aligned_alloc(64, (size + 64) / 64 * 64)));
+    for (size_t i = 0; i < size; ++i) p.get()[i] = static_cast<unsigned char>(rng());
+  }
+  std::vector<unsigned char> copy() const { return {p.get(), p.get() + n}; }
+};
+
+// Which bytes were stored, how often, and the sizes of the stores.
+struct StoreLog {
+  const unsigned char* base[2] = {};  // key_cache, value_cache
+  std::vector<int> count[2];          // stores of each byte
+  int64_t elsewhere = 0;              // bytes stored outside both
+  std::map<size_t, int64_t> sizes;
+};
+thread_local StoreLog* g_log = nullptr;
+void observe(const void* p, size_t bytes) {
+  g_log->sizes[bytes] += 1;
+  const auto* q = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i) {
+    bool found = false;
+    for (int c = 0; c < 2; ++c) {
+      if (q + i >= g_log->base[c] && q + i < g_log->base[c] + g_log->count[c].size()) {
+        g_log->count[c][q + i - g_log->base[c]] += 1;
+        found = true;
+      }
+    }
+    if (!found) ++g_log->elsewhere;
+  }
+}
+
+struct Case {
+  DType dtype;
+  int64_t tokens, kv_heads, head_size, block_size, num_blocks;
+  int64_t head_pad = 0, block_pad = 0, misalign = 0;  // in elements
+};
+
+void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
+  SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.kv_heads) + " head_size " +
+               std::to_string(c.head_size) + " dtype " + std::to_string(static_cast<int>(c.dtype)) + " misalign " +
+               std::to_string(c.misalign));
+  const int64_t es = ::xllm_kernel::kernels::element_size(c.dtype);
+  const int64_t head_stride = c.head_size + c.head_pad, token_stride = c.kv_heads * head_stride;
+  const int64_t row = c.kv_heads * c.head_size, block = c.block_size * row + c.block_pad;
+  const int64_t slots = c.num_blocks * c.block_size;
+  Bytes key((c.tokens * token_stride + c.misalign) * es, rng), value((c.tokens * token_stride + c.misalign) * es, rng);
+  Bytes kc((c.num_blocks * block + c.misalign) * es, rng), vc((c.num_blocks * block + c.misalign) * es, rng);
+  std::vector<int64_t> perm(slots);
+  for (int64_t i = 0; i < slots; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  // Every 4th token padding; every 5th out of range (the GPU's skip), one of them far out.
+  std::vector<int64_t> slot(c.tokens);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    slot[t] = t % 4 == 3 ? -7 : t % 5 == 4 ? (t == 4 ? INT64_MAX : slots + t) : perm[t % slots];
+  }
+  std::vector<unsigned char> want_k = kc.copy(), want_v = vc.copy();
+  std::vector<int> want_stores_k(kc.n, 0), want_stores_v(vc.n, 0);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    if (slot[t] < 0 || slot[t] >= slots) continue;
+    const int64_t b = slot[t] / c.block_size, o = slot[t] % c.block_size;
+    for (int64_t h = 0; h < c.kv_heads; ++h) {
+      for (int64_t i = 0; i < c.head_size * es; ++i) {
+        const int64_t dst = (c.misalign + b * block + o * row + h * c.head_size) * es + i;
+        const int64_t src = (c.misalign + t * token_stride + h * head_stride) * es + i;
+        want_k[dst] = key.p.get()[src];
+        want_v[dst] = value.p.get()[src];
+        want_stores_k[dst] += 1;
+        want_stores_v[dst] += 1;
+      }
+    }
+  }
+  KvCacheParams p;
+  p.dtype = c.dtype;
+  p.tokens = c.tokens;
+  p.kv_heads = c.kv_heads;
+  p.head_size = c.head_size;
+  p.block_size = c.block_size;
+  p.num_slots = slots;
+  p.key = key.p.get() + c.misalign * es;
+  p.key_strides = {token_stride, head_stride};
+  p.value = value.p.get() + c.misalign * es;
+  p.value_strides = {token_stride, head_stride};
+  p.key_cache = kc.p.get() + c.misalign * es;
+  p.key_cache_block_stride = block;
+  p.value_cache = vc.p.get() + c.misalign * es;
+  p.value_cache_block_stride = block;
+  p.slot_mapping = slot.data();
+  p.slot_stride = 1;
+  KvCacheArgs args;
+  args.p = p;
+  args.plan = plan_kv_cache(p, kSms);
+  ASSERT_GT(args.plan.blocks, 0);
+  EXPECT_EQ(args.plan.vector, expect_vector);
+  EXPECT_EQ(args.plan.piece_bytes, expect_vector ? 16 : es);
+  StoreLog log;
+  log.base[0] = kc.p.get();
+  log.base[1] = vc.p.get();
+  log.count[0].assign(kc.n, 0);
+  log.count[1].assign(vc.n, 0);
+  g_log = &log;
+  kernels::host_store_observer = &observe;
+  const bool ran = kernels::dispatch_piece(args.plan, false, [&](auto bytes) {
+    for (int64_t b = 0; b < args.plan.blocks; ++b) {
+      for (int t = 0; t < args.plan.threads; ++t) {
+        kernels::run_block<decltype(bytes)::value>(args, b, args.plan.blocks, t);
+      }
+    }
+    return true;
+  });
+  kernels::host_store_observer = nullptr;
+  g_log = nullptr;
+  ASSERT_TRUE(ran);
+  EXPECT_EQ(kc.copy(), want_k);
+  EXPECT_EQ(vc.copy(), want_v);
+  EXPECT_EQ(log.count[0], want_stores_k) << "stores per key_cache byte";
+  EXPECT_EQ(log.count[1], want_stores_v) << "stores per value_cache byte";
+  EXPECT_EQ(log.elsewhere, 0) << "bytes stored outside the caches";
+  for (const auto& [size, n] : log.sizes) EXPECT_EQ(static_cast<int64_t>(size), args.plan.piece_bytes) << n;
+}
+
+TEST(KvCacheHost, EveryBlockAndThreadOfThePlanWritesExactlyTheAddressedRows) {
+  std::mt19937 rng(11);
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  for (DType dtype : dtypes) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    for (int64_t head_size : {64, 80, 96, 128, 256}) {
+      for (int64_t heads : {8, 1}) {
+        run_case({dtype, 45, heads, head_size, 16, 4}, rng, /*expect_vector=*/true);
+        run_case({dtype, 3, heads, head_size, 32, 1}, rng, true);
+      }
+    }
+    // Heads not adjacent and blocks beyond one block apart, still 16-byte aligned.
+    run_case({dtype, 20, 4, 64, 16, 3, 8, 64}, rng, true);
+    // Rows not a multiple of 16 bytes, or misaligned bases or strides: element pieces.
+    run_case({dtype, 20, 2, 3, 8, 6}, rng, false);
+    run_case({dtype, 20, 8, 128, 16, 3, 0, 0, 1}, rng, false);
+    run_case({dtype, 20, 2, 64, 16, 3, 1, 0}, rng, false);
+    run_case({dtype, 20, 2, 64, 16, 3, 0, 1}, rng, false);
+  }
+  // One token, one slot.
+  run_case({DType::kBFloat16, 1, 8, 128, 16, 1}, rng, true);
+}
+
+TEST(KvCacheHost, PlanRules) {
+  KvCacheParams p;
+  alignas(16) static unsigned char buf[64];
+  static const int64_t slot = 0;
+  p.dtype = DType::kBFloat16;
+  p.tokens = 8192;
+  p.kv_heads = 8;
+  p.head_size = 128;
+  p.block_size = 16;
+  p.num_slots = 4096 * 16;
+  p.key = p.value = buf;
+  p.key_cache = p.value_cache = buf;
+  p.key_strides = p.value_strides = {8 * 128, 128};
+  p.key_cache_block_stride = p.value_cache_block_stride = 16 * 8 * 128;
+  p.slot_mapping = &slot;
+  p.slot_stride = 1;
+  KvCachePlan plan = plan_kv_cache(p, kSms);
+  EXPECT_TRUE(plan.vector);
+  EXPECT_EQ(plan.pieces_per_head, 16);
+  EXPECT_EQ(plan.pieces_per_token, 256);  // 2 x 8 x 16: one 16-byte piece per thread
+  EXPECT_EQ(plan.threads_per_token, 256);
+  EXPECT_EQ(plan.tokens_per_block, 1);
+  EXPECT_EQ(plan.items, 8192);
+  EXPECT_EQ(plan.blocks, 8192);
+  // Few pieces per token: several tokens per block, up to 256 threads.
+  p.kv_heads = 1;
+  p.head_size = 64;
+  p.key_strides = p.value_strides = {64, 64};
+  plan = plan_kv_cache(p, kSms);
+  EXPECT_EQ(plan.pieces_per_token, 16);
+  EXPECT_EQ(plan.threads_per_token, 16);
+  EXPECT_EQ(plan.tokens_per_block, 16);
+  EXPECT_EQ(plan.threads, 256);
+  EXPECT_EQ(plan.items, 512);
+  // One token: a block of one token's threads.
+  p.tokens = 1;
+  plan = plan_kv_cache(p, kSms);
+  EXPECT_EQ(plan.tokens_per_block, 1);
+  EXPECT_EQ(plan.threads, 16);
+  EXPECT_EQ(plan.blocks, 1);
+  // More pieces than 256 threads: threads stride over them; the grid is capped at 16 waves.
+  p.tokens = 1 << 22;
+  p.kv_heads = 8;
+  p.head_size = 256;
+  p.dtype = DType::kFloat32;
+  p.key_strides = p.value_strides = {8 * 256, 256};
+  plan = plan_kv_cache(p, kSms);
+  EXPECT_EQ(plan.pieces_per_token, 2 * 8 * 64);
+  EXPECT_EQ(plan.threads_per_token, 256);
+  EXPECT_EQ(plan.blocks, kSms * 8 * 16);
+  // Scalar path for a row of 6 bytes.
+  p.head_size = 3;
+  p.dtype = DType::kFloat16;
+  p.key_strides = p.value_strides = {8 * 3, 3};
+  plan = plan_kv_cache(p, kSms);
+  EXPECT_FALSE(plan.vector);
+  EXPECT_EQ(plan.piece_bytes, 2);
+  EXPECT_EQ(plan.pieces_per_token, 2 * 8 * 3);
+  EXPECT_EQ(plan.threads_per_token, 64);
+  // Nothing to do: no plan.
+  p.tokens = 0;
+  EXPECT_EQ(plan_kv_cache(p, kSms).blocks, 0);
+}
+
+TEST(KvCacheHost, LauncherRejectsInvalidParametersWithoutTouchingTheDevice) {
+  alignas(16) static unsigned char buf[64];
+  static const int64_t slot = 0;
+  KvCacheParams good;
+  good.dtype = DType::kFloat16;
+  good.tokens = 1;
+  good.kv_heads = 1;
+  good.head_size = 8;
+  good.block_size = 1;
+  good.num_slots = 1;
+  good.key = good.value = buf;
+  good.key_cache = good.value_cache = buf;
+  good.key_strides = good.value_strides = {8, 8};
+  good.slot_mapping = &slot;
+  good.slot_stride = 1;
+  EXPECT_GT(plan_kv_cache(good, kSms).blocks, 0);
+  auto bad = [&](auto change) {
+    KvCacheParams p = good;
+    change(p);
+    EXPECT_EQ(reshape_and_cache(p, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(plan_kv_cache(p, kSms).blocks, 0);
+  };
+  bad([](KvCacheParams& p) { p.dtype = static_cast<DType>(7); });
+  bad([](KvCacheParams& p) { p.head_size = 0; });
+  bad([](KvCacheParams& p) { p.kv_heads = 0; });
+  bad([](KvCacheParams& p) { p.block_size = 0; });
+  bad([](KvCacheParams& p) { p.tokens = -1; });
+  bad([](KvCacheParams& p) { p.key = nullptr; });
+  bad([](KvCacheParams& p) { p.slot_mapping = nullptr; });
+  bad([](KvCacheParams& p) { p.key_strides.token = -8; });
+  bad([](KvCacheParams& p) {
+    p.tokens = int64_t{1} << 40;
+    p.key_strides.token = int64_t{1} << 40;
+  });
+  // Zero tokens or no slots: success without a launch (no device needed).
+  KvCacheParams none = good;
+  none.tokens = 0;
+  EXPECT_EQ(reshape_and_cache(none, nullptr), cudaSuccess);
+  none = good;
+  none.num_slots = 0;
+  EXPECT_EQ(reshape_and_cache(none, nullptr), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace xllm_kernel::cuda
