@@ -32,6 +32,31 @@ CacheShape check_arguments(const at::Tensor& key, const at::Tensor& value, const
 // non-negative slots.
 int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping);
 
+// The kernel parameters from checked arguments, for the CPU (cpu::KvCacheParams) and the CUDA
+// (cuda::KvCacheParams) kernels alike: the two structs share these fields.
+template <class Params>
+Params kernel_params(const CacheShape& s, const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                     at::Tensor& value_cache, const at::Tensor& slot_mapping) {
+  Params p;
+  p.dtype = bridge::kernel_dtype(key.scalar_type());
+  p.tokens = s.tokens;
+  p.kv_heads = s.kv_heads;
+  p.head_size = s.head_size;
+  p.block_size = s.block_size;
+  p.num_slots = s.slots;
+  p.key = key.const_data_ptr();
+  p.key_strides = {key.stride(0), key.stride(1)};
+  p.value = value.const_data_ptr();
+  p.value_strides = {value.stride(0), value.stride(1)};
+  p.key_cache = key_cache.mutable_data_ptr();
+  p.key_cache_block_stride = key_cache.stride(0);
+  p.value_cache = value_cache.mutable_data_ptr();
+  p.value_cache_block_stride = value_cache.stride(0);
+  p.slot_mapping = slot_mapping.const_data_ptr<int64_t>();
+  p.slot_stride = slot_mapping.stride(0);
+  return p;
+}
+
 // The group's backend modules (src/ops/kv_cache/kv_cache.cpp).
 const BackendModule& torch_cpu_module();
 const BackendModule& native_cpu_module();

@@ -42,6 +42,36 @@ void check_positions_in_range(const at::Tensor& positions, int64_t max_position)
 // view of the same memory.
 at::Tensor as_heads(const at::Tensor& t, const Layout& layout, const Heads& heads);
 
+// The kernel parameters from checked arguments, for the CPU (cpu::RotaryParams) and the CUDA
+// (cuda::RotaryParams) kernels alike: the two structs have the same fields.
+template <class Params>
+Params kernel_params(const Layout& l, const at::Tensor& positions, const at::Tensor& query,
+                     const std::optional<at::Tensor>& key, const at::Tensor& cos_sin_cache, bool is_neox) {
+  Params p;
+  p.dtype = bridge::kernel_dtype(query.scalar_type());
+  p.cache_dtype = bridge::kernel_dtype(cos_sin_cache.scalar_type());
+  p.tokens = l.tokens;
+  p.head_size = l.head_size;
+  p.rot_dim = l.rot_dim;
+  p.is_neox = is_neox;
+  p.positions = positions.const_data_ptr<int64_t>();
+  p.position_stride = positions.stride(0);
+  p.cos_sin_cache = cos_sin_cache.const_data_ptr();
+  p.cache_stride = cos_sin_cache.stride(0);
+  p.max_position = l.max_position;
+  p.query = query.mutable_data_ptr();
+  p.query_heads = l.query.heads;
+  p.query_token_stride = l.query.token_stride;
+  p.query_head_stride = l.query.head_stride;
+  if (l.key.heads > 0) {
+    p.key = key->mutable_data_ptr();
+    p.key_heads = l.key.heads;
+    p.key_token_stride = l.key.token_stride;
+    p.key_head_stride = l.key.head_stride;
+  }
+  return p;
+}
+
 // The group's backend modules (src/ops/rotary/rotary.cpp).
 const BackendModule& torch_cpu_module();
 const BackendModule& native_cpu_module();

@@ -19,23 +19,7 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
   bridge::check_capability(kOp, key);
   if (s.tokens == 0 || s.slots == 0) return;
   const c10::cuda::CUDAGuard guard(key.device());
-  cuda::KvCacheParams p;
-  p.dtype = bridge::kernel_dtype(key.scalar_type());
-  p.tokens = s.tokens;
-  p.kv_heads = s.kv_heads;
-  p.head_size = s.head_size;
-  p.block_size = s.block_size;
-  p.num_slots = s.slots;
-  p.key = key.const_data_ptr();
-  p.key_strides = {key.stride(0), key.stride(1)};
-  p.value = value.const_data_ptr();
-  p.value_strides = {value.stride(0), value.stride(1)};
-  p.key_cache = key_cache.mutable_data_ptr();
-  p.key_cache_block_stride = key_cache.stride(0);
-  p.value_cache = value_cache.mutable_data_ptr();
-  p.value_cache_block_stride = value_cache.stride(0);
-  p.slot_mapping = slot_mapping.const_data_ptr<int64_t>();
-  p.slot_stride = slot_mapping.stride(0);
+  auto p = kernel_params<cuda::KvCacheParams>(s, key, value, key_cache, value_cache, slot_mapping);
   bridge::check_launch(kOp, cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 

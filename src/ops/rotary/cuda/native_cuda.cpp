@@ -21,28 +21,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
   bridge::check_capability(op, query);
   if (l.tokens == 0) return;
   const c10::cuda::CUDAGuard guard(query.device());
-  cuda::RotaryParams p;
-  p.dtype = bridge::kernel_dtype(query.scalar_type());
-  p.cache_dtype = bridge::kernel_dtype(cos_sin_cache.scalar_type());
-  p.tokens = l.tokens;
-  p.head_size = l.head_size;
-  p.rot_dim = l.rot_dim;
-  p.is_neox = is_neox;
-  p.positions = positions.const_data_ptr<int64_t>();
-  p.position_stride = positions.stride(0);
-  p.cos_sin_cache = cos_sin_cache.const_data_ptr();
-  p.cache_stride = cos_sin_cache.stride(0);
-  p.max_position = l.max_position;
-  p.query = query.mutable_data_ptr();
-  p.query_heads = l.query.heads;
-  p.query_token_stride = l.query.token_stride;
-  p.query_head_stride = l.query.head_stride;
-  if (l.key.heads > 0) {
-    p.key = key->mutable_data_ptr();
-    p.key_heads = l.key.heads;
-    p.key_token_stride = l.key.token_stride;
-    p.key_head_stride = l.key.head_stride;
-  }
+  const auto p = kernel_params<cuda::RotaryParams>(l, positions, query, key, cos_sin_cache, is_neox);
   bridge::check_launch(op, cuda::rotary_embedding(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
