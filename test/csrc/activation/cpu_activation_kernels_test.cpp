@@ -149,15 +149,25 @@ class MathBounds : public ::testing::TestWithParam<int64_t> {
   std::unique_ptr<TargetScope> scope_;
 };
 
-TEST_P(MathBounds, ExpInRange) {
-  const Sweep s = RunMath(Math::kExp, -87.5, 88.0, 2000001, {0.0f, -0.0f, 1.0f, -1.0f, 0.34657359f, -0.34657359f});
+// An exponential (kExp or kExpFast) over [-87.5, 88] plus a few exact points (e^0 at index
+// 2000001): its worst relative error against std::exp and where.
+struct ExpSweep {
+  Sweep s;
   double worst = 0.0;
   float at = 0.0f;
-  for (size_t i = 0; i < s.in.size(); ++i) {
-    const double want = std::exp(static_cast<double>(s.in[i]));
-    const double rel = std::fabs(s.out[i] - want) / want;
-    if (!(rel <= worst)) worst = rel, at = s.in[i];
+};
+ExpSweep SweepExp(Math f) {
+  ExpSweep e{RunMath(f, -87.5, 88.0, 2000001, {0.0f, -0.0f, 1.0f, -1.0f, 0.34657359f, -0.34657359f})};
+  for (size_t i = 0; i < e.s.in.size(); ++i) {
+    const double want = std::exp(static_cast<double>(e.s.in[i]));
+    const double rel = std::fabs(e.s.out[i] - want) / want;
+    if (!(rel <= e.worst)) e.worst = rel, e.at = e.s.in[i];
   }
+  return e;
+}
+
+TEST_P(MathBounds, ExpInRange) {
+  const auto [s, worst, at] = SweepExp(Math::kExp);
   EXPECT_LE(worst, kExpRel) << "at " << at;
   EXPECT_EQ(s.out[2000001], 1.0f);  // e^0
   RecordProperty("max_rel", std::to_string(worst));
@@ -228,14 +238,7 @@ TEST_P(MathBounds, GeluFast) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetP
 TEST_P(MathBounds, GeluTanhFast) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam(), true); }
 
 TEST_P(MathBounds, ExpFast) {
-  const Sweep s = RunMath(Math::kExpFast, -87.5, 88.0, 2000001, {0.0f, -0.0f, 1.0f, -1.0f, 0.34657359f, -0.34657359f});
-  double worst = 0.0;
-  float at = 0.0f;
-  for (size_t i = 0; i < s.in.size(); ++i) {
-    const double want = std::exp(static_cast<double>(s.in[i]));
-    const double rel = std::fabs(s.out[i] - want) / want;
-    if (!(rel <= worst)) worst = rel, at = s.in[i];
-  }
+  const auto [s, worst, at] = SweepExp(Math::kExpFast);
   EXPECT_LE(worst, kExpFastRel) << "at " << at;
   EXPECT_GT(worst, kExpRel) << "the bf16 form is expected to be the cheaper, coarser one";
   std::printf("[%s] exp (bf16 form): max relative error %.3g at %.9g\n", hwy::TargetName(GetParam()), worst, at);
