@@ -66,9 +66,10 @@ namespace {
 // prepared callable runs without the GIL, as torch.ops runs its kernels.
 class PreparedFunction {
  public:
-  PreparedFunction(std::shared_ptr<const Bindings> owner, const Operation& operation)
+  // `owner` keeps `kernel` alive (the Bindings that hold it, or the kernel itself).
+  PreparedFunction(std::shared_ptr<const void> owner, const PreparedKernel& kernel, const Operation& operation)
       : owner_(std::move(owner)),
-        kernel_(&owner_->at(operation.name())),
+        kernel_(&kernel),
         caller_(operation.boxed_caller()),
         schema_(&torch_schema(operation)) {
     if (caller_ == nullptr) {
@@ -89,7 +90,7 @@ class PreparedFunction {
   const PreparedKernel& kernel() const { return *kernel_; }
 
  private:
-  std::shared_ptr<const Bindings> owner_;  // keeps kernel_ alive
+  std::shared_ptr<const void> owner_;  // keeps kernel_ alive
   const PreparedKernel* kernel_;
   Operation::BoxedCaller caller_;
   const c10::FunctionSchema* schema_;
@@ -156,6 +157,12 @@ py::list catalog_list() {
 }
 
 }  // namespace
+
+py::object prepared_function(std::shared_ptr<const PreparedKernel> kernel, const Operation& operation) {
+  const PreparedKernel& k = *kernel;
+  return py::cast(PreparedFunction(std::move(kernel), k, operation));
+}
+
 }  // namespace xllm_kernel::python
 
 PYBIND11_MODULE(_C, m) {
@@ -192,7 +199,7 @@ PYBIND11_MODULE(_C, m) {
       .def("spec", [](const BindingsHandle& h, const std::string& op) { return spec_dict(h.bindings->at(op).spec()); })
       .def("detail", [](const BindingsHandle& h, const std::string& op) { return h.bindings->at(op).detail(); })
       .def("function", [](const BindingsHandle& h, const std::string& op) {
-        return PreparedFunction(h.bindings, find_operation("bindings", op));
+        return PreparedFunction(h.bindings, h.bindings->at(op), find_operation("bindings", op));
       })
       // The runtime returns the same Bindings for the same configuration; the package keys its
       // cache of Python mappings on this.

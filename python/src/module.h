@@ -26,6 +26,10 @@ const c10::FunctionSchema& torch_schema(const Operation& operation);
 py::dict contract_dict(const OpContract& contract);
 py::dict spec_dict(const KernelSpec& spec);
 
+// A Python callable for a prepared binding (the class PreparedFunction: operation's torch
+// arguments in, its results out, the GIL released while it runs); it keeps `kernel` alive.
+py::object prepared_function(std::shared_ptr<const PreparedKernel> kernel, const Operation& operation);
+
 void bind_python_kernels(py::module_& m);
 void bind_tools(py::module_& m);
 
