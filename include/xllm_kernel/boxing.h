@@ -54,10 +54,13 @@ struct BoxedCall<R(Args...)> {
   using Thunk = typename KernelFunction<R(Args...)>::Thunk;
 
   // A mutable tensor argument (Tensor&) binds to the tensor inside the IValue, so writes reach the
-  // caller's tensor; everything else converts to the parameter's value type.
+  // caller's tensor; everything else converts to the parameter's value type. None for a Tensor
+  // argument arrives as an undefined tensor, which the bridge rejects naming the operation and
+  // the argument (IValue::toTensor would throw an error naming neither).
   template <class Arg>
   static decltype(auto) unbox(c10::IValue& value) {
     if constexpr (std::is_same_v<std::decay_t<Arg>, at::Tensor>) {
+      if (value.isNone()) value = at::Tensor();
       return value.toTensor();
     } else {
       return std::move(value).template to<std::decay_t<Arg>>();
