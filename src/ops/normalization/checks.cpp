@@ -22,8 +22,8 @@ void check_parameter(const char* op, const char* name, const at::Tensor& param, 
   TORCH_CHECK(param.scalar_type() == at::kFloat || param.scalar_type() == input.scalar_type(), op, ": ", name,
               " must be ", allowed, ", got ", dtype_name(param.scalar_type()));
   TORCH_CHECK(param.dim() == 1, op, ": ", name, " must be 1-D [hidden], got shape ", param.sizes());
-  TORCH_CHECK(param.size(0) == hidden, op, ": ", name, " must have ", hidden, " elements (hidden size), got ",
-              param.size(0));
+  TORCH_CHECK(param.size(0) == hidden, op, ": ", name, " must have ", hidden,
+              " elements (hidden size, the input's last dimension), got ", param.size(0));
   TORCH_CHECK(param.stride(0) == 1 || hidden == 1, op, ": ", name, " must be contiguous (stride 1), got stride ",
               param.stride(0));
 }

@@ -226,7 +226,7 @@ inline std::vector<BadCase> rms_norm_bad_cases(at::Device device) {
       {"double input", call(x.to(at::kDouble), w, 1e-6), "rms_norm: input must be float32, bfloat16 or float16, got float64"},
       {"int input", call(on(at::ones({4, 16}, at::kInt)), w, 1e-6), "rms_norm: input must be float32, bfloat16 or float16, got int32"},
       {"weight dtype", call(x, w.to(at::kHalf), 1e-6), "rms_norm: weight must be float32 or bfloat16 (the input's dtype), got float16"},
-      {"weight length", call(x, on(at::ones({15}, at::kBFloat16)), 1e-6), "rms_norm: weight must have 16 elements (hidden size), got 15"},
+      {"weight length", call(x, on(at::ones({15}, at::kBFloat16)), 1e-6), "rms_norm: weight must have 16 elements (hidden size, the input's last dimension), got 15"},
       {"weight 2-D", call(x, on(at::ones({1, 16}, at::kBFloat16)), 1e-6), "rms_norm: weight must be 1-D [hidden], got shape [1, 16]"},
       {"weight device", call(x, w.to(d.other), 1e-6),
        "rms_norm: weight must be on " + d.name + " (the input's device), got " + d.other_name},
@@ -265,7 +265,7 @@ inline std::vector<BadCase> fused_add_rms_norm_bad_cases(at::Device device) {
        }, "fused_add_rms_norm: input and residual must not share memory"},
       {"expanded residual", call(x.clone(), on(at::randn({1, 16}, at::kHalf)).expand({4, 16}), w, 1e-6),
        "fused_add_rms_norm: residual is written in place and must not have overlapping elements"},
-      {"weight length", call(x.clone(), x.clone(), on(at::ones({17})), 1e-6), "fused_add_rms_norm: weight must have 16 elements (hidden size), got 17"},
+      {"weight length", call(x.clone(), x.clone(), on(at::ones({17})), 1e-6), "fused_add_rms_norm: weight must have 16 elements (hidden size, the input's last dimension), got 17"},
       {"bfloat16 weight with half input", call(x.clone(), x.clone(), on(at::ones({16}, at::kBFloat16)), 1e-6),
        "fused_add_rms_norm: weight must be float32 or float16 (the input's dtype), got bfloat16"},
       {"negative eps", call(x.clone(), x.clone(), w, -1), "fused_add_rms_norm: eps must be finite and >= 0, got -1"},
@@ -280,13 +280,13 @@ inline std::vector<BadCase> layer_norm_bad_cases(at::Device device) {
     return [=](const std::string& impl) { function_of<LayerNormFn>(impl)(input, weight, bias, eps); };
   };
   return {
-      {"bias length", call(x, w, on(at::ones({3})), 1e-5), "layer_norm: bias must have 16 elements (hidden size), got 3"},
+      {"bias length", call(x, w, on(at::ones({3})), 1e-5), "layer_norm: bias must have 16 elements (hidden size, the input's last dimension), got 3"},
       {"bias dtype differs from weight", call(x.to(at::kBFloat16), w, on(at::ones({16}, at::kBFloat16)), 1e-5),
        "layer_norm: bias must have weight's dtype float32, got bfloat16"},
       {"bias dtype", call(x, w, on(at::ones({16}, at::kDouble)), 1e-5), "layer_norm: bias must be float32, got float64"},
       {"bias device", call(x, w, w.to(d.other), 1e-5),
        "layer_norm: bias must be on " + d.name + " (the input's device), got " + d.other_name},
-      {"weight length", call(x, on(at::ones({4})), std::nullopt, 1e-5), "layer_norm: weight must have 16 elements (hidden size), got 4"},
+      {"weight length", call(x, on(at::ones({4})), std::nullopt, 1e-5), "layer_norm: weight must have 16 elements (hidden size, the input's last dimension), got 4"},
       {"double input", call(x.to(at::kDouble), w, std::nullopt, 1e-5), "layer_norm: input must be float32, bfloat16 or float16, got float64"},
       {"nan eps", call(x, w, std::nullopt, NAN), "layer_norm: eps must be finite and >= 0, got nan"},
   };
