@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs the C++ code under sanitizers (clang), each build in a directory of its own:
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (-fno-sanitize-recover: a finding fails) of
+#         the library, the CPU kernels, the tools and every C++ test; runs all of CTest there.
+#   tsan  ThreadSanitizer of the library, the tools and their tests; runs the concurrency tests
+#         (Concurrency*, in xllm_kernel_numerics_test: they take valid arguments from the suites).
+# torch's own libraries are not instrumented; the suppressions (test/sanitizers/*.supp) name only
+# findings inside torch or the C++ runtime, each with its reason. Row loops run their ranges one
+# after another in these builds (clang's OpenMP runtime is not torch's libgomp; see
+# src/core/parallel.cpp); the Python package is not built (it would need the runtime preloaded into
+# python) and the CUDA plugin neither (no GPU runs here).
+#
+#   bash scripts/sanitize.sh [asan|tsan|all]     (default all; JOBS=N, default nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT="${1:-all}"
+case "$WHAT" in asan|tsan|all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
+ROOT="$PWD"
+PYTHON="$(bash scripts/setup.sh | tail -n 1)"
+bash scripts/install-clang.sh >&2
+export CCACHE_BASEDIR="$ROOT"
+JOBS="${JOBS:-$(nproc)}"
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_init_order=1:detect_stack_use_after_return=1"
+export LSAN_OPTIONS="suppressions=$ROOT/test/sanitizers/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$ROOT/test/sanitizers/ubsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/test/sanitizers/tsan.supp"
+export XLLM_KERNEL_LOG=off
+
+configure() {  # dir sanitizers [cmake args...]
+  local dir="$1" sanitizers="$2"
+  shift 2
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DXLLM_KERNEL_SANITIZE="$sanitizers" -DXLLM_KERNEL_CUDA=OFF -DXLLM_KERNEL_BUILD_PYTHON=OFF \
+    -DPython3_EXECUTABLE="$PYTHON" "$@" >&2
+}
+
+seconds() { echo $(( $(date +%s) - $1 )); }
+
+if [ "$WHAT" = asan ] || [ "$WHAT" = all ]; then
+  start=$(date +%s)
+  configure build-asan "address,undefined" -DXLLM_KERNEL_BUILD_FUZZERS=ON
+  cmake --build build-asan -j "$JOBS" >&2
+  built=$(seconds "$start")
+  start=$(date +%s)
+  # The installed-consumer test builds a program without sanitizer flags against this library; the
+  # normal build runs it.
+  ctest --test-dir build-asan -j "$JOBS" --output-on-failure -E '^install\.consumer' >&2
+  echo "[sanitize] asan+ubsan: built in ${built} s, CTest green in $(seconds "$start") s" \
+       "($(ctest --test-dir build-asan -N -E '^install\.consumer' | tail -n 1))"
+fi
+
+if [ "$WHAT" = tsan ] || [ "$WHAT" = all ]; then
+  start=$(date +%s)
+  configure build-tsan "thread"
+  cmake --build build-tsan -j "$JOBS" --target xllm_kernel_numerics_test >&2
+  built=$(seconds "$start")
+  start=$(date +%s)
+  build-tsan/test/xllm_kernel_numerics_test --gtest_filter='Concurrency*' --gtest_brief=1 >&2
+  count=$(build-tsan/test/xllm_kernel_numerics_test --gtest_filter='Concurrency*' --gtest_list_tests | grep -c '^  ' || true)
+  if [ "$count" -eq 0 ]; then echo "[sanitize] tsan: no Concurrency* tests found" >&2; exit 1; fi
+  echo "[sanitize] tsan: built in ${built} s, ${count} concurrency tests green in $(seconds "$start") s"
+fi
