@@ -101,6 +101,16 @@ ErasedFunction boxed_function(std::shared_ptr<const void> boxed_kernel) {
   return ErasedFunction::from(KernelFunction<Sig>(&detail::BoxedThunk<Sig>::call, context), std::move(boxed_kernel));
 }
 
+// The signature of operations declared at run time (add_group in xllm_kernel/catalog.h): their
+// kernels are boxed, and so is the prepared binding: it takes the arguments as a stack in schema
+// order and leaves the results there.
+using BoxedSignature = void(torch::jit::Stack& stack);
+
+// The Boxer of such an operation: the typed callable is the boxed kernel itself.
+ErasedFunction boxed_identity(std::shared_ptr<const void> boxed_kernel);
+// Its BoxedCaller: calls the binding on `stack`.
+void call_boxed_stack(const ErasedFunction& function, torch::jit::Stack& stack);
+
 // Registers a boxed kernel for `operation` (which must have been declared with a boxer).
 inline void add_boxed_kernel(Registry& registry, const Operation& operation, KernelSpec spec, BoxedKernel kernel) {
   if (operation.boxer() == nullptr) {

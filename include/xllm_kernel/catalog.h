@@ -87,12 +87,27 @@ struct Group {
   std::vector<const BackendModule*> modules;
 };
 
-// The groups this build knows (every registered group, ordered by name). Registration happens
-// while the library loads, so the list is complete before main().
-const std::vector<const Group*>& builtin_groups();
+// The catalog: every group, ordered by name. The library's own groups register while it loads, so
+// they are all there before main(); groups added at run time (add_group) join them.
+std::vector<const Group*> builtin_groups();
 
-// Every operation of the built-in groups, in catalog order.
+// Every operation of the catalog, in catalog order.
 std::vector<const Operation*> builtin_operations();
+
+// An operation declared at run time (by the Python package's group modules and extensions): its
+// contract is checked (a schema torch parses, named after the operation, whose written arguments
+// are exactly `mutates`), and its kernels are boxed (xllm_kernel/boxing.h: signature
+// BoxedSignature). The catalog owns it until exit; it joins the catalog through add_group.
+const Operation& make_boxed_operation(OpContract contract);
+
+// Adds a group at run time, kept until exit: its operations (made by make_boxed_operation, none
+// already in the catalog) get their torch schemas (torch.ops.xllm_kernel.<op>) with a kernel for
+// each device's dispatch key that calls the prepared binding; its modules may implement any
+// catalog operation (a group may consist of modules only: implementations of another group's
+// operations). Throws std::invalid_argument for a group, operation or module name the catalog
+// already has, an operation that was not made by make_boxed_operation, or a module whose
+// implementations name operations the catalog lacks.
+const Group& add_group(std::string name, std::vector<const Operation*> operations, std::vector<BackendModule> modules);
 
 // The module declaring an implementation of this name, with the declaration; {null, null} if none.
 std::pair<const BackendModule*, const Implementation*> find_declaration(const std::string& implementation_name);

@@ -14,6 +14,7 @@
 // worker").
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,7 +94,10 @@ struct Explanation {
 // (runtime()); tests build their own over test registries.
 class Runtime {
  public:
+  // Over a fixed list of groups (tests), or over a source read at every initialize() and explain()
+  // (the process's runtime reads the catalog, which add_group extends).
   Runtime(Registry& registry, std::vector<const Group*> groups, bool publish_to_operations);
+  Runtime(Registry& registry, std::function<std::vector<const Group*>()> groups, bool publish_to_operations);
   ~Runtime();
 
   std::shared_ptr<const Bindings> initialize(Device device, const InitializeOptions& options);
@@ -102,7 +106,7 @@ class Runtime {
   Explanation explain(Device device, const std::string& operation, const InitializeOptions& options);
   std::shared_ptr<const Bindings> bindings(Device device) const;  // null if not initialized
   std::vector<const Operation*> operations() const;
-  const std::vector<const Group*>& groups() const { return groups_; }
+  std::vector<const Group*> groups() const { return groups_(); }
 
   // Forgets every device's bindings and unfreezes the registry's devices. Tests only: prepared
   // kernels may still be referenced by callers.
@@ -112,7 +116,7 @@ class Runtime {
   struct State;
   std::unique_ptr<State> state_;
   Registry& registry_;
-  std::vector<const Group*> groups_;
+  std::function<std::vector<const Group*>()> groups_;
   bool publish_;
 };
 

@@ -142,6 +142,7 @@ py::list catalog_list() {
       md["name"] = module->name;
       md["device"] = to_string(module->device);
       md["plugin"] = module->plugin;
+      md["binding"] = module->binding;
       py::list implementations;
       for (const Implementation& impl : module->implementations) {
         implementations.append(

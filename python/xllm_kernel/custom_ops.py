@@ -1,17 +1,19 @@
-"""Package-owned torch operators outside the catalog, over torch.library.
+"""Package-owned torch operators, over torch.library, in the xllm_kernel namespace.
 
-Catalog operations are defined once in C++ (torch.ops.xllm_kernel.*, from their contracts, with
-Meta fakes). Operators a package adds from Python go into their own namespace fragment,
-torch.ops.xllm_kernel_custom.*, so they can never collide with a catalog schema.
+Catalog operations get their schemas from their contracts (torch.ops.xllm_kernel.<op>, defined in
+C++ or when a Python group joins the catalog). register_custom_op adds other package-owned
+operators beside them, torch.ops.xllm_kernel.<name>; a name the namespace already holds is an
+error, never a silent replacement.
 
     from xllm_kernel.custom_ops import register_custom_op
 
     # Python implementation: declare mutation and the dispatch key explicitly.
-    register_custom_op("my_op", my_kernel, mutates_args=(), dispatch_key="CPU", fake_impl=my_fake)
-    torch.ops.xllm_kernel_custom.my_op(x)
+    register_custom_op("my_op", my_kernel, mutates_args=(), dispatch_key="PrivateUse1", fake_impl=my_fake)
+    torch.ops.xllm_kernel.my_op(x)
 
-    # Existing schema (defined by a loaded C++ extension): add only the fake.
-    register_custom_op("my_ns::my_native_op", fake_impl=my_native_fake)
+    # Existing schema (an operation whose extension is loaded): add only the fake.
+    register_custom_op("my_native_op", fake_impl=my_native_fake)          # xllm_kernel::my_native_op
+    register_custom_op("my_ns::my_native_op", fake_impl=my_native_fake)   # another namespace
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Callable, Iterable
 
 import torch
 
-CUSTOM_NAMESPACE = "xllm_kernel_custom"
+NAMESPACE = "xllm_kernel"
 
 _lock = threading.Lock()
 # torch.library keeps a registration only while its Library object lives: one per namespace, for
@@ -31,11 +33,17 @@ _libraries: dict[str, torch.library.Library] = {}
 _defined: dict[str, tuple] = {}
 
 
-def _infer_schema(fn: Callable, mutates_args: Iterable[str]) -> str:
+def _infer_schema(qualname: str, fn: Callable, mutates_args: Iterable[str]) -> str:
     infer = getattr(torch.library, "infer_schema", None)
     if infer is None:  # torch < 2.5 has it only privately
         from torch._library.infer_schema import infer_schema as infer
-    return infer(fn, mutates_args=tuple(mutates_args))
+    try:
+        return infer(fn, mutates_args=tuple(mutates_args))
+    except Exception as e:  # a missing or unsupported annotation
+        raise ValueError(
+            f"register_custom_op({qualname}): cannot infer a schema from {getattr(fn, '__name__', fn)!r}: {e}; annotate "
+            "every parameter and the return type, or pass schema='(Tensor x) -> Tensor'"
+        ) from None
 
 
 def _split(name: str, namespace: str) -> tuple[str, str]:
@@ -57,7 +65,7 @@ def register_custom_op(
     dispatch_key: str | None = None,
     fake_impl: Callable | None = None,
     schema: str | None = None,
-    namespace: str = CUSTOM_NAMESPACE,
+    namespace: str = NAMESPACE,
 ):
     """Defines torch.ops.<namespace>.<name> with `fn` as its `dispatch_key` kernel, or adds a fake.
 
@@ -100,13 +108,8 @@ def register_custom_op(
         raise TypeError(f"register_custom_op({qualname}): declare mutates_args explicitly (() when nothing is written)")
     if dispatch_key is None:
         raise TypeError(f"register_custom_op({qualname}): declare dispatch_key explicitly, e.g. 'CPU' or 'PrivateUse1'")
-    if ns == "xllm_kernel":
-        raise ValueError(
-            f"register_custom_op({qualname}): the xllm_kernel namespace holds the catalog's schemas, defined from "
-            f"their contracts in C++; use the default namespace {CUSTOM_NAMESPACE!r}"
-        )
     mutates = tuple(mutates_args)
-    schema_ = schema if schema is not None else _infer_schema(fn, mutates)
+    schema_ = schema if schema is not None else _infer_schema(qualname, fn, mutates)
     written = {a.name for a in torch._C.parse_schema(op + schema_).arguments if a.alias_info and a.alias_info.is_write}
     if written != set(mutates):
         raise ValueError(
@@ -122,6 +125,11 @@ def register_custom_op(
             raise RuntimeError(
                 f"register_custom_op({qualname}): already registered with other arguments; an operator is "
                 "defined once per process"
+            )
+        if _has_schema(qualname):
+            raise ValueError(
+                f"register_custom_op({qualname}): torch.ops.{ns}.{op} already exists (a catalog operation or another "
+                "library's); choose another name, or add only a fake with register_custom_op(name, fake_impl=...)"
             )
         library = _libraries.get(ns)
         if library is None:

@@ -37,7 +37,18 @@ def execution_mode(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class OpContract:
-    """An operation's semantics, shared by all its implementations (include/xllm_kernel/contract.h)."""
+    """An operation's semantics, shared by all its implementations (include/xllm_kernel/contract.h).
+
+    The catalog's contracts are read from C++ (contract("rms_norm")); a group module declares a new
+    operation's contract here, with its torch schema written out or derived by infer_schema():
+
+        MY_SCALE_CONTRACT = OpContract(
+            operation="my_scale", version=1, schema="my_scale(Tensor input, float alpha) -> Tensor",
+            numerical_mode="exact")
+
+    `mutates` names every argument written in place (Tensor(a!) in the schema); the library checks
+    that they agree when the operation joins the catalog.
+    """
 
     operation: str
     version: int
@@ -48,9 +59,35 @@ class OpContract:
     semantics: str = ""
     dtypes: str = ""
 
+    def __post_init__(self):
+        if isinstance(self.mutates, str):
+            object.__setattr__(self, "mutates", (self.mutates,))
+        else:
+            object.__setattr__(self, "mutates", tuple(self.mutates))
+
     @classmethod
     def _from_c(cls, d: dict) -> "OpContract":
         return cls(**d)
+
+
+def infer_schema(operation: str, prototype: Callable, mutates: Iterable[str] = ()) -> str:
+    """The torch schema of `operation` from an annotated prototype (e.g. the operation's fake).
+
+        infer_schema("my_add_", my_add_fake, mutates=("input",))
+        # 'my_add_(Tensor(a0!) input, Tensor other) -> ()'
+    """
+    import torch
+
+    infer = getattr(torch.library, "infer_schema", None)
+    if infer is None:  # torch < 2.5 has it only privately
+        from torch._library.infer_schema import infer_schema as infer
+    try:
+        return operation + infer(prototype, mutates_args=tuple(mutates))
+    except Exception as e:  # torch raises ValueError for a missing or unsupported annotation
+        raise ValueError(
+            f"{operation}: cannot infer a schema from {getattr(prototype, '__name__', prototype)!r}: {e}; annotate "
+            "every parameter and the return type (torch.Tensor, float, int, bool, ...), or write the schema out"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +131,22 @@ class PreparedKernel:
 
 
 class Operation:
-    """A catalog operation (the C++ Operation): its contract and its prepared binding per device."""
+    """A catalog operation (the C++ Operation): its contract and its prepared binding per device.
 
-    __slots__ = ("contract",)
+    A group module declares one per contract and lists them in OPERATIONS. For an operation the C++
+    catalog lacks, `fake` computes the outputs' metadata (shape, dtype, device) for torch.compile and
+    graph capture; it is required when the schema returns something.
+    """
 
-    def __init__(self, contract: OpContract):
+    __slots__ = ("contract", "fake")
+
+    def __init__(self, contract: OpContract, fake: Callable | None = None):
+        if not isinstance(contract, OpContract):
+            raise TypeError(f"Operation: expected an OpContract, got {type(contract).__name__}")
+        if fake is not None and not callable(fake):
+            raise TypeError(f"Operation({contract.operation}): fake must be callable")
         self.contract = contract
+        self.fake = fake
 
     @property
     def name(self) -> str:
@@ -110,6 +157,10 @@ class Operation:
         """torch.ops.xllm_kernel.<operation>.default, the dispatcher's entry to the same binding."""
         import torch
 
+        if not _known(self.name):
+            from xllm_kernel import catalog
+
+            catalog.load()  # an operation declared in Python joins the catalog (and torch.ops) there
         return getattr(torch.ops.xllm_kernel, self.name).default
 
     def get_prepared(self, device: object = None) -> PreparedKernel:
@@ -122,8 +173,16 @@ class Operation:
         return f"Operation({self.contract.schema!r})"
 
 
+def _known(operation: str) -> bool:
+    return any(c["operation"] == operation for c in _C.operations())
+
+
 def contract(operation: str) -> OpContract:
     """The catalog contract of `operation` (ValueError naming the closest ones if unknown)."""
+    if not _known(operation):
+        from xllm_kernel import catalog
+
+        catalog.load()  # the catalog's Python groups and extensions
     return OpContract._from_c(_C.contract(operation))
 
 
@@ -163,6 +222,10 @@ def register_kernel(
     follow <device>.<solution>.<operation>[.<variant>] or is already taken.
     """
     device_ = _one_device(device, platform)
+    if not _known(contract.operation):
+        from xllm_kernel import catalog
+
+        catalog.load()  # the operation may be declared by a Python group or an extension
     if isinstance(execution_modes, str):
         execution_modes = (execution_modes,)
     modes = [execution_mode(m) for m in execution_modes]

@@ -90,6 +90,12 @@ def initialize(
     device_ = device_name(Platform.current() if device is None else device)
     if isinstance(operations, str):
         operations = (operations,)
+    from xllm_kernel import catalog
+
+    # Discover definitions: the package's Python groups and the extensions join the catalog; the
+    # C++ runtime then imports the backend modules of the requested operations, freezes, selects
+    # and publishes.
+    catalog.load()
     handle = _C.initialize(device_, list(operations or ()), dict(overrides or {}), execution_mode(mode))
     return _wrap(handle)
 
@@ -162,5 +168,8 @@ def explain(device: object, operation: str) -> Explanation:
     Uses the device's initialized configuration, or the defaults (eager, environment overrides)
     when it is not initialized yet.
     """
+    from xllm_kernel import catalog
+
+    catalog.load()
     d = _C.explain(device_name(device), operation)
     return Explanation(**{**d, "candidates": tuple(Candidate(**c) for c in d["candidates"])})

@@ -10,7 +10,9 @@ namespace {
 struct GroupList {
   std::mutex mutex;
   std::vector<const Group& (*)()> factories;
-  std::vector<const Group*> groups;  // built from factories, ordered by name
+  std::vector<const Group*> added;   // add_group, in the order added
+  std::vector<const Group*> groups;  // built from factories and added, ordered by name
+  bool stale = true;
 };
 
 GroupList& group_list() {
@@ -33,7 +35,14 @@ GroupRegistrar::GroupRegistrar(const Group& (*group)()) {
   GroupList& list = group_list();
   std::lock_guard<std::mutex> lock(list.mutex);
   list.factories.push_back(group);
-  list.groups.clear();  // rebuilt on the next read
+  list.stale = true;  // rebuilt on the next read
+}
+
+void append_group(const Group& group) {
+  GroupList& list = group_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  list.added.push_back(&group);
+  list.stale = true;
 }
 
 void ImplementationRegistrar::add(const BackendModule& module, const Operation& operation, ErasedFunction fn,
@@ -82,15 +91,17 @@ const Implementation* BackendModule::find(const Operation& operation, const std:
   return nullptr;
 }
 
-const std::vector<const Group*>& builtin_groups() {
+std::vector<const Group*> builtin_groups() {
   GroupList& list = group_list();
   std::lock_guard<std::mutex> lock(list.mutex);
-  if (list.groups.size() != list.factories.size()) {
+  if (list.stale) {
     list.groups.clear();
     for (auto factory : list.factories) list.groups.push_back(&factory());
+    list.groups.insert(list.groups.end(), list.added.begin(), list.added.end());
     std::sort(list.groups.begin(), list.groups.end(), [](const Group* a, const Group* b) { return a->name < b->name; });
+    list.stale = false;
   }
-  return list.groups;
+  return list.groups;  // a copy: add_group may rebuild the list while the caller reads it
 }
 
 std::vector<const Operation*> builtin_operations() {

@@ -153,17 +153,20 @@ struct Runtime::State {
 };
 
 Runtime::Runtime(Registry& registry, std::vector<const Group*> groups, bool publish_to_operations)
+    : Runtime(registry, [groups = std::move(groups)] { return groups; }, publish_to_operations) {}
+
+Runtime::Runtime(Registry& registry, std::function<std::vector<const Group*>()> groups, bool publish_to_operations)
     : state_(std::make_unique<State>()), registry_(registry), groups_(std::move(groups)), publish_(publish_to_operations) {}
 
 Runtime::~Runtime() = default;
 
-std::vector<const Operation*> Runtime::operations() const {
+namespace {
+
+std::vector<const Operation*> operations_of(const std::vector<const Group*>& groups) {
   std::vector<const Operation*> out;
-  for (const Group* g : groups_) out.insert(out.end(), g->operations.begin(), g->operations.end());
+  for (const Group* g : groups) out.insert(out.end(), g->operations.begin(), g->operations.end());
   return out;
 }
-
-namespace {
 
 const Operation* find_operation(const std::vector<const Operation*>& operations, const std::string& name) {
   for (const Operation* op : operations) {
@@ -224,6 +227,12 @@ struct Selection {
 
 // Pure: from the registered kernels, the declarations, what loading the modules found and the
 // configuration to the explanation (and the chosen kernel). Loads nothing.
+}  // namespace
+
+std::vector<const Operation*> Runtime::operations() const { return operations_of(groups_()); }
+
+namespace {
+
 Selection select(Device device, const Operation& operation, const Config& config,
                  const std::vector<std::shared_ptr<const RegisteredKernel>>& kernels,
                  const std::vector<const Group*>& groups, const detail::ModuleLoader& modules) {
@@ -420,7 +429,8 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
     }
   };
   check_registrations();
-  const auto catalog = operations();
+  const auto groups = groups_();
+  const auto catalog = operations_of(groups);
   Config config = resolve(device, options, catalog);
   const int index = static_cast<int>(device);
   if (state_->configs[index]) {
@@ -430,7 +440,7 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
                            "); selection happens once per process: restart the worker to change it");
   }
 
-  state_->load_modules(device, groups_, config.operations);
+  state_->load_modules(device, groups, config.operations);
   // A plugin registers while it loads: its failures are known only now.
   check_registrations();
   registry_.freeze(device);
@@ -440,7 +450,7 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
   const auto registered = registry_.kernels();
   for (const auto& name : config.operations) {
     const Operation* op = find_operation(catalog, name);
-    Selection selection = select(device, *op, config, registered, groups_, state_->modules);
+    Selection selection = select(device, *op, config, registered, groups, state_->modules);
     if (!selection.kernel) {
       throw std::runtime_error(who + ": " + selection.explanation.error + "\n" + selection.explanation.to_string());
     }
@@ -485,7 +495,8 @@ Explanation Runtime::explain(Device device, const std::string& operation) {
 
 Explanation Runtime::explain(Device device, const std::string& operation, const InitializeOptions& options) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const auto catalog = operations();
+  const auto groups = groups_();
+  const auto catalog = operations_of(groups);
   const Operation* op = find_operation(catalog, operation);
   if (op == nullptr) throw_unknown_operation("explain(" + std::string(to_string(device)) + ")", operation, catalog);
   InitializeOptions scoped = options;
@@ -494,8 +505,8 @@ Explanation Runtime::explain(Device device, const std::string& operation, const 
   }
   Config config = resolve(device, scoped, catalog);
   // Loads only the modules that declare this operation.
-  state_->load_modules(device, groups_, {operation});
-  return select(device, *op, config, registry_.kernels(), groups_, state_->modules).explanation;
+  state_->load_modules(device, groups, {operation});
+  return select(device, *op, config, registry_.kernels(), groups, state_->modules).explanation;
 }
 
 std::shared_ptr<const Bindings> Runtime::bindings(Device device) const {
@@ -517,7 +528,7 @@ void Runtime::reset_for_testing() {
 }
 
 Runtime& runtime() {
-  static Runtime* instance = new Runtime(registry(), builtin_groups(), /*publish_to_operations=*/true);
+  static Runtime* instance = new Runtime(registry(), &builtin_groups, /*publish_to_operations=*/true);
   return *instance;
 }
 

@@ -1,0 +1,236 @@
+// Groups added at run time (add_group): operations declared by the Python package's group modules
+// and extensions, with boxed kernels. They join the same catalog, registry and runtime as the
+// library's own groups, and torch.ops.xllm_kernel.<op> routes each device's dispatch key to the
+// prepared binding, as the C++ groups' TORCH_LIBRARY_IMPL blocks do.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <variant>
+
+#include "src/core/strings.h"
+#include "xllm_kernel/boxing.h"
+#include "xllm_kernel/catalog.h"
+
+namespace xllm_kernel {
+
+namespace detail {
+void append_group(const Group& group);  // src/core/catalog.cpp
+}  // namespace detail
+
+ErasedFunction boxed_identity(std::shared_ptr<const void> boxed_kernel) {
+  const void* context = boxed_kernel.get();
+  KernelFunction<BoxedSignature> fn(
+      [](const void* kernel, torch::jit::Stack& stack) { (*static_cast<const BoxedKernel*>(kernel))(stack); }, context);
+  return ErasedFunction::from(fn, std::move(boxed_kernel));
+}
+
+void call_boxed_stack(const ErasedFunction& function, torch::jit::Stack& stack) {
+  if (function.signature == nullptr || *function.signature != typeid(BoxedSignature)) {
+    throw std::logic_error("call_boxed_stack: the callable is not a boxed binding");
+  }
+  reinterpret_cast<KernelFunction<BoxedSignature>::Thunk>(function.thunk)(function.context, stack);
+}
+
+namespace {
+
+struct Added {
+  std::mutex mutex;
+  std::deque<OpContract> contracts;
+  std::deque<std::unique_ptr<Operation>> operations;
+  std::set<const Operation*> boxed;  // made by make_boxed_operation
+  struct AddedGroup {
+    Group group;
+    std::deque<BackendModule> modules;
+  };
+  std::deque<AddedGroup> groups;
+  std::vector<std::unique_ptr<torch::Library>> fragments;  // the registrations live as long as these
+};
+
+Added& added() {
+  static Added* state = new Added();  // never destroyed: the catalog refers to it until exit
+  return *state;
+}
+
+bool is_identifier(const std::string& name) {
+  if (name.empty() || !(std::islower(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+void check_contract(const OpContract& contract) {
+  const std::string who = "operation '" + contract.operation + "'";
+  if (!is_identifier(contract.operation)) {
+    throw std::invalid_argument(who + ": the name must be lower_snake_case ([a-z_][a-z0-9_]*), as torch.ops and the "
+                                "implementation names <device>.<solution>.<operation> need");
+  }
+  if (contract.version < 1) {
+    throw std::invalid_argument(who + ": version must be >= 1, got " + std::to_string(contract.version));
+  }
+  std::variant<c10::OperatorName, c10::FunctionSchema> parsed = c10::OperatorName("", "");
+  try {
+    parsed = torch::jit::parseSchemaOrName(contract.schema);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(who + ": schema '" + contract.schema + "' does not parse: " + e.what());
+  }
+  if (!std::holds_alternative<c10::FunctionSchema>(parsed)) {
+    throw std::invalid_argument(who + ": schema '" + contract.schema +
+                                "' has no argument list; expected e.g. '" + contract.operation +
+                                "(Tensor input) -> Tensor'");
+  }
+  const auto& schema = std::get<c10::FunctionSchema>(parsed);
+  if (schema.name() != contract.operation || !schema.overload_name().empty()) {
+    throw std::invalid_argument(who + ": the schema must be named '" + contract.operation + "' (no namespace, no "
+                                "overload), got '" + schema.name() +
+                                (schema.overload_name().empty() ? "" : "." + schema.overload_name()) + "'");
+  }
+  std::vector<std::string> written;
+  for (const auto& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) written.push_back(argument.name());
+  }
+  std::vector<std::string> declared = contract.mutates;
+  std::sort(written.begin(), written.end());
+  std::sort(declared.begin(), declared.end());
+  if (written != declared) {
+    throw std::invalid_argument(who + ": mutates [" + detail::join(contract.mutates, ", ") +
+                                "] disagrees with the schema, which writes [" + detail::join(written, ", ") +
+                                "] (mark each mutated tensor Tensor(a!) in the schema and list it in mutates)");
+  }
+  for (const auto& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !contract.aliases_inputs) {
+      throw std::invalid_argument(who + ": the schema returns an alias of an input; declare aliases_inputs=true");
+    }
+  }
+}
+
+// The first tensor among the arguments decides the device, as for the library's own operations.
+std::optional<c10::DeviceType> first_device(const torch::jit::Stack& stack, size_t arguments) {
+  for (size_t i = stack.size() - arguments; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined()) return v.toTensor().device().type();
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        if (t.defined()) return t.device().type();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// torch.ops.xllm_kernel.<op> on a device's dispatch key: the device's prepared binding.
+class PreparedDispatch final : public c10::OperatorKernel {
+ public:
+  explicit PreparedDispatch(const Operation& operation) : operation_(operation) {}
+
+  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t arguments = handle.schema().arguments().size();
+    const auto type = first_device(*stack, arguments);
+    Device device = Device::kCpu;
+    if (type == c10::DeviceType::CUDA) device = Device::kCuda;
+    if (type == c10::DeviceType::PrivateUse1) device = Device::kNpu;
+    const PreparedKernel& kernel = operation_.get_prepared(device);  // throws "not initialized"
+    // The binding takes exactly the operation's arguments: move them off the dispatcher's stack.
+    torch::jit::Stack own(std::make_move_iterator(stack->end() - arguments), std::make_move_iterator(stack->end()));
+    stack->erase(stack->end() - arguments, stack->end());
+    call_boxed_stack(kernel.erased(), own);
+    for (auto& value : own) stack->push_back(std::move(value));
+  }
+
+ private:
+  const Operation& operation_;
+};
+
+}  // namespace
+
+const Operation& make_boxed_operation(OpContract contract) {
+  check_contract(contract);
+  Added& state = added();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  const OpContract& kept = state.contracts.emplace_back(std::move(contract));
+  const Operation& op = *state.operations.emplace_back(
+      std::make_unique<Operation>(kept, typeid(BoxedSignature), &boxed_identity, &call_boxed_stack));
+  state.boxed.insert(&op);
+  return op;
+}
+
+const Group& add_group(std::string name, std::vector<const Operation*> operations, std::vector<BackendModule> modules) {
+  Added& state = added();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  const std::string who = "add_group(" + name + ")";
+  if (name.empty()) throw std::invalid_argument("add_group: the group needs a name");
+  const auto catalog = builtin_groups();
+  std::set<std::string> known_operations;
+  std::set<std::string> module_names;
+  std::set<std::string> implementation_names;
+  for (const Group* g : catalog) {
+    if (g->name == name) throw std::invalid_argument(who + ": the catalog already has a group of that name");
+    for (const Operation* op : g->operations) known_operations.insert(op->name());
+    for (const BackendModule* m : g->modules) {
+      module_names.insert(m->name);
+      for (const auto& impl : m->implementations) implementation_names.insert(m->implementation_name(impl));
+    }
+  }
+  std::set<std::string> mine;
+  for (const Operation* op : operations) {
+    if (op == nullptr || !state.boxed.count(op)) {
+      throw std::invalid_argument(who + ": operations added at run time must come from make_boxed_operation");
+    }
+    if (known_operations.count(op->name()) || !mine.insert(op->name()).second) {
+      throw std::invalid_argument(who + ": the catalog already has an operation '" + op->name() + "'");
+    }
+  }
+  for (const BackendModule& m : modules) {
+    if (m.name.empty()) throw std::invalid_argument(who + ": a backend module needs a name");
+    if (!module_names.insert(m.name).second) {
+      throw std::invalid_argument(who + ": the catalog already has a backend module '" + m.name + "'");
+    }
+    if (m.solution.empty()) throw std::invalid_argument(who + ": module " + m.name + " declares no solution");
+    for (const Implementation& impl : m.implementations) {
+      if (impl.operation == nullptr ||
+          (!known_operations.count(impl.operation->name()) && !mine.count(impl.operation->name()))) {
+        throw std::invalid_argument(who + ": module " + m.name + " implements an operation the catalog lacks" +
+                                    (impl.operation ? " ('" + impl.operation->name() + "')" : std::string()));
+      }
+      const std::string implementation = m.implementation_name(impl);
+      if (!implementation_names.insert(implementation).second) {
+        throw std::invalid_argument(who + ": module " + m.name + " declares " + implementation +
+                                    ", which the catalog already declares");
+      }
+    }
+  }
+
+  // The schemas first: torch refuses a name some other library already defined in xllm_kernel::.
+  if (!operations.empty()) {
+    auto fragment = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "xllm_kernel", std::nullopt, __FILE__,
+                                                     __LINE__);
+    for (const Operation* op : operations) {
+      try {
+        fragment->def(torch::schema(op->contract().schema.c_str()));
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(who + ": torch.ops.xllm_kernel." + op->name() + " cannot be defined: " + e.what());
+      }
+      for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA, c10::DispatchKey::PrivateUse1}) {
+        fragment->impl(op->name().c_str(),
+                       torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
+                                                std::make_unique<PreparedDispatch>(*op))));
+      }
+    }
+    state.fragments.push_back(std::move(fragment));
+  }
+
+  Added::AddedGroup& entry = state.groups.emplace_back();
+  entry.group.name = std::move(name);
+  entry.group.operations = std::move(operations);
+  for (BackendModule& m : modules) entry.group.modules.push_back(&entry.modules.emplace_back(std::move(m)));
+  detail::append_group(entry.group);
+  return entry.group;
+}
+
+}  // namespace xllm_kernel
