@@ -1,7 +1,8 @@
 """Runs the C++ numerics and benchmark tools (libxllm_kernel_tools) from Python.
 
-Before the C++ main runs, the numerics catalog (xllm_kernel.numerics.catalog) adds the Python
-suites to the tools' suite list, so they run exactly like C++ suites.
+Before the C++ main runs, the operator catalog joins the groups declared in Python
+(xllm_kernel.catalog.load) and the numerics catalog adds the Python suites to the tools' suite list
+(xllm_kernel.numerics.catalog.load), so Python suites run exactly like C++ ones.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ import sys
 
 
 def _load_suites(prog: str) -> bool:
-    """Adds the Python suites; False (after saying why) when a suite module fails to load."""
+    """Joins the Python operator groups to the catalog and adds the Python suites to the tools; False
+    (after saying why) when a group or suite module fails to load."""
     from xllm_kernel import _C
 
     if not getattr(_C, "numerics_built", False):
         return True
     try:
+        from xllm_kernel import catalog as operator_catalog
         from xllm_kernel.numerics import catalog
 
+        operator_catalog.load()  # operations declared in Python, which suites may be written for
         catalog.load()
     except Exception as e:  # noqa: BLE001 - a broken suite module is reported, not a traceback
         print(f"{prog}: error: loading the numerics suites: {type(e).__name__}: {e}", file=sys.stderr)
