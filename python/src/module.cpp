@@ -229,4 +229,5 @@ PYBIND11_MODULE(_C, m) {
 
   bind_python_kernels(m);
   bind_tools(m);
+  bind_python_suites(m);
 }

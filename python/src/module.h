@@ -32,5 +32,6 @@ py::object prepared_function(std::shared_ptr<const PreparedKernel> kernel, const
 
 void bind_python_kernels(py::module_& m);
 void bind_tools(py::module_& m);
+void bind_python_suites(py::module_& m);
 
 }  // namespace xllm_kernel::python

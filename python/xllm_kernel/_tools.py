@@ -1,8 +1,32 @@
-"""Runs the C++ numerics and benchmark tools (libxllm_kernel_tools) from Python."""
+"""Runs the C++ numerics and benchmark tools (libxllm_kernel_tools) from Python.
+
+Before the C++ main runs, the operator catalog joins the groups declared in Python
+(xllm_kernel.catalog.load) and the numerics catalog adds the Python suites to the tools' suite list
+(xllm_kernel.numerics.catalog.load), so Python suites run exactly like C++ ones.
+"""
 
 from __future__ import annotations
 
 import sys
+
+
+def _load_suites(prog: str) -> bool:
+    """Joins the Python operator groups to the catalog and adds the Python suites to the tools; False
+    (after saying why) when a group or suite module fails to load."""
+    from xllm_kernel import _C
+
+    if not getattr(_C, "numerics_built", False):
+        return True
+    try:
+        from xllm_kernel import catalog as operator_catalog
+        from xllm_kernel.numerics import catalog
+
+        operator_catalog.load()  # operations declared in Python, which suites may be written for
+        catalog.load()
+    except Exception as e:  # noqa: BLE001 - a broken suite module is reported, not a traceback
+        print(f"{prog}: error: loading the numerics suites: {type(e).__name__}: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def run(tool: str, argv: list[str] | None = None) -> int:
@@ -10,6 +34,7 @@ def run(tool: str, argv: list[str] | None = None) -> int:
     from xllm_kernel import _C
 
     prog = f"python -m xllm_kernel.{tool}"
+    args = list(sys.argv[1:] if argv is None else argv)
     main = getattr(_C, f"{tool}_main", None)
     if main is None:
         why = (
@@ -19,8 +44,11 @@ def run(tool: str, argv: list[str] | None = None) -> int:
         )
         print(f"{prog}: this build of xllm_kernel has no {tool} tool: {why}", file=sys.stderr)
         return 2
+    compare = tool == "benchmark" and args[:1] == ["compare"]  # reads reports only
+    if not compare and not _load_suites(prog):
+        return 1
     # Both languages write to the same file descriptors; flush Python's buffers first so output
     # stays in order.
     sys.stdout.flush()
     sys.stderr.flush()
-    return main([prog, *(sys.argv[1:] if argv is None else argv)])
+    return main([prog, *args])

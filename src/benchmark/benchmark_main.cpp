@@ -135,7 +135,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   } catch (const CLI::ValidationError& e) {
     throw UsageError(e.what());
   }
-  const auto targets = tools::resolve_targets(suite->operation, device, mode, common.implementation);
+  const auto targets = tools::suite_targets(*suite, device, mode, common.implementation,
+                                           app.get_option("--implementation")->count() > 0);
   const DeviceApi* api = device_api(device);
   if (api == nullptr) {
     std::string why;
@@ -169,6 +170,11 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   CopyMeter copy_meter(*api, torch_device, index, copy_bytes);
   const CopyBandwidth copy = copy_meter.measure(10);
 
+  std::vector<std::optional<std::string>> prepared_reasons;
+  for (const auto& target : targets) {
+    prepared_reasons.push_back(numerics::prepare_suite(*suite, numerics::Plan{device, index, mode, target.kernel, common.seed}, target));
+  }
+
   json results = json::array();
   int timed = 0, failed = 0;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -177,12 +183,14 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     const size_t row_start = results.size();
     std::optional<double> case_copy_bw;  // measured just before this case's first timing
     // Interleaved: every implementation on this case before the next case.
-    for (const auto& target : targets) {
+    for (size_t ti = 0; ti < targets.size(); ++ti) {
+      const auto& target = targets[ti];
       if (progress) std::cerr << "\r\033[K" << c.case_id() << "  " << target.name << " (" << ci + 1 << "/" << cases.size() << ")" << std::flush;
       numerics::Plan plan{device, index, mode, target.kernel, common.seed};
       json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}, {"implementation", target.name}};
       std::optional<std::string> reason;
       if (!target.kernel) reason = target.excluded_reason;
+      if (!reason) reason = prepared_reasons[ti];
       if (!reason) reason = c.unsupported_reason(plan);
       // Distributed: a case is timed only where every rank can time it (each sample is a barrier).
       const std::string label = c.case_id() + " " + target.name;

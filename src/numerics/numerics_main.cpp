@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "src/numerics/aggregate.h"
+#include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/tools/cli.h"
 #include "src/tools/distributed/run.h"
@@ -31,10 +32,13 @@ struct Counts {
 };
 
 // Runs one case; returns its result object.
-json run_case(const KernelCase& c, const Plan& plan, const Target& target, Counts& counts, DistributedRun* dist) {
+// `prepared_reason`: why the suite's prepare hook rejected this implementation, if it did.
+json run_case(const KernelCase& c, const Plan& plan, const Target& target, const std::optional<std::string>& prepared_reason,
+              Counts& counts, DistributedRun* dist) {
   json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}};
   std::optional<std::string> reason;
   if (!target.kernel) reason = target.excluded_reason;
+  if (!reason) reason = prepared_reason;
   if (!reason) reason = c.unsupported_reason(plan);
   if (reason) {
     ++counts.unsupported;
@@ -162,7 +166,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   } catch (const CLI::ValidationError& e) {
     throw UsageError(e.what());
   }
-  const auto targets = tools::resolve_targets(suite->operation, device, mode, common.implementation);
+  const auto targets = tools::suite_targets(*suite, device, mode, common.implementation,
+                                           app.get_option("--implementation")->count() > 0);
   // Without the device's runtime support only excluded implementations can be listed: their
   // cases are reported unsupported with the exclusion's reason (exit 3).
   bool runnable = false;
@@ -195,6 +200,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   const bool progress = isatty(STDERR_FILENO);
   for (const Target& target : targets) {
     Plan plan{device, index, mode, target.kernel, common.seed};
+    const std::optional<std::string> prepared_reason = prepare_suite(*suite, plan, target);
     Counts counts;
     json results = json::array();
     double worst_headroom = 0, worst_ulp = 0;
@@ -203,7 +209,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       json r;
       if (dist) dist->test_fault().before_case(i, cases.size());
       try {
-        r = run_case(*cases[i], plan, target, counts, dist.get());
+        r = run_case(*cases[i], plan, target, prepared_reason, counts, dist.get());
       } catch (const std::exception& e) {
         throw std::runtime_error(target.name + " on " + cases[i]->case_id() + ": " + e.what());
       }

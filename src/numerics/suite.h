@@ -28,7 +28,7 @@ struct Plan {
   Device device = Device::kCpu;
   int device_index = 0;
   ExecutionMode mode = ExecutionMode::kEager;
-  std::shared_ptr<const PreparedKernel> kernel;
+  std::shared_ptr<const PreparedKernel> kernel{};
   uint64_t seed = 0;
 };
 
@@ -83,15 +83,33 @@ struct OperationSuite {
   // Option values the benchmark uses where the user gave none (timing wants fewer, larger cases
   // than validation does).
   SuiteOptions benchmark_defaults;
+  // Optional, called once per implementation (plan) before any of its cases run, by both tools:
+  // loads what the implementation needs (an extension, a compiled kernel). A returned reason marks
+  // every case of that implementation unsupported; an exception is an execution error.
+  std::function<std::optional<std::string>(const Plan& plan)> prepare{};
+  // The implementations the suite was written for: with --implementation left at its default, the
+  // tools run those of them that are candidates on the device (none: what initialize selects).
+  std::vector<std::string> implementations{};
+  // Where the suite comes from, for messages ("" for a C++ suite: XLLM_REGISTER_SUITE).
+  std::string origin{};
 };
 
-// Suite discovery: metadata only; nothing touches a device. Suites register themselves while
-// the tools library loads (XLLM_REGISTER_SUITE in src/ops/<family>/suites/), ordered by operation.
+// Suite discovery: metadata only; nothing touches a device. C++ suites register themselves while
+// the tools library loads (XLLM_REGISTER_SUITE in src/ops/<family>/suites/); others are added at
+// run time (add_suite: Python suites). Ordered by operation.
 const std::vector<const OperationSuite*>& builtin_suites();
 const OperationSuite* find_suite(const std::string& operation);
 
-// If argv names a known --operation, adds that suite's flags to `app` (so that `--operation NAME
-// --help` shows them) and returns the suite; else returns null. Either way sets the help footer.
+// Adds a suite at run time (the Python package adds its suites before it runs a tool). An operation
+// has one suite: a second one throws std::invalid_argument naming both.
+void add_suite(std::shared_ptr<const OperationSuite> suite);
+
+// Where a suite comes from, for people: its origin, or "the C++ suite (XLLM_REGISTER_SUITE)".
+std::string suite_origin(const OperationSuite& suite);
+
+// If argv names --operation, adds that suite's flags to `app` (so that `--operation NAME --help`
+// shows them) and returns the suite; an operation without a suite throws tools::UsageError naming
+// the known ones (with or without --help). Without --operation returns null. Sets the help footer.
 const OperationSuite* add_suite_arguments(CLI::App& app, SuiteOptions& options, const std::vector<std::string>& argv);
 
 namespace registration {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
 
 #include "xllm_kernel/device_api.h"
 
@@ -63,6 +64,10 @@ TensorCase::TensorCase(std::string operation, json parameters, ExampleBuilder bu
       builder_(std::move(builder)) {}
 
 std::optional<std::string> TensorCase::unsupported_reason(const Plan& plan) const {
+  return plan_unsupported_reason(plan);
+}
+
+std::optional<std::string> plan_unsupported_reason(const Plan& plan) {
   if (plan.mode == ExecutionMode::kGraph) {
     const DeviceApi* api = device_api(plan.device);
     if (api == nullptr) return std::string("device ") + to_string(plan.device) + " has no runtime support loaded";
@@ -112,73 +117,92 @@ PreparedCase TensorCase::prepare(const Plan& plan) const {
   };
   prepared.validate = [state] {
     const Example& ex = state->example;
-    Validation v;
-    auto tolerance = [&](const std::string& name) {
-      auto it = ex.tolerance_overrides.find(name);
-      return it == ex.tolerance_overrides.end() ? ex.tolerance : it->second;
-    };
-    if (state->outputs.size() != state->expected.outputs.size()) {
-      v.passed = false;
-      v.failures.push_back("returned " + std::to_string(state->outputs.size()) + " outputs, expected " +
-                           std::to_string(state->expected.outputs.size()));
-      return v;
-    }
-    for (size_t k = 0; k < state->outputs.size(); ++k) {
-      const std::string name = "out" + std::to_string(k);
-      compare(v, name, "output", state->outputs[k], state->expected.outputs[k], tolerance(name));
-      if (!ex.aliases_inputs) {
-        for (size_t i = 0; i < state->inputs.size(); ++i) {
-          if (overlaps(state->outputs[k], state->inputs[i])) {
-            v.passed = false;
-            v.failures.push_back("output " + name + " aliases input " + ex.names[i] + ", which the contract does not allow");
-            v.checks.push_back({{"name", name}, {"kind", "alias"}, {"passed", false}, {"aliases", ex.names[i]}});
-          }
-        }
-      }
-    }
-    for (size_t i = 0; i < state->inputs.size(); ++i) {
-      const std::string& name = ex.names[i];
-      if (!state->inputs[i].defined()) continue;
-      if (std::find(ex.mutates.begin(), ex.mutates.end(), name) != ex.mutates.end()) {
-        auto want = state->expected.mutated.find(name);
-        if (want == state->expected.mutated.end()) {
-          v.passed = false;
-          v.failures.push_back("reference gives no value for mutated argument " + name);
-          continue;
-        }
-        compare(v, name, "mutation", state->inputs[i], want->second, tolerance(name));
-      } else {
-        // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
-        const at::Tensor& now = state->inputs[i];
-        const at::Tensor& before = state->pristine[i];
-        const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
-        const bool same = bitwise_equal(now.as_strided({n}, {1}, 0), before.as_strided({n}, {1}, 0));
-        v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
-        if (!same) {
-          v.passed = false;
-          v.failures.push_back("input " + name + " was modified, but the contract does not declare it mutated");
-        }
-      }
-    }
-    // Declared mutations must not spill outside the viewed elements either.
-    for (size_t i = 0; i < state->inputs.size(); ++i) {
-      const std::string& name = ex.names[i];
-      if (!state->inputs[i].defined() || std::find(ex.mutates.begin(), ex.mutates.end(), name) == ex.mutates.end()) continue;
-      at::Tensor now = state->inputs[i].to(at::kCPU);
-      at::Tensor expected_storage = copy_with_layout(state->pristine[i], at::kCPU);
-      expected_storage.copy_(now);  // the view's elements as written; the rest as before
-      const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
-      at::Tensor whole_now = copy_with_layout(state->inputs[i], at::kCPU);
-      const bool same = bitwise_equal(whole_now.as_strided({n}, {1}, 0), expected_storage.as_strided({n}, {1}, 0));
-      if (!same) {
-        v.passed = false;
-        v.failures.push_back("mutated argument " + name + " was written outside its elements");
-        v.checks.push_back({{"name", name}, {"kind", "bounds"}, {"passed", false}});
-      }
-    }
-    return v;
+    return check_tensors(TensorCheck{ex.names, ex.mutates, ex.aliases_inputs, ex.tolerance, ex.tolerance_overrides,
+                                     state->inputs, state->pristine, state->outputs, state->expected});
   };
   return prepared;
+}
+
+Validation check_tensors(const TensorCheck& c) {
+  if (c.names.size() != c.inputs.size() || c.pristine.size() != c.inputs.size()) {
+    throw std::invalid_argument("check_tensors: " + std::to_string(c.names.size()) + " names, " +
+                                std::to_string(c.inputs.size()) + " inputs and " + std::to_string(c.pristine.size()) +
+                                " pristine copies; expected one of each per argument");
+  }
+  Validation v;
+  auto tolerance = [&](const std::string& name) {
+    auto it = c.tolerance_overrides.find(name);
+    return it == c.tolerance_overrides.end() ? c.tolerance : it->second;
+  };
+  if (c.outputs.size() != c.expected.outputs.size()) {
+    v.passed = false;
+    v.failures.push_back("returned " + std::to_string(c.outputs.size()) + " outputs, expected " +
+                         std::to_string(c.expected.outputs.size()));
+    return v;
+  }
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const std::string name = "out" + std::to_string(k);
+    compare(v, name, "output", c.outputs[k], c.expected.outputs[k], tolerance(name));
+    if (!c.aliases_inputs) {
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        if (overlaps(c.outputs[k], c.inputs[i])) {
+          v.passed = false;
+          v.failures.push_back("output " + name + " aliases input " + c.names[i] + ", which the contract does not allow");
+          v.checks.push_back({{"name", name}, {"kind", "alias"}, {"passed", false}, {"aliases", c.names[i]}});
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const std::string& name = c.names[i];
+    if (!c.inputs[i].defined()) continue;
+    if (std::find(c.mutates.begin(), c.mutates.end(), name) != c.mutates.end()) {
+      auto want = c.expected.mutated.find(name);
+      if (want == c.expected.mutated.end()) {
+        v.passed = false;
+        v.failures.push_back("reference gives no value for mutated argument " + name);
+        continue;
+      }
+      compare(v, name, "mutation", c.inputs[i], want->second, tolerance(name));
+    } else {
+      // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
+      const at::Tensor& now = c.inputs[i];
+      const at::Tensor& before = c.pristine[i];
+      const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
+      const bool same = bitwise_equal(now.as_strided({n}, {1}, 0), before.as_strided({n}, {1}, 0));
+      v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
+      if (!same) {
+        v.passed = false;
+        v.failures.push_back("input " + name + " was modified, but the contract does not declare it mutated");
+      }
+    }
+  }
+  // Declared mutations must not spill outside the viewed elements either.
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const std::string& name = c.names[i];
+    if (!c.inputs[i].defined() || std::find(c.mutates.begin(), c.mutates.end(), name) == c.mutates.end()) continue;
+    at::Tensor now = c.inputs[i].to(at::kCPU);
+    at::Tensor expected_storage = copy_with_layout(c.pristine[i], at::kCPU);
+    expected_storage.copy_(now);  // the view's elements as written; the rest as before
+    const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
+    at::Tensor whole_now = copy_with_layout(c.inputs[i], at::kCPU);
+    const bool same = bitwise_equal(whole_now.as_strided({n}, {1}, 0), expected_storage.as_strided({n}, {1}, 0));
+    if (!same) {
+      v.passed = false;
+      v.failures.push_back("mutated argument " + name + " was written outside its elements");
+      v.checks.push_back({{"name", name}, {"kind", "bounds"}, {"passed", false}});
+    }
+  }
+  return v;
+}
+
+std::optional<std::string> prepare_suite(const OperationSuite& suite, const Plan& plan, const tools::Target& target) {
+  if (!suite.prepare || !target.kernel || plan_unsupported_reason(plan)) return std::nullopt;
+  try {
+    return suite.prepare(plan);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(target.name + ": the " + suite.operation + " suite's prepare failed: " + e.what());
+  }
 }
 
 std::vector<json> cartesian(const std::vector<Dimension>& dimensions) {

@@ -8,6 +8,7 @@
 
 #include "src/numerics/suite.h"
 #include "src/numerics/verify.h"
+#include "src/tools/targets.h"
 
 namespace xllm_kernel::numerics {
 
@@ -30,6 +31,35 @@ struct Example {
 };
 
 using ExampleBuilder = std::function<Example(const json& parameters, at::Generator& generator)>;
+
+// What a tensor case's validation looks at after a call: the arguments as the implementation saw
+// them (undefined: not a tensor), their values before any call, what it returned, and what the
+// float64 reference expects. TensorCase and the Python package's tensor_case.TensorCase both
+// validate through check_tensors.
+struct TensorCheck {
+  std::vector<std::string> names;  // argument names, in schema order
+  std::vector<std::string> mutates;
+  bool aliases_inputs = false;
+  Tolerance tolerance;
+  std::map<std::string, Tolerance> tolerance_overrides;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> pristine;
+  std::vector<at::Tensor> outputs;
+  Expected expected;
+};
+
+// Outputs against the reference, declared mutations against it (and within their elements),
+// every other input bitwise unchanged (padding included), aliasing only where declared.
+Validation check_tensors(const TensorCheck& check);
+
+// Why no case can run with this plan, whatever its inputs: graph mode on a device without a graph
+// API, or an implementation that does not declare the plan's mode. Nothing when it can.
+std::optional<std::string> plan_unsupported_reason(const Plan& plan);
+
+// Runs the suite's prepare hook (if any) for one implementation before its cases: nothing for an
+// excluded target or a plan no case can run with. Returns the hook's reason to skip the
+// implementation; its errors propagate, naming the implementation.
+std::optional<std::string> prepare_suite(const OperationSuite& suite, const Plan& plan, const tools::Target& target);
 
 // A case built from one point of a dimension matrix.
 class TensorCase final : public KernelCase {

@@ -1,12 +1,21 @@
 #include "src/tools/cli.h"
 
+#include <map>
+
 namespace xllm_kernel::tools {
 
 void add_common_arguments(CLI::App& app, CommonOptions& c) {
   app.add_flag("--list", c.list, "List operations, implementations and their availability here, then exit");
   app.add_option("--operation", c.operation, "Operation to run (see --list); with --help shows its own options");
   app.add_option("--device", c.device, "cpu, cuda[:N] or npu[:N]")->capture_default_str();
-  app.add_option("--mode", c.mode, "eager or graph")->capture_default_str()->check(CLI::IsMember({"eager", "graph"}));
+  // The device graph APIs' names (ACLGraph on npu, CUDA graphs) are the graph mode, as in the Python
+  // registry (registry.execution_mode); the report records the canonical name.
+  app.add_option("--mode", c.mode, "eager or graph (also spelled aclgraph, cudagraph)")
+      ->capture_default_str()
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{{"aclgraph", "graph"},
+                                                                       {"cudagraph", "graph"},
+                                                                       {"cuda_graph", "graph"}}))
+      ->check(CLI::IsMember({"eager", "graph"}));
   app.add_option("--implementation", c.implementation,
                  "An implementation name, 'selected' (what initialize picks) or 'all'")
       ->capture_default_str();

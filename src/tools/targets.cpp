@@ -60,10 +60,36 @@ std::vector<Target> resolve_targets(const std::string& operation, Device device,
                    to_string(device) + "; closest: " + detail::join(detail::closest(which, names), ", "));
 }
 
+std::vector<Target> suite_targets(const numerics::OperationSuite& suite, Device device, ExecutionMode mode,
+                                  const std::string& which, bool which_given) {
+  if (!which_given && !suite.implementations.empty()) {
+    InitializeOptions options;
+    options.operations = {suite.operation};
+    options.mode = mode;
+    const Explanation ex = runtime().explain(device, suite.operation, options);
+    std::vector<Target> targets;
+    for (const std::string& name : suite.implementations) {
+      for (const auto& c : ex.candidates) {
+        if (c.name == name) {
+          auto found = resolve_targets(suite.operation, device, mode, name);
+          targets.insert(targets.end(), found.begin(), found.end());
+          break;
+        }
+      }
+    }
+    if (!targets.empty()) return targets;
+  }
+  return resolve_targets(suite.operation, device, mode, which);
+}
+
 std::string list_text() {
   std::ostringstream out;
   for (const numerics::OperationSuite* suite : numerics::builtin_suites()) {
     out << suite->operation << ": " << suite->description << "\n";
+    if (!suite->origin.empty()) out << "  suite: " << suite->origin << "\n";
+    if (!suite->implementations.empty()) {
+      out << "  suite implementations: " << detail::join(suite->implementations, ", ") << "\n";
+    }
     for (Device device : {Device::kCpu, Device::kCuda, Device::kNpu}) {
       InitializeOptions options;
       options.operations = {suite->operation};

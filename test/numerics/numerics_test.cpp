@@ -171,7 +171,8 @@ TEST(Numerics, UsageErrorsAreExitTwoWithoutReport) {
       {"--operation", "rms_norm", "--tokens", "x"},
       {"--operation", "rms_norm", "--hidden", "0"},
       {"--operation", "rms_norm", "--dtype", "float64"},
-      {"--operation", "rms_norm", "--mode", "aclgraph"},
+      {"--operation", "rms_norm", "--mode", "turbo"},
+      {"--operation", "no_such_op", "--help"},
       {"--operation", "rms_norm", "--device", "tpu"},
       {"--operation", "rms_norm", "--device", "cuda:x"},
       {"--no-such-flag"},
@@ -182,6 +183,24 @@ TEST(Numerics, UsageErrorsAreExitTwoWithoutReport) {
     EXPECT_EQ(r.code, 2) << (args.empty() ? "(no args)" : args.back());
     EXPECT_TRUE(r.report.is_null());
   }
+}
+
+TEST(Numerics, DeviceGraphNamesAreTheGraphMode) {
+  for (const char* name : {"aclgraph", "cudagraph"}) {
+    ToolRun r = numerics({"--operation", "rms_norm", "--mode", name, "--hidden", "64"}, name);
+    EXPECT_EQ(r.code, 3) << name;  // the CPU has no graph API: every case unsupported
+    EXPECT_EQ(r.report["mode"], "graph") << name;
+    EXPECT_EQ(r.report["implementations"][0]["results"][0]["reason"], "device cpu has no graph API");
+  }
+}
+
+TEST(Numerics, UnknownOperationHelpNamesTheKnownOnes) {
+  ::testing::internal::CaptureStderr();
+  const int code = tools::numerics_main({"xllm-kernel-numerics", "--operation", "my_operation", "--help"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.find("unknown operation 'my_operation'"), std::string::npos) << err;
+  EXPECT_NE(err.find("rms_norm"), std::string::npos) << err;
 }
 
 TEST(Numerics, HelpShowsSuiteOptions) {
