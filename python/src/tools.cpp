@@ -5,6 +5,10 @@
 #include "python/src/module.h"
 
 #ifdef XLLM_KERNEL_HAVE_TOOLS
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include "src/core/cpu_allocator.h"
+#include "src/tools/soak.h"
 #include "xllm_kernel/tools.h"
 
 // Weak references: libxllm_kernel_tools gains its entry points one tool at a time, and a missing
@@ -37,6 +41,20 @@ void bind_tools(py::module_& m) {
        "Runs the numerics tool with argv (argv[0] is the program name); returns its exit code.");
   bind("benchmark_main", &tools::benchmark_main,
        "Runs the benchmark tool with argv (argv[0] is the program name); returns its exit code.");
+  // The Python soak (scripts/soak.py): the C++ soak's cases with their arguments, to call through
+  // torch.ops.xllm_kernel.* and xllm_kernel.ops; and the CPU output block cache it watches.
+  m.def("soak_cases", [](int64_t max_tokens, uint64_t seed) {
+    py::list cases;
+    for (auto& e : tools::soak::build_pool({.max_tokens = max_tokens, .seed = seed, .record_arguments = true})) {
+      py::list arguments;
+      for (auto& a : e.arguments) arguments.append(torch::jit::toPyObject(std::move(a)));
+      cases.append(py::make_tuple(e.operation, e.case_id, e.tokens, e.weight, arguments));
+    }
+    return cases;
+  }, py::arg("max_tokens") = 8192, py::arg("seed") = 0,
+     "[(operation, case_id, tokens, weight, arguments)] for every catalog operation (initialize('cpu') first).");
+  m.def("cpu_cache_bytes", &detail::cpu_cache_bytes, "Bytes the CPU output block cache holds.");
+  m.def("cpu_cache_limit", &detail::cpu_cache_limit, "The bound on cpu_cache_bytes() (XLLM_KERNEL_CPU_CACHE_BYTES).");
   m.attr("tools_built") = true;
 #else
   m.attr("tools_built") = false;  // built without XLLM_KERNEL_BUILD_TOOLS

@@ -93,4 +93,6 @@ at::Tensor empty_cpu_cached(at::IntArrayRef sizes, at::ScalarType dtype) {
 
 size_t cpu_cache_bytes() { return cache().cached(); }
 
+size_t cpu_cache_limit() { return cache_limit(); }
+
 }  // namespace xllm_kernel::detail

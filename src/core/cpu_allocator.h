@@ -14,7 +14,10 @@ namespace xllm_kernel::detail {
 // A contiguous CPU tensor like at::empty(sizes, dtype), its memory from the cache when large.
 at::Tensor empty_cpu_cached(at::IntArrayRef sizes, at::ScalarType dtype);
 
-// Bytes held in the cache (freed blocks waiting for reuse); for tests.
+// Bytes held in the cache (freed blocks waiting for reuse); for tests and the soak.
 size_t cpu_cache_bytes();
+
+// The bound on cpu_cache_bytes(): XLLM_KERNEL_CPU_CACHE_BYTES, default 4 GiB.
+size_t cpu_cache_limit();
 
 }  // namespace xllm_kernel::detail

@@ -2,13 +2,17 @@
 
 #include <ATen/Parallel.h>
 #include <torch/version.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -19,6 +23,7 @@
 #include "src/core/cpu_stream.h"
 #include "src/tools/cli.h"
 #include "src/tools/distributed/run.h"
+#include "src/tools/distributed/test_fault.h"
 #include "xllm_kernel/device_api.h"
 
 #ifndef XLLM_KERNEL_BUILD_TYPE
@@ -123,15 +128,42 @@ json implementation_json(const PreparedKernel& kernel) {
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
+  // The temporary file lies beside the report (a rename does not cross file systems), named so that
+  // one a killed process leaves behind is plainly not a report: "<path>.tmp.<pid>".
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) throw std::runtime_error("cannot write report " + path + ": cannot create " + tmp);
+  if (f == nullptr) {
+    throw std::runtime_error("cannot write report " + path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  }
+  try {
+    distributed::report_write_stall(f, tmp, text);  // TEST HOOK: returns at once unless asked to stall
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  // The data reaches the disk before the rename publishes it, and the rename itself (the
+  // directory entry) before we report success: after a power loss the path holds the previous
+  // report or the new one, never an empty or partial file.
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   const bool closed = std::fclose(f) == 0;
   if (!written || !flushed || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write report " + path);
+    throw std::runtime_error("cannot write report " + path + ": " + std::strerror(error));
+  }
+  const std::string directory = std::filesystem::path(path).parent_path().empty()
+                                    ? std::string(".")
+                                    : std::filesystem::path(path).parent_path().string();
+  const int dir = open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // Some file systems cannot sync a directory (EINVAL); there the rename is as durable as it gets.
+  const bool synced = dir >= 0 && (fsync(dir) == 0 || errno == EINVAL);
+  const int error = errno;
+  if (dir >= 0) close(dir);
+  if (!synced) {
+    throw std::runtime_error("report " + path + " written, but its directory " + directory +
+                             " could not be synced: " + std::strerror(error));
   }
 }
 

@@ -32,8 +32,10 @@ json environment(Device device, int device_index, const std::string& revision);
 // The implementation block every report carries.
 json implementation_json(const PreparedKernel& kernel);
 
-// Writes `text` to `path` atomically: a temporary file beside it, flushed, then renamed over it.
-// Throws std::runtime_error naming the path on any failure; no partial file is left behind.
+// Writes `text` to `path` atomically: a temporary file beside it ("<path>.tmp.<pid>"), written,
+// flushed and fsynced, renamed over `path`, then the directory fsynced. Throws std::runtime_error
+// naming the path on any failure, and removes the temporary file. A process killed meanwhile
+// leaves `path` as it was (the previous report, or none) and at most its temporary file.
 void write_atomically(const std::string& path, const std::string& text);
 
 // A number for tables: fixed or scientific, whichever is shorter and exact enough.

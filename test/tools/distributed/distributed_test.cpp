@@ -135,7 +135,13 @@ TEST(DistributedEnvironment, TestFaultSyntax) {
   EXPECT_TRUE(f.on(1, TestFault::Kind::kDisagree));
   EXPECT_FALSE(f.on(0, TestFault::Kind::kDisagree));
   EXPECT_TRUE(TestFault::parse("hang:0").on(0, TestFault::Kind::kHang));
-  for (const char* bad : {"explode:1", "fail", "fail:", "fail:x", "fail:1x", "fail:-1"}) {
+  const TestFault stall = TestFault::parse("stall-report-write");
+  EXPECT_EQ(stall.kind, TestFault::Kind::kStallReportWrite);
+  EXPECT_EQ(stall.report_write, 1);
+  EXPECT_EQ(TestFault::parse("stall-report-write:2").report_write, 2);
+  EXPECT_FALSE(stall.on(0, TestFault::Kind::kStallReportWrite));  // no rank: only write_atomically acts on it
+  for (const char* bad : {"explode:1", "fail", "fail:", "fail:x", "fail:1x", "fail:-1", "stall-report-write:",
+                          "stall-report-write:0", "stall-report-write:1x"}) {
     EXPECT_THROW(TestFault::parse(bad), UsageError) << bad;
   }
 }
