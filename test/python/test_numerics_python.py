@@ -178,3 +178,29 @@ def test_a_broken_suite_module_is_reported_not_a_traceback():
     r = tool("numerics", "--operation", "my_scale", extensions="xk_numerics_no_such_module")
     assert r.returncode == 1
     assert "loading the numerics suites" in r.stderr and "xk_numerics_no_such_module" in r.stderr, r.stderr
+
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
+                      "TORCHELASTIC_RESTART_COUNT", "XLLM_KERNEL_TEST_FAULT")
+
+
+def test_a_python_suite_runs_distributed_over_two_ranks(tmp_path):
+    # torchrun starts `python -m xllm_kernel.numerics` on each rank: every rank loads the Python
+    # groups and suites, validates, and rank 0 writes the consensus of both.
+    env = {k: v for k, v in python_env(XLLM_KERNEL_EXTENSIONS=EXTENSIONS, CUDA_VISIBLE_DEVICES="",
+                                       OMP_NUM_THREADS="1").items() if k not in TORCHRUN_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES), env["PYTHONPATH"]])
+    out = tmp_path / "n.json"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                        "-m", "xllm_kernel.numerics", "--operation", "my_scale", "--tokens", "3", "--dtype", "float32",
+                        "--implementation", "cpu.python.my_scale", "--distributed", "--output", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    aggregate = report(out)
+    assert aggregate["schema"] == "xllm-kernel/numerics-distributed-report/1" and aggregate["world_size"] == 2
+    assert aggregate["summary"]["status"] == "passed" and aggregate["summary"]["disagreed"] == 0
+    cases = aggregate["implementations"][0]["results"]
+    assert cases and all(c["consensus"] == "agreed" and c["statuses"] == ["passed", "passed"] for c in cases)
+    for rank in (0, 1):
+        assert report(tmp_path / f"n.rank{rank}.json")["distributed"]["rank"] == rank
