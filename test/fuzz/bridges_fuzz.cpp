@@ -7,6 +7,7 @@
 // mutated arguments agree within a tolerance of the dtype. ASan and UBSan watch for any access out
 // of bounds. When one implementation accepts what another rejects, the input is reported.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/ScalarType.h>
 
