@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,7 @@ inline uint16_t Bf16Round(float f) {
   return static_cast<uint16_t>(sign | (F32Bits(static_cast<float>(r)) >> 16));
 }
 
+#if defined(__FLT16_MANT_DIG__)  // the compiler has _Float16 (gcc 12, clang 15 on x86)
 inline uint16_t F16Round(float f) {
   const _Float16 h = static_cast<_Float16>(f);
   uint16_t u;
@@ -78,6 +80,39 @@ inline float F16ToFloat(uint16_t u) {
   std::memcpy(&h, &u, 2);
   return static_cast<float>(h);
 }
+#else  // e.g. clang 14 (the sanitizer builds): the same conversions, written out
+inline uint16_t F16Round(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000u : 0u;
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7E00u | ((F32Bits(f) >> 13) & 0x3FFu));  // quieted
+  if (std::isinf(f)) return static_cast<uint16_t>(sign | 0x7C00u);
+  const double a = std::fabs(static_cast<double>(f));
+  if (a == 0.0) return sign;
+  // half keeps 11 significant bits; its subnormal spacing is 2^-24; ties to even (nearbyint).
+  const double quantum = std::ldexp(1.0, std::max(std::ilogb(a) - 10, -24));
+  const double r = std::nearbyint(a / quantum) * quantum;
+  if (r >= 65536.0) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (r == 0.0) return sign;
+  const int e = std::ilogb(r);
+  if (e < -14) return static_cast<uint16_t>(sign | static_cast<uint16_t>(r / 0x1p-24));
+  const auto mantissa = static_cast<uint16_t>((r / std::ldexp(1.0, e) - 1.0) * 1024.0);
+  return static_cast<uint16_t>(sign | ((e + 15) << 10) | mantissa);
+}
+
+inline float F16ToFloat(uint16_t u) {
+  const float sign = (u & 0x8000u) ? -1.0f : 1.0f;
+  const int e = (u >> 10) & 0x1F;
+  const int m = u & 0x3FF;
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -24);
+  if (e == 31) {
+    if (m == 0) return sign * std::numeric_limits<float>::infinity();
+    const uint32_t bits = ((u & 0x8000u) << 16) | 0x7FC00000u | (static_cast<uint32_t>(m) << 13);  // quieted
+    float out;
+    std::memcpy(&out, &bits, 4);
+    return out;
+  }
+  return sign * std::ldexp(static_cast<float>(m | 0x400), e - 25);
+}
+#endif
 
 // Raw bits of v rounded to t.
 inline uint32_t EncodeBits(DType t, float v) {
