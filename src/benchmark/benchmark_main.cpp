@@ -204,7 +204,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       std::vector<PreparedCase> copies;
       copies.push_back(c.prepare(plan));
       int n = 1;
-      const auto& meta = copies[0].metadata;
+      // A copy: the vector grows below (--cold-cache), which would leave a reference dangling.
+      const numerics::CaseMetadata meta = copies[0].metadata;
       r["rotation"] = plan_rotation(bo, *api, index, meta.bytes_read + meta.bytes_written, n);
       // Only validated cases are timed (eager validation here; graph mode validates its replay).
       copies[0].function();
