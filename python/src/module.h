@@ -16,6 +16,26 @@ namespace xllm_kernel::python {
 
 namespace py = pybind11;
 
+// A Python object held by C++ objects that any thread may drop (the registry keeps kernels and
+// probes until exit; a failed registration drops one at once): released under the GIL.
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(std::move(object)) {}
+  PyRef(const PyRef&) = delete;
+  ~PyRef() {
+    if (!Py_IsInitialized()) {
+      object_.release();  // the interpreter is gone; leaking is the only safe choice
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    object_ = py::object();
+  }
+  const py::object& get() const { return object_; }
+
+ private:
+  py::object object_;
+};
+
 // The catalog operation called `name`; throws std::invalid_argument naming the closest ones.
 const Operation& find_operation(const std::string& who, const std::string& name);
 

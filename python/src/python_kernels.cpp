@@ -14,22 +14,6 @@
 namespace xllm_kernel::python {
 namespace {
 
-// The registry keeps kernels until the process exits and may drop one from any thread (a
-// registration that fails validation), so the Python reference is released under the GIL.
-struct PythonCallable {
-  py::object fn;
-  explicit PythonCallable(py::object f) : fn(std::move(f)) {}
-  PythonCallable(const PythonCallable&) = delete;
-  ~PythonCallable() {
-    if (!Py_IsInitialized()) {
-      fn.release();  // the interpreter is gone; leaking is the only safe choice
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    fn = py::object();
-  }
-};
-
 std::string type_name(const py::handle& value) { return py::str(py::type::handle_of(value).attr("__name__")); }
 
 c10::IValue to_ivalue(const std::string& who, const py::handle& value, const c10::Argument& expected) {
@@ -43,14 +27,14 @@ c10::IValue to_ivalue(const std::string& who, const py::handle& value, const c10
 
 // The boxed kernel: IValues in schema order in, the schema's returns out. Mutable tensors reach
 // Python as the caller's own tensor objects, so in-place writes land where the contract says.
-BoxedKernel make_boxed_kernel(std::string who, std::shared_ptr<PythonCallable> callable,
+BoxedKernel make_boxed_kernel(std::string who, std::shared_ptr<PyRef> callable,
                               const c10::FunctionSchema* schema) {
   return [who = std::move(who), callable = std::move(callable), schema](torch::jit::Stack& stack) {
     py::gil_scoped_acquire gil;
     py::tuple args(stack.size());
     for (size_t i = 0; i < stack.size(); ++i) args[i] = torch::jit::toPyObject(std::move(stack[i]));
     stack.clear();
-    py::object result = callable->fn(*args);
+    py::object result = callable->get()(*args);
     const auto& returns = schema->returns();
     if (returns.empty()) {
       if (!result.is_none()) {
@@ -119,7 +103,7 @@ void register_kernel(const py::dict& contract, const std::string& name, const st
     }
     spec.module = module;
   }
-  auto callable = std::make_shared<PythonCallable>(std::move(fn));
+  auto callable = std::make_shared<PyRef>(std::move(fn));
   // Errors at call time name the implementation, as the bridges' errors name the operation.
   add_boxed_kernel(registry(), operation, std::move(spec),
                    make_boxed_kernel(name, std::move(callable), &torch_schema(operation)));
@@ -138,11 +122,11 @@ NumericalMode parse_numerical_mode(const std::string& who, const std::string& mo
 // A Python exception becomes a C++ one carrying its message: it propagates out of initialize().
 std::function<ProbeResult()> python_probe(const std::string& module, py::object fn) {
   if (fn.is_none()) return nullptr;
-  auto callable = std::make_shared<PythonCallable>(std::move(fn));
+  auto callable = std::make_shared<PyRef>(std::move(fn));
   return [module, callable] {
     py::gil_scoped_acquire gil;
     try {
-      py::tuple result = callable->fn();
+      py::tuple result = callable->get()();
       if (result.size() != 2) throw std::runtime_error("the probe must return (available, detail)");
       const bool available = result[0].cast<bool>();
       const std::string detail = result[1].cast<std::string>();

@@ -30,24 +30,6 @@ namespace {
 
 using numerics::json;
 
-// A Python object held by C++ objects that any thread may drop: released under the GIL.
-class PyRef {
- public:
-  explicit PyRef(py::object object) : object_(std::move(object)) {}
-  PyRef(const PyRef&) = delete;
-  ~PyRef() {
-    if (!Py_IsInitialized()) {
-      object_.release();  // the interpreter is gone; leaking is the only safe choice
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    object_ = py::object();
-  }
-  const py::object& get() const { return object_; }
-
- private:
-  py::object object_;
-};
 using Ref = std::shared_ptr<const PyRef>;
 Ref hold(py::object object) { return std::make_shared<const PyRef>(std::move(object)); }
 
