@@ -27,6 +27,12 @@ except ImportError:
 PACKAGE_PARENT = pathlib.Path(xllm_kernel.__file__).parent.parent
 
 
+# What torchrun sets for its ranks (and the tools' test fault hook): removed before starting one.
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
+                      "TORCHELASTIC_RESTART_COUNT", "XLLM_KERNEL_TEST_FAULT")
+
+
 def python_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLLM_KERNEL_OVERRIDE_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), env.get("PYTHONPATH")]))

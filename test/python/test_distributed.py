@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import PACKAGE_PARENT, ROOT, python_env
+from conftest import PACKAGE_PARENT, ROOT, TORCHRUN_VARIABLES, python_env
 
 # The build tree the package comes from (<build>/python), else $BUILD_DIR as in scripts/test.sh.
 BUILD = next(
@@ -27,9 +27,6 @@ pytestmark = pytest.mark.skipif(BUILD is None, reason="the xllm-kernel-numerics/
 TIMEOUT = 120  # seconds; a run that hangs fails the test instead of the suite
 SMALL = ["--operation", "rms_norm", "--tokens", "4", "--hidden", "64"]
 BENCH = [*SMALL, "--iterations", "3", "--copy-bytes", "4194304"]
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
-                      "TORCHELASTIC_RESTART_COUNT", "XLLM_KERNEL_TEST_FAULT")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pytest
 
 from xllm_kernel import _C
 
-from conftest import python_env
+from conftest import TORCHRUN_VARIABLES, python_env
 
 pytestmark = pytest.mark.skipif(not getattr(_C, "numerics_built", False), reason="built without the tools")
 
@@ -179,10 +179,6 @@ def test_a_broken_suite_module_is_reported_not_a_traceback():
     assert r.returncode == 1
     assert "loading the numerics suites" in r.stderr and "xk_numerics_no_such_module" in r.stderr, r.stderr
 
-
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                      "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
-                      "TORCHELASTIC_RESTART_COUNT", "XLLM_KERNEL_TEST_FAULT")
 
 
 def test_a_python_suite_runs_distributed_over_two_ranks(tmp_path):
