@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "src/core/prepared_dispatch.h"
 #include "src/core/strings.h"
 #include "xllm_kernel/boxing.h"
 #include "xllm_kernel/catalog.h"
@@ -110,43 +111,6 @@ void check_contract(const OpContract& contract) {
   }
 }
 
-// The first tensor among the arguments decides the device, as for the library's own operations.
-std::optional<c10::DeviceType> first_device(const torch::jit::Stack& stack, size_t arguments) {
-  for (size_t i = stack.size() - arguments; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor() && v.toTensor().defined()) return v.toTensor().device().type();
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) {
-        if (t.defined()) return t.device().type();
-      }
-    }
-  }
-  return std::nullopt;
-}
-
-// torch.ops.xllm_kernel.<op> on a device's dispatch key: the device's prepared binding.
-class PreparedDispatch final : public c10::OperatorKernel {
- public:
-  explicit PreparedDispatch(const Operation& operation) : operation_(operation) {}
-
-  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    const size_t arguments = handle.schema().arguments().size();
-    const auto type = first_device(*stack, arguments);
-    Device device = Device::kCpu;
-    if (type == c10::DeviceType::CUDA) device = Device::kCuda;
-    if (type == c10::DeviceType::PrivateUse1) device = Device::kNpu;
-    const PreparedKernel& kernel = operation_.get_prepared(device);  // throws "not initialized"
-    // The binding takes exactly the operation's arguments: move them off the dispatcher's stack.
-    torch::jit::Stack own(std::make_move_iterator(stack->end() - arguments), std::make_move_iterator(stack->end()));
-    stack->erase(stack->end() - arguments, stack->end());
-    call_boxed_stack(kernel.erased(), own);
-    for (auto& value : own) stack->push_back(std::move(value));
-  }
-
- private:
-  const Operation& operation_;
-};
-
 }  // namespace
 
 const Operation& make_boxed_operation(OpContract contract) {
@@ -216,10 +180,11 @@ const Group& add_group(std::string name, std::vector<const Operation*> operation
       } catch (const std::exception& e) {
         throw std::invalid_argument(who + ": torch.ops.xllm_kernel." + op->name() + " cannot be defined: " + e.what());
       }
-      for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA, c10::DispatchKey::PrivateUse1}) {
+      for (Device device : {Device::kCpu, Device::kCuda, Device::kNpu}) {
         fragment->impl(op->name().c_str(),
-                       torch::dispatch(key, torch::CppFunction::makeFromBoxedFunctor(
-                                                std::make_unique<PreparedDispatch>(*op))));
+                       torch::dispatch(detail::dispatch_key(device),
+                                       torch::CppFunction::makeFromBoxedFunctor(
+                                           std::make_unique<detail::PreparedDispatch>(*op, device))));
       }
     }
     state.fragments.push_back(std::move(fragment));

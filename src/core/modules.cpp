@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <mutex>
 #include <stdexcept>
 
 namespace xllm_kernel::detail {
@@ -15,10 +16,52 @@ std::string library_directory() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-void ModuleLoader::load(const BackendModule& module, const std::string& who) {
+namespace {
+struct Notes {
+  std::mutex mutex;
+  std::map<std::string, std::string> by_module;
+};
+Notes& notes() {
+  static Notes* n = new Notes();
+  return *n;
+}
+}  // namespace
+
+void note_missing_dependency(const std::string& module, const std::string& reason) {
+  Notes& n = notes();
+  std::lock_guard<std::mutex> lock(n.mutex);
+  if (reason.empty()) {
+    n.by_module.erase(module);
+  } else {
+    n.by_module[module] = reason;
+  }
+}
+
+std::string missing_dependency_note(const std::string& module) {
+  Notes& n = notes();
+  std::lock_guard<std::mutex> lock(n.mutex);
+  auto it = n.by_module.find(module);
+  return it == n.by_module.end() ? std::string() : it->second;
+}
+
+void ModuleLoader::load(const BackendModule& module, const std::string& who,
+                        const std::function<bool(const std::string&)>& registered) {
   if (probes_.count(&module)) return;
   ProbeResult result = module.probe ? module.probe() : ProbeResult::ok();
-  if (result.available && !module.plugin.empty() && !plugins_.count(&module)) {
+  if (!result.available) {
+    if (const std::string note = missing_dependency_note(module.name); !note.empty()) {
+      result.detail += "; " + note;
+    }
+  }
+  bool provided = false;  // another front door registered the module's implementations
+  if (registered) {
+    for (const Implementation& impl : module.implementations) provided |= registered(module.implementation_name(impl));
+  }
+  if (result.available && provided && !module.plugin.empty()) {
+    result.detail += (result.detail.empty() ? "" : "; ") + std::string("implementations already registered (the Python package's module), plugin ") +
+                     module.plugin + " not loaded";
+  }
+  if (result.available && !provided && !module.plugin.empty() && !plugins_.count(&module)) {
     const std::string path = library_directory() + "/" + module.plugin;
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) {

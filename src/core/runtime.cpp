@@ -137,8 +137,10 @@ struct Runtime::State {
   detail::ModuleLoader modules;
 
   // Loads the modules of `device` that declare one of `operations` (all of them when empty).
-  void load_modules(Device device, const std::vector<const Group*>& groups, const std::vector<std::string>& operations) {
+  void load_modules(const Registry& registry, Device device, const std::vector<const Group*>& groups,
+                    const std::vector<std::string>& operations) {
     const std::string who = std::string("initialize(") + to_string(device) + ")";
+    const auto registered = [&registry](const std::string& name) { return registry.find(name) != nullptr; };
     for (const Group* group : groups) {
       for (const BackendModule* module : group->modules) {
         if (module->device != device) continue;
@@ -146,7 +148,7 @@ struct Runtime::State {
         for (const Implementation& impl : module->implementations) {
           wanted |= std::find(operations.begin(), operations.end(), impl.operation->name()) != operations.end();
         }
-        if (wanted) modules.load(*module, who);
+        if (wanted) modules.load(*module, who, registered);
       }
     }
   }
@@ -440,7 +442,7 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
                            "); selection happens once per process: restart the worker to change it");
   }
 
-  state_->load_modules(device, groups, config.operations);
+  state_->load_modules(registry_, device, groups, config.operations);
   // A plugin registers while it loads: its failures are known only now.
   check_registrations();
   registry_.freeze(device);
@@ -505,7 +507,7 @@ Explanation Runtime::explain(Device device, const std::string& operation, const 
   }
   Config config = resolve(device, scoped, catalog);
   // Loads only the modules that declare this operation.
-  state_->load_modules(device, groups, {operation});
+  state_->load_modules(registry_, device, groups, {operation});
   return select(device, *op, config, registry_.kernels(), groups, state_->modules).explanation;
 }
 
