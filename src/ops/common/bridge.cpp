@@ -1,7 +1,11 @@
 #include "src/ops/common/bridge.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
 
 #include <vector>
 
@@ -119,6 +123,44 @@ ProbeResult probe_cuda_plugin() {
     return ProbeResult::missing("no CUDA device of compute capability >= 8.0 (" + driver.describe() + ")");
   }
   return ProbeResult::ok(driver.describe());
+}
+
+ProbeResult probe_torch_npu() {
+  constexpr const char* kHow = " (Python: import torch_npu; C++: link libtorch_npu.so)";
+  if (!c10::is_privateuse1_backend_registered()) {
+    return ProbeResult::missing("torch_npu is not loaded in this process: no PrivateUse1 backend is registered" +
+                                std::string(kHow));
+  }
+  const std::string backend = c10::get_privateuse1_backend();
+  if (backend != "npu") {
+    return ProbeResult::missing("torch_npu is not loaded in this process: PrivateUse1 is registered as '" + backend +
+                                "', not torch_npu's 'npu'" + kHow);
+  }
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1)) {
+    return ProbeResult::missing("the 'npu' backend registers no device guard" + std::string(kHow));
+  }
+  const int devices = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->deviceCount();
+  if (devices <= 0) return ProbeResult::missing("torch_npu sees no NPU device");
+  return ProbeResult::ok("torch_npu, " + std::to_string(devices) + " NPU device" + (devices == 1 ? "" : "s"));
+}
+
+std::function<ProbeResult()> vendor_operator(std::string qualified_name, std::string schema) {
+  return [qualified_name = std::move(qualified_name), schema = std::move(schema)] {
+    auto handle = c10::Dispatcher::singleton().findSchema({qualified_name, ""});
+    if (!handle.has_value()) {
+      return ProbeResult::missing("the dispatcher has no " + qualified_name + " (a torch_npu without this operator)");
+    }
+    const std::string expected = c10::toString(torch::jit::parseSchema(schema));
+    const std::string found = c10::toString(handle->schema());
+    if (found != expected) {
+      return ProbeResult::missing(qualified_name + " has the schema '" + found + "'; this implementation calls '" +
+                                  expected + "'");
+    }
+    if (!handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      return ProbeResult::missing(qualified_name + " has no npu (PrivateUse1) kernel");
+    }
+    return ProbeResult::ok(qualified_name);
+  };
 }
 
 }  // namespace xllm_kernel::bridge

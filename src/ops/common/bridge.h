@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include <functional>
 #include <initializer_list>
 #include <utility>
 
@@ -49,5 +50,15 @@ ProbeResult probe_torch_cuda();
 ProbeResult probe_highway();
 // The driver sees a device the CUDA plugin was built for (compute capability >= 8.0).
 ProbeResult probe_cuda_plugin();
+
+// torch_npu is loaded in this process: PrivateUse1 is registered as "npu" with a device guard that
+// sees at least one device. Never imports or loads anything itself (Python: `import torch_npu`;
+// C++ engines: link libtorch_npu.so).
+ProbeResult probe_torch_npu();
+
+// An implementation's `supports` probe for a vendor operator it calls through the dispatcher by
+// schema: the operator is registered, has a PrivateUse1 kernel and exactly the schema the bridge
+// was written against (a torch_npu release that changed it is excluded with both schemas).
+std::function<ProbeResult()> vendor_operator(std::string qualified_name, std::string schema);
 
 }  // namespace xllm_kernel::bridge

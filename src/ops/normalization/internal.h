@@ -29,5 +29,6 @@ const BackendModule& torch_cpu_module();
 const BackendModule& native_cpu_module();
 const BackendModule& torch_cuda_module();
 const BackendModule& native_cuda_module();
+const BackendModule& torch_npu_module();
 
 }  // namespace xllm_kernel::normalization

@@ -142,6 +142,42 @@ const BackendModule& native_cuda_module() {
   return module;
 }
 
+// torch_npu's vendor operators, called through the dispatcher by schema, in the plugin built by
+// cmake/npu.cmake (src/ops/normalization/npu/); the Python package registers the same
+// implementations from xllm_kernel/ops/normalization/torch_npu.py (the guide's form), and then
+// the plugin is not loaded.
+const BackendModule& torch_npu_module() {
+  static const BackendModule module{
+      .name = "normalization.torch_npu",
+      .device = Device::kNpu,
+      .solution = "torch",
+      .binding = "torch_npu",
+      .execution_modes = {ExecutionMode::kEager, ExecutionMode::kGraph},
+      .implementations =
+          {{.operation = &rms_norm_operation(),
+            .input_domain = "npu tensors, torch_npu.npu_rms_norm (first output); float32 weights with bfloat16/"
+                            "float16 input computed on a float32 copy of the input (the vendor op takes gamma in "
+                            "the input's dtype)",
+            .priority = 20,
+            .supports = bridge::vendor_operator(
+                "npu::npu_rms_norm", "npu::npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)")},
+           {.operation = &fused_add_rms_norm_operation(),
+            .input_domain = "npu tensors, torch_npu.npu_add_rms_norm (y, rstd, x): x written back to residual, y to "
+                            "input; float32 weights with bfloat16/float16 input: the rounded sum, then npu_rms_norm on "
+                            "its float32 copy",
+            .priority = 20,
+            .supports = bridge::vendor_operator("npu::npu_add_rms_norm",
+                                                "npu::npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float "
+                                                "epsilon=1e-06) -> (Tensor, Tensor, Tensor)")},
+           {.operation = &layer_norm_operation(),
+            .input_domain = "npu tensors, ATen layer_norm on npu (torch_npu's kernel); weight/bias of another dtype "
+                            "than the input: computed on float32 copies",
+            .priority = 20}},
+      .probe = &bridge::probe_torch_npu,
+      .plugin = "libxllm_kernel_npu.so"};
+  return module;
+}
+
 }  // namespace normalization
 
 const Group& normalization_group() {
@@ -149,7 +185,8 @@ const Group& normalization_group() {
       .name = "normalization",
       .operations = {&rms_norm_operation(), &fused_add_rms_norm_operation(), &layer_norm_operation()},
       .modules = {&normalization::torch_cpu_module(), &normalization::native_cpu_module(),
-                  &normalization::torch_cuda_module(), &normalization::native_cuda_module()}};
+                  &normalization::torch_cuda_module(), &normalization::native_cuda_module(),
+                  &normalization::torch_npu_module()}};
   return group;
 }
 XLLM_REGISTER_GROUP(normalization_group);
