@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "python/src/module.h"
+#include "src/core/modules.h"
 #include "src/core/strings.h"
 
 namespace xllm_kernel::python {
@@ -218,6 +219,9 @@ PYBIND11_MODULE(_C, m) {
     if (!b) return std::nullopt;
     return BindingsHandle{b};
   }, py::arg("device"));
+  m.def("note_missing_dependency", &xllm_kernel::detail::note_missing_dependency, py::arg("module"), py::arg("reason"),
+        "Records why the Python package could not import a backend module's dependency; the module's probe "
+        "reports it beside its own reason when it finds the dependency missing ('' clears it).");
   m.def("explain", [](const std::string& device, const std::string& operation) {
     Explanation ex;
     {

@@ -10,9 +10,21 @@ from __future__ import annotations
 import sys
 
 
-def _load_suites(prog: str) -> bool:
-    """Joins the Python operator groups to the catalog and adds the Python suites to the tools; False
-    (after saying why) when a group or suite module fails to load."""
+def _device_argument(args: list[str]) -> str:
+    """The --device the tool was given ('cpu' by default, as the tools' own default)."""
+    for i, arg in enumerate(args):
+        if arg == "--device" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return "cpu"
+
+
+def _load_suites(prog: str, args: list[str]) -> bool:
+    """Joins the Python operator groups to the catalog, imports the package's Python form of the
+    device's backend modules (as initialize() does: ops/normalization/torch_npu.py on npu) and adds
+    the Python suites to the tools; False (after saying why) when a group or suite module fails to
+    load."""
     from xllm_kernel import _C
 
     if not getattr(_C, "numerics_built", False):
@@ -21,7 +33,11 @@ def _load_suites(prog: str) -> bool:
         from xllm_kernel import catalog as operator_catalog
         from xllm_kernel.numerics import catalog
 
+        from xllm_kernel.platforms import device_name
+        from xllm_kernel.runtime import _import_front_doors
+
         operator_catalog.load()  # operations declared in Python, which suites may be written for
+        _import_front_doors(device_name(_device_argument(args)))
         catalog.load()
     except Exception as e:  # noqa: BLE001 - a broken suite module is reported, not a traceback
         print(f"{prog}: error: loading the numerics suites: {type(e).__name__}: {e}", file=sys.stderr)
@@ -45,7 +61,7 @@ def run(tool: str, argv: list[str] | None = None) -> int:
         print(f"{prog}: this build of xllm_kernel has no {tool} tool: {why}", file=sys.stderr)
         return 2
     compare = tool == "benchmark" and args[:1] == ["compare"]  # reads reports only
-    if not compare and not _load_suites(prog):
+    if not compare and not _load_suites(prog, args):
         return 1
     # Both languages write to the same file descriptors; flush Python's buffers first so output
     # stays in order.

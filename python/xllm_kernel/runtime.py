@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -96,8 +99,40 @@ def initialize(
     # C++ runtime then imports the backend modules of the requested operations, freezes, selects
     # and publishes.
     catalog.load()
+    _import_front_doors(device_)
     handle = _C.initialize(device_, list(operations or ()), dict(overrides or {}), execution_mode(mode))
     return _wrap(handle)
+
+
+def _import_front_doors(device: str) -> None:
+    """Imports the package's own Python form of the C++-declared backend modules of `device`:
+    xllm_kernel/ops/<family>/<leaf>.py for the module "<family>.<leaf>", found by its file (e.g.
+    ops/normalization/torch_npu.py, the guide's form, registers the npu.torch.* implementations in a
+    Python process; their plugin is then not loaded). An ImportError there is a missing dependency
+    (torch_npu without the CANN runtime, say): recorded for the module's probe, which reports it in
+    explain() and in initialize()'s error. Any other error propagates."""
+    from xllm_kernel import catalog
+
+    for group in catalog.groups():
+        for module in group.modules:
+            if module.device != device or module.language != "c++" or module.name.count(".") != 1:
+                continue
+            qualified = "xllm_kernel.ops." + module.name
+            if qualified in sys.modules:
+                continue
+            try:
+                found = importlib.util.find_spec(qualified) is not None
+            except ImportError:
+                found = False
+            if not found:
+                continue
+            try:
+                importlib.import_module(qualified)
+            except ImportError as e:
+                sys.modules.pop(qualified, None)
+                _C.note_missing_dependency(
+                    module.name, f"python module {qualified} cannot import its dependency ({type(e).__name__}: {e})"
+                )
 
 
 def bindings(device: object) -> Bindings | None:
@@ -171,5 +206,6 @@ def explain(device: object, operation: str) -> Explanation:
     from xllm_kernel import catalog
 
     catalog.load()
+    _import_front_doors(device_name(device))
     d = _C.explain(device_name(device), operation)
     return Explanation(**{**d, "candidates": tuple(Candidate(**c) for c in d["candidates"])})
