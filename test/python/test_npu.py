@@ -1,0 +1,179 @@
+"""The npu implementations here, without an NPU: the exclusion rules (no torch_npu; the real
+torch-npu wheel, whose import fails without the CANN runtime) and, on the CPU stand-in of an NPU
+(test/npu_standin, loaded by the fake torch_npu package in fixtures/torch_npu_standin), the Python
+front door (xllm_kernel/ops/normalization/torch_npu.py, the guide's form), torch.ops.xllm_kernel.*
+on npu tensors, torch.compile, and the numerics and benchmark tools with --device npu. The vendor
+kernels themselves and ACLGraph run only on Ascend hardware (test/npu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+from conftest import PACKAGE_PARENT, ROOT, run_python
+
+STANDIN_LIBRARY = PACKAGE_PARENT.parent / "test" / "libxllm_kernel_npu_standin.so"
+STANDIN_PACKAGE = ROOT / "test" / "python" / "fixtures" / "torch_npu_standin"
+TORCH_NPU_WHEEL = pathlib.Path(
+    os.environ.get("XLLM_KERNEL_TORCH_NPU_DIR") or pathlib.Path.home() / ".cache/xllm-kernel/torch-npu-2.14.0"
+)
+OPERATIONS = ("rms_norm", "fused_add_rms_norm", "layer_norm")
+
+needs_standin = pytest.mark.skipif(
+    not STANDIN_LIBRARY.exists(), reason=f"the NPU stand-in is not built ({STANDIN_LIBRARY})"
+)
+
+
+def with_path(*paths: pathlib.Path, **extra: str) -> dict[str, str]:
+    """Environment for run_python: `paths` before the package on PYTHONPATH."""
+    return {"PYTHONPATH": os.pathsep.join([*map(str, paths), str(PACKAGE_PARENT)]), **extra}
+
+
+def standin(**extra: str) -> dict[str, str]:
+    return with_path(STANDIN_PACKAGE, XLLM_KERNEL_NPU_STANDIN=str(STANDIN_LIBRARY), **extra)
+
+
+EXCLUDED = """
+import xllm_kernel
+for op in {ops!r}:
+    ex = xllm_kernel.explain("npu", op)
+    (c,) = [c for c in ex.candidates if c.name == "npu.torch." + op]
+    assert c.verdict == "excluded" and c.rejection == "missing_dependency", str(ex)
+    assert {expected!r} in c.reason, c.reason
+    assert "no eligible implementation on npu" in ex.error, ex.error
+try:
+    xllm_kernel.initialize("npu")
+except RuntimeError as e:
+    message = str(e)
+else:
+    raise AssertionError("initialize('npu') succeeded")
+assert "no eligible implementation on npu" in message, message
+assert "npu.torch." in message and {expected!r} in message, message
+print("excluded")
+"""
+
+
+def test_without_torch_npu_every_npu_implementation_is_a_missing_dependency():
+    result = run_python(EXCLUDED.format(ops=OPERATIONS, expected="torch_npu is not loaded in this process"))
+    assert "excluded" in result.stdout
+
+
+@needs_standin
+def test_a_torch_npu_whose_import_fails_is_a_missing_dependency_with_the_import_error():
+    code = EXCLUDED.format(ops=OPERATIONS, expected="ImportError: libhccl.so: cannot open shared object file")
+    assert "excluded" in run_python(code, env=standin(XLLM_KERNEL_NPU_STANDIN_FAIL="cann")).stdout
+
+
+@pytest.mark.skipif(not (TORCH_NPU_WHEEL / "torch_npu" / "__init__.py").exists(),
+                    reason=f"the torch-npu wheel is not unpacked at {TORCH_NPU_WHEEL} (scripts/torch-npu.sh)")
+def test_the_real_torch_npu_wheel_without_cann_is_a_missing_dependency():
+    # torch imports an installed torch_npu itself unless TORCH_DEVICE_BACKEND_AUTOLOAD=0 (and then
+    # `import torch` fails without CANN): the README says so; here the package's own import runs.
+    env = with_path(TORCH_NPU_WHEEL, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    code = EXCLUDED.format(ops=OPERATIONS, expected="python module xllm_kernel.ops.normalization.torch_npu cannot "
+                           "import its dependency (ImportError: libhccl.so")
+    assert "excluded" in run_python(code, env=env).stdout
+
+
+@needs_standin
+def test_the_python_front_door_registers_the_guide_form_and_calls_the_vendor_operators():
+    code = """
+    import torch, torch_npu
+    import xllm_kernel
+    from xllm_kernel.ops import rms_norm, fused_add_rms_norm, layer_norm
+
+    assert getattr(torch_npu, "STANDIN", False)
+    bindings = xllm_kernel.initialize("npu")
+    for op in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
+        ex = xllm_kernel.explain("npu", op)
+        assert ex.selected.name == "npu.torch." + op, str(ex)
+        assert "plugin libxllm_kernel_npu.so not loaded" in ex.selected.detail, ex.selected.detail
+    spec = next(s for s in xllm_kernel.kernels("npu") if s.name == "npu.torch.rms_norm")
+    assert (spec.solution, spec.binding, spec.execution_modes) == ("torch", "torch_npu", ("eager", "graph"))
+
+    calls = torch.ops.npu_standin.calls
+    torch.manual_seed(0)
+    x = torch.randn(5, 96, dtype=torch.bfloat16)
+    w = torch.randn(96, dtype=torch.bfloat16)
+    before = calls("npu_rms_norm")
+    y = rms_norm(x.to("npu"), w.to("npu"), 1e-6)
+    assert calls("npu_rms_norm") == before + 1
+    assert y.device.type == "npu" and y.dtype == torch.bfloat16
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    torch.testing.assert_close(y.cpu().double(), ref, atol=2e-2, rtol=2e-2)
+
+    # In place: residual <- input + residual (rounded), input <- rms_norm of it.
+    r = torch.randn(5, 96, dtype=torch.bfloat16)
+    inp, res = x.to("npu"), r.to("npu")
+    before = calls("npu_add_rms_norm")
+    fused_add_rms_norm(inp, res, w.to("npu"), 1e-6)
+    assert calls("npu_add_rms_norm") == before + 1
+    s = (x.float() + r.float()).bfloat16()
+    assert torch.equal(res.cpu(), s)
+    sd = s.double()
+    torch.testing.assert_close(inp.cpu().double(), sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double(),
+                               atol=2e-2, rtol=2e-2)
+
+    b = torch.randn(96)
+    out = layer_norm(x.float().to("npu"), w.float().to("npu"), b.to("npu"), 1e-5)
+    torch.testing.assert_close(out.cpu(), torch.nn.functional.layer_norm(x.float(), (96,), w.float(), b, 1e-5))
+
+    # torch.ops.xllm_kernel.* on npu tensors (PrivateUse1), and traced by torch.compile.
+    direct = torch.ops.xllm_kernel.rms_norm(x.to("npu"), w.to("npu"), 1e-6)
+    assert torch.equal(direct.cpu(), y.cpu())
+    compiled = torch.compile(lambda a, g: rms_norm(a, g, 1e-6) * 2, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x.to("npu"), w.to("npu")).cpu(), (y * 2).cpu())
+    print("front door ok")
+    """
+    assert "front door ok" in run_python(code, env=standin()).stdout
+
+
+@needs_standin
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_numerics_on_npu_runs_every_case_of_the_npu_implementation(tmp_path, operation):
+    out = tmp_path / "report.json"
+    code = f"""
+    import sys
+    from xllm_kernel import _tools
+    sys.exit(_tools.run("numerics", ["--operation", "{operation}", "--device", "npu", "--tokens", "0,3",
+                                     "--hidden", "1,64,257", "--output", r"{out}"]))
+    """
+    run_python(code, env=standin())
+    report = json.loads(out.read_text())
+    assert report["device"] == "npu" and report["summary"]["status"] == "passed", report["summary"]
+    names = [i["name"] for i in report["implementations"]]
+    assert names == [f"npu.torch.{operation}"], names
+    assert report["summary"]["passed"] > 0 and report["summary"]["unsupported"] == 0, report["summary"]
+
+
+@needs_standin
+def test_aclgraph_mode_on_npu_is_unsupported_here_with_its_reason(tmp_path):
+    out = tmp_path / "report.json"
+    code = f"""
+    import sys
+    from xllm_kernel import _tools
+    sys.exit(_tools.run("numerics", ["--operation", "rms_norm", "--device", "npu", "--mode", "aclgraph",
+                                     "--tokens", "3", "--hidden", "64", "--output", r"{out}"]))
+    """
+    result = run_python(code, env=standin(), check=False)
+    assert result.returncode == 3, result.stdout + result.stderr
+    text = out.read_text()
+    assert "ACLGraph" in text and "libxllm_kernel_npu_graph.so" in text, text[:2000]
+
+
+@needs_standin
+def test_benchmark_on_npu_times_the_npu_implementation(tmp_path):
+    out = tmp_path / "benchmark.json"
+    code = f"""
+    import sys
+    from xllm_kernel import _tools
+    sys.exit(_tools.run("benchmark", ["--operation", "rms_norm", "--device", "npu", "--tokens", "16",
+                                      "--hidden", "256", "--dtype", "bfloat16", "--output", r"{out}"]))
+    """
+    run_python(code, env=standin())
+    report = json.loads(out.read_text())
+    assert report["device"] == "npu", report.keys()
+    assert "npu.torch.rms_norm" in json.dumps(report["implementations"])
