@@ -44,7 +44,7 @@ for op in {ops!r}:
     assert {expected!r} in c.reason, c.reason
     assert "no eligible implementation on npu" in ex.error, ex.error
 try:
-    xllm_kernel.initialize("npu")
+    xllm_kernel.initialize("npu", operations={ops!r})
 except RuntimeError as e:
     message = str(e)
 else:
@@ -85,7 +85,7 @@ def test_the_python_front_door_registers_the_guide_form_and_calls_the_vendor_ope
     from xllm_kernel.ops import rms_norm, fused_add_rms_norm, layer_norm
 
     assert getattr(torch_npu, "STANDIN", False)
-    bindings = xllm_kernel.initialize("npu")
+    bindings = xllm_kernel.initialize("npu", operations=("rms_norm", "fused_add_rms_norm", "layer_norm"))
     for op in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
         ex = xllm_kernel.explain("npu", op)
         assert ex.selected.name == "npu.torch." + op, str(ex)
@@ -144,7 +144,7 @@ def test_numerics_on_npu_runs_every_case_of_the_npu_implementation(tmp_path, ope
     run_python(code, env=standin())
     report = json.loads(out.read_text())
     assert report["device"] == "npu" and report["summary"]["status"] == "passed", report["summary"]
-    names = [i["name"] for i in report["implementations"]]
+    names = [i["implementation"]["name"] for i in report["implementations"]]
     assert names == [f"npu.torch.{operation}"], names
     assert report["summary"]["passed"] > 0 and report["summary"]["unsupported"] == 0, report["summary"]
 
