@@ -24,6 +24,10 @@ void parallel_rows(int64_t n, int64_t grain, c10::function_ref<void(int64_t, int
 
 void parallel_rows(int64_t n, int64_t grain, c10::function_ref<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
+  // One range (at::parallel_for would run it inline too): called directly, so that a small call
+  // does not go through torch's and OpenMP's thread queries, code and thread-local state it does
+  // not need (after a large memory sweep each of them is a cache and TLB miss).
+  if (n <= grain) return fn(0, n);
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { fn(begin, end); });
 }
 #endif

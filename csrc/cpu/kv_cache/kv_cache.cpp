@@ -3,6 +3,7 @@
 // target (foreach_target) and the entry point picks the best one at runtime.
 #include "csrc/cpu/kv_cache/kv_cache.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,24 @@ HWY_INLINE void Copy(const uint8_t* src, uint8_t* dst, size_t bytes, bool stream
   }
 }
 
+// Destination rows are scattered over caches far larger than the last-level cache and the TLB's
+// reach: each starts with a page walk and a cache miss. Touching the first line of a row this many
+// tokens ahead starts both early, so that they overlap the copies in between. Only the first line:
+// the rest of the row is on the same page, and reading the lines a streamed row overwrites would
+// be wasted traffic.
+constexpr int64_t kPrefetchTokens = 16;
+
+// Starts the page walks (and the first lines) of token t's destination rows; a slot out of range
+// is skipped (the copy skips it too).
+HWY_INLINE void PrefetchDestination(const KvCacheParams& p, int64_t t, int64_t es, int64_t slot_bytes) {
+  const int64_t slot = p.slot_mapping[t * p.slot_stride];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+  hwy::Prefetch(static_cast<const uint8_t*>(p.key_cache) + (block * p.key_cache_block_stride) * es + offset * slot_bytes);
+  hwy::Prefetch(static_cast<const uint8_t*>(p.value_cache) + (block * p.value_cache_block_stride) * es +
+                offset * slot_bytes);
+}
+
 void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
   const int64_t es = kernels::element_size(p.dtype);
   const int64_t head_bytes = p.head_size * es, slot_bytes = p.kv_heads * head_bytes;
@@ -56,7 +75,11 @@ void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t 
   const auto* value = static_cast<const uint8_t*>(p.value);
   auto* key_cache = static_cast<uint8_t*>(p.key_cache);
   auto* value_cache = static_cast<uint8_t*>(p.value_cache);
+  for (int64_t t = token_begin; t < std::min(token_end, token_begin + kPrefetchTokens); ++t) {
+    PrefetchDestination(p, t, es, slot_bytes);
+  }
   for (int64_t t = token_begin; t < token_end; ++t) {
+    if (t + kPrefetchTokens < token_end) PrefetchDestination(p, t + kPrefetchTokens, es, slot_bytes);
     const int64_t slot = p.slot_mapping[t * p.slot_stride];
     if (slot < 0 || slot >= p.num_slots) continue;
     const int64_t block = slot / p.block_size, offset = slot % p.block_size;

@@ -2,9 +2,11 @@
 // Highway target (foreach_target) and the entry point picks the best one at runtime.
 #include "csrc/cpu/rotary/rotary.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/rotary/rotary.cpp"
@@ -32,8 +34,9 @@ HWY_INLINE void LoadPairs(const float* p, VF& even, VF& odd) { hn::LoadInterleav
 HWY_INLINE void StorePairs(VF even, VF odd, float* p) { hn::StoreInterleaved2(even, odd, DF(), p); }
 
 // bf16 pairs are u32 lanes: the even element is the lower half (convert-inl.h's even/odd form).
+// No NaN guard in the rounding: every NaN reaching it has a zero lower half (see FillAngles).
 HWY_INLINE void LoadPairs(const bfloat16_t* p, VF& even, VF& odd) { LoadEvenOdd(p, even, odd); }
-HWY_INLINE void StorePairs(VF even, VF odd, bfloat16_t* p) { StoreEvenOdd</*kNaNPayload=*/true>(even, odd, p); }
+HWY_INLINE void StorePairs(VF even, VF odd, bfloat16_t* p) { StoreEvenOdd</*kNaNPayload=*/false>(even, odd, p); }
 
 // f16 pairs likewise, through the exact integer codecs (no reordering shuffles).
 HWY_INLINE void LoadPairs(const float16_t* p, VF& even, VF& odd) {
@@ -47,46 +50,140 @@ HWY_INLINE void StorePairs(VF even, VF odd, float16_t* p) {
   hn::StoreU(u, DU(), reinterpret_cast<uint32_t*>(p));
 }
 
+// ---------------------------------------------------------------- the angles of one token
+// cos and sin of a token's position are read by every head of the token, so they are put once per
+// token (per chunk of kChunkPairs pairs) into a float32 stack buffer, in the order the heads read
+// them: the conversion of a bf16/f16 cache and the reordering for the even/odd form are paid once
+// per token instead of once per head.
+//
+// Layouts for `pairs` pairs (cos of pair i is cos_sin_cache[pos][i], sin is [pos][half + i]):
+//   plain:    cos[0, pairs) | sin[0, pairs)
+//   even/odd: per block of 2N pairs, cos of the even pairs | cos of the odd ones | sin even | sin
+//             odd (N each: the lanes LoadPairs gives for a bf16 NeoX half), then the last
+//             pairs % 2N pairs in the plain layout.
+//
+// bf16 outputs (kSanitize): a NaN of the cache is stored with its lower 16 bits cleared (and the
+// quiet bit set). Then every NaN reaching a bf16 store has a zero lower half: NaNs of bf16 inputs
+// have one, the FPU's default NaN too, and arithmetic passes one of its operands' NaNs on. The
+// rounding needs no NaN guard (it cannot carry a payload into the exponent), and the stored bf16
+// bits are those the guarded rounding gives.
+
+constexpr size_t kChunkPairs = 256;  // rot_dim up to 512 in one pass
+constexpr size_t kAnglesFloats = 2 * kChunkPairs + 2 * kMaxLanes;  // + the tails' full vectors
+
+HWY_INLINE VF QuietLowClearedNaN(VF v) {
+  const DU du;
+  const VU bits = hn::BitCast(du, v);
+  const VU nan = hn::Or(hn::And(bits, hn::Set(du, 0xFFFF0000u)), hn::Set(du, 0x00400000u));
+  return hn::BitCast(DF(), hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, bits));
+}
+
+template <bool kSanitize>
+HWY_INLINE void PutAngle(VF v, float* p) {
+  hn::StoreU(kSanitize ? QuietLowClearedNaN(v) : v, DF(), p);
+}
+
+// `count` values of v (cos or sin) at out[0, count), converted to float32; a tail is stored as a
+// full vector (zero-padded), so up to N - 1 floats past out + count are written too.
+template <bool kSanitize, typename C>
+HWY_INLINE void FillRow(const C* HWY_RESTRICT v, size_t count, float* HWY_RESTRICT out) {
+  const size_t n = hn::Lanes(DF());
+  size_t i = 0;
+  for (; i + n <= count; i += n) PutAngle<kSanitize>(LoadF(v + i), out + i);
+  if (i < count) PutAngle<kSanitize>(LoadTail(v + i, count - i), out + i);
+}
+
+// The plain layout: cos at out[0, count), then sin at out[count, 2 count) (written second, over
+// what the cos tail spilled).
+template <bool kSanitize, typename C>
+HWY_INLINE void FillPlain(const C* HWY_RESTRICT cos, const C* HWY_RESTRICT sin, size_t count, float* HWY_RESTRICT out) {
+  FillRow<kSanitize>(cos, count, out);
+  FillRow<kSanitize>(sin, count, out + count);
+}
+
+template <bool kEvenOdd, bool kSanitize, typename C>
+HWY_INLINE void FillAngles(const C* HWY_RESTRICT cos, const C* HWY_RESTRICT sin, size_t pairs, float* HWY_RESTRICT out) {
+  size_t i = 0;
+  if constexpr (kEvenOdd) {
+    const size_t n = hn::Lanes(DF());
+    VF even, odd;
+    for (; i + 2 * n <= pairs; i += 2 * n, out += 4 * n) {
+      LoadPairs(cos + i, even, odd);
+      PutAngle<kSanitize>(even, out);
+      PutAngle<kSanitize>(odd, out + n);
+      LoadPairs(sin + i, even, odd);
+      PutAngle<kSanitize>(even, out + 2 * n);
+      PutAngle<kSanitize>(odd, out + 3 * n);
+    }
+  }
+  FillPlain<kSanitize>(cos + i, sin + i, pairs - i, out);
+}
+
 // ---------------------------------------------------------------- one head
 
-// NeoX: x[i] pairs with x[half + i]. The two halves never overlap (i + N <= half).
-template <typename T, typename C>
-HWY_INLINE void NeoxHead(T* HWY_RESTRICT x, const C* HWY_RESTRICT cos, const C* HWY_RESTRICT sin, size_t half) {
+// NeoX, plain angles: x1[i] pairs with x2[i] for i < pairs (x2 = x1 + half: no overlap).
+template <typename T>
+HWY_INLINE void NeoxPlain(T* HWY_RESTRICT x1, T* HWY_RESTRICT x2, const float* HWY_RESTRICT angles, size_t pairs) {
   const size_t n = hn::Lanes(DF());
-  T* x2 = x + half;
+  const float* cos = angles;
+  const float* sin = angles + pairs;
   size_t i = 0;
   VF o1, o2;
-  for (; i + n <= half; i += n) {
-    Rotate(LoadF(x + i), LoadF(x2 + i), LoadF(cos + i), LoadF(sin + i), o1, o2);
-    StoreF(o1, x + i);
+  for (; i + n <= pairs; i += n) {
+    Rotate(LoadF(x1 + i), LoadF(x2 + i), LoadF(cos + i), LoadF(sin + i), o1, o2);
+    StoreF(o1, x1 + i);
     StoreF(o2, x2 + i);
   }
-  if (i < half) {
-    const size_t rest = half - i;
-    Rotate(LoadTail(x + i, rest), LoadTail(x2 + i, rest), LoadTail(cos + i, rest), LoadTail(sin + i, rest), o1, o2);
-    StoreTail(o1, x + i, rest);
+  if (i < pairs) {
+    const size_t rest = pairs - i;
+    Rotate(LoadTail(x1 + i, rest), LoadTail(x2 + i, rest), LoadF(cos + i), LoadF(sin + i), o1, o2);
+    StoreTail(o1, x1 + i, rest);
     StoreTail(o2, x2 + i, rest);
   }
 }
 
-// GPT-J: x[2i] pairs with x[2i + 1].
-template <typename T, typename C>
-HWY_INLINE void GptjHead(T* HWY_RESTRICT x, const C* HWY_RESTRICT cos, const C* HWY_RESTRICT sin, size_t half) {
+// NeoX of `pairs` pairs: x1[i] with x2[i], angles in the layout FillAngles<kEvenOdd> made. bf16
+// in even/odd form: 2N pairs per step, one load and one store per half, no widening shuffles.
+template <bool kEvenOdd, typename T>
+HWY_INLINE void NeoxHead(T* HWY_RESTRICT x1, T* HWY_RESTRICT x2, const float* HWY_RESTRICT angles, size_t pairs) {
+  size_t i = 0;
+  if constexpr (kEvenOdd) {
+    const size_t n = hn::Lanes(DF());
+    VF x1e, x1o, x2e, x2o, o1e, o1o, o2e, o2o;
+    for (; i + 2 * n <= pairs; i += 2 * n, angles += 4 * n) {
+      LoadPairs(x1 + i, x1e, x1o);
+      LoadPairs(x2 + i, x2e, x2o);
+      const VF ce = hn::LoadU(DF(), angles), co = hn::LoadU(DF(), angles + n);
+      const VF se = hn::LoadU(DF(), angles + 2 * n), so = hn::LoadU(DF(), angles + 3 * n);
+      Rotate(x1e, x2e, ce, se, o1e, o2e);
+      Rotate(x1o, x2o, co, so, o1o, o2o);
+      StorePairs(o1e, o1o, x1 + i);
+      StorePairs(o2e, o2o, x2 + i);
+    }
+  }
+  if (i < pairs) NeoxPlain(x1 + i, x2 + i, angles, pairs - i);
+}
+
+// GPT-J: x[2i] pairs with x[2i + 1], plain angles.
+template <typename T>
+HWY_INLINE void GptjHead(T* HWY_RESTRICT x, const float* HWY_RESTRICT angles, size_t pairs) {
   const size_t n = hn::Lanes(DF());
+  const float* cos = angles;
+  const float* sin = angles + pairs;
   size_t i = 0;
   VF even, odd, o1, o2;
-  for (; i + n <= half; i += n) {
+  for (; i + n <= pairs; i += n) {
     LoadPairs(x + 2 * i, even, odd);
     Rotate(even, odd, LoadF(cos + i), LoadF(sin + i), o1, o2);
     StorePairs(o1, o2, x + 2 * i);
   }
-  if (i < half) {
+  if (i < pairs) {
     // The last pairs through a zero-padded buffer of N pairs: nothing past the head is touched.
-    const size_t rest = half - i;
+    const size_t rest = pairs - i;
     alignas(64) unsigned char buf[2 * kMaxLanes * sizeof(T)] = {};
     std::memcpy(buf, x + 2 * i, 2 * rest * sizeof(T));
     LoadPairs(reinterpret_cast<const T*>(buf), even, odd);
-    Rotate(even, odd, LoadTail(cos + i, rest), LoadTail(sin + i, rest), o1, o2);
+    Rotate(even, odd, LoadF(cos + i), LoadF(sin + i), o1, o2);
     StorePairs(o1, o2, reinterpret_cast<T*>(buf));
     std::memcpy(x + 2 * i, buf, 2 * rest * sizeof(T));
   }
@@ -94,30 +191,44 @@ HWY_INLINE void GptjHead(T* HWY_RESTRICT x, const C* HWY_RESTRICT cos, const C* 
 
 // ---------------------------------------------------------------- tokens
 
-template <bool kNeox, typename T, typename C>
-HWY_INLINE void Heads(T* x, int64_t heads, int64_t head_stride, const C* cos, const C* sin, size_t half) {
+// Pairs [first, first + pairs) of every head of one token, with their angles.
+template <bool kNeox, bool kEvenOdd, typename T>
+HWY_INLINE void Heads(T* x, int64_t heads, int64_t head_stride, size_t half, size_t first, const float* angles,
+                      size_t pairs) {
   for (int64_t h = 0; h < heads; ++h) {
+    T* head = x + h * head_stride;
     if constexpr (kNeox) {
-      NeoxHead(x + h * head_stride, cos, sin, half);
+      NeoxHead<kEvenOdd>(head + first, head + half + first, angles, pairs);
     } else {
-      GptjHead(x + h * head_stride, cos, sin, half);
+      GptjHead(head + 2 * first, angles, pairs);
     }
   }
 }
 
 template <bool kNeox, typename T, typename C>
 void TokensT(const RotaryParams& p, int64_t begin, int64_t end) {
+  // bf16 NeoX halves in even/odd form; bf16 outputs round without a NaN guard (FillAngles).
+  constexpr bool kBf16 = std::is_same_v<T, bfloat16_t>;
+  constexpr bool kEvenOdd = kNeox && kBf16 && HWY_TARGET != HWY_SCALAR;
   const size_t half = static_cast<size_t>(p.rot_dim / 2);
   const C* cache = static_cast<const C*>(p.cos_sin_cache);
   T* query = static_cast<T*>(p.query);
   T* key = static_cast<T*>(p.key);
+  alignas(64) float angles[kAnglesFloats];
   for (int64_t t = begin; t < end; ++t) {
     const int64_t pos = p.positions[t * p.position_stride];
     if (pos < 0 || pos >= p.max_position) continue;  // see rotary.h: never outside the cache
-    const C* cos = cache + pos * p.cache_stride;
-    const C* sin = cos + half;
-    Heads<kNeox>(query + t * p.query_token_stride, p.query_heads, p.query_head_stride, cos, sin, half);
-    if (key != nullptr) Heads<kNeox>(key + t * p.key_token_stride, p.key_heads, p.key_head_stride, cos, sin, half);
+    const C* row = cache + pos * p.cache_stride;
+    for (size_t first = 0; first < half; first += kChunkPairs) {
+      const size_t pairs = std::min(kChunkPairs, half - first);
+      FillAngles<kEvenOdd, kBf16>(row + first, row + half + first, pairs, angles);
+      Heads<kNeox, kEvenOdd>(query + t * p.query_token_stride, p.query_heads, p.query_head_stride, half, first,
+                             angles, pairs);
+      if (key != nullptr) {
+        Heads<kNeox, kEvenOdd>(key + t * p.key_token_stride, p.key_heads, p.key_head_stride, half, first, angles,
+                               pairs);
+      }
+    }
   }
 }
 

@@ -17,8 +17,11 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
   const int64_t written = check_slots_cpu(s, slot_mapping);
   if (written == 0) return;
   auto p = kernel_params<cpu::KvCacheParams>(s, key, value, key_cache, value_cache, slot_mapping);
+  // Streamed when the rows read and written together pass the threshold: both occupy the cache
+  // during the call, so the destination rows (scattered, their old contents never needed) would
+  // be evicted before anyone reads them again, and plain stores would first read every line.
   const int64_t row = s.kv_heads * s.head_size;
-  p.stream_out = detail::stream_cpu_output(2 * written * row * key.element_size());
+  p.stream_out = detail::stream_cpu_output(4 * written * row * key.element_size());
   bridge::run_rows(kOp, p, s.tokens, 2 * row, cpu::reshape_and_cache);
 }
 

@@ -279,6 +279,38 @@ TEST(RotaryKernel, NanPropagatesToBothMembersOfItsPair) {
   }
 }
 
+// A float32 cache NaN whose payload fills the low bits (rounding it to bf16 like a number would
+// carry into the sign or give -0): both members of its pair are NaN in every dtype, on every target.
+TEST(RotaryKernel, CacheNanWithAFullPayloadStaysNan) {
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (bool neox : {true, false}) {
+        SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + ShortName(t) + (neox ? " neox" : " gptj"));
+        Shape s;
+        s.tokens = 1;
+        s.key_heads = 0;
+        s.query_heads = 2;
+        s.head_size = s.rot_dim = 40;  // 20 pairs: a full even/odd block and a tail on AVX2
+        Buffers su(t, DType::kFloat32, neox, s, 9);
+        const int64_t half = s.rot_dim / 2, row = su.positions[0] * su.p.cache_stride;
+        const uint32_t nan_bits[] = {0x7FFFFFFFu, 0xFFBFFFFFu};  // quiet and signaling, every low bit set
+        const int64_t nan_at[] = {3, half + 18};                   // cos of pair 3, sin of pair 18
+        for (int k = 0; k < 2; ++k) std::memcpy(su.cache.data() + 4 * (row + nan_at[k]), &nan_bits[k], 4);
+        ASSERT_TRUE(rotary_embedding(su.p, 0, 1).is_ok());
+        for (int64_t h = 0; h < s.query_heads; ++h) {
+          for (int64_t i = 0; i < half; ++i) {
+            const bool nan_pair = i == 3 || i == 18;
+            for (int64_t j : {neox ? i : 2 * i, neox ? half + i : 2 * i + 1}) {
+              EXPECT_EQ(std::isnan(Load(t, su.qkv.data(), su.index(0, h, j))), nan_pair) << "head " << h << " element " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(RotaryKernel, RejectsParametersABridgeMustNotPass) {
   Shape s;
   Buffers good(DType::kFloat32, DType::kFloat32, true, s, 1);

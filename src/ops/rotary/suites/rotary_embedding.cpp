@@ -229,7 +229,10 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
 
   const int64_t tokens = b.positions.numel(), rotated = tokens * (b.heads.query + b.heads.key) * b.rot_dim;
   const int64_t es = b.query.element_size();
-  prepared.metadata.bytes_read = rotated * es + tokens * b.rot_dim * b.cache.element_size() + tokens * 8;
+  // Bytes, as the performance targets count them: the rotated part of query and key read and
+  // written, and one cache row (rot_dim elements) read per token; positions (8 bytes a token) are
+  // not counted.
+  prepared.metadata.bytes_read = rotated * es + tokens * b.rot_dim * b.cache.element_size();
   prepared.metadata.bytes_written = rotated * es;
   prepared.metadata.flops = 3.0 * static_cast<double>(rotated);
 
