@@ -3,10 +3,10 @@
 // torch_npu header and is part of the library: it serves the npu implementations whichever front
 // door registered them (the plugin or the Python package). ACLGraph capture needs torch_npu's
 // NPUGraph: it lives in libxllm_kernel_npu_graph.so (src/npu/aclgraph.cpp), loaded on first use.
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
 
@@ -131,21 +131,11 @@ class NpuApi final : public DeviceApi {
   bool has_device_events() const override { return true; }
 
   double time_interval(int index, const std::function<void()>& enqueue) const override {
-    c10::impl::VirtualGuardImpl impl(kType);
-    const c10::Device device = device_of(index);
-    const c10::Device previous = impl.exchangeDevice(device);
-    try {
-      c10::Event start(kType, c10::EventFlag::BACKEND_DEFAULT), end(kType, c10::EventFlag::BACKEND_DEFAULT);
-      start.record(impl.getStream(device));
-      enqueue();
-      end.record(impl.getStream(device));
-      end.synchronize();
-      impl.setDevice(previous);
-      return start.elapsedTime(end) / 1000.0;
-    } catch (...) {
-      impl.setDevice(previous);
-      throw;
-    }
+    const c10::DeviceGuard guard(device_of(index));  // restores the previous device, also on a throw
+    NpuTimer timer(index);
+    timer.start();
+    enqueue();
+    return timer.stop();
   }
 
   std::unique_ptr<DeviceTimer> timer(int index) const override { return std::make_unique<NpuTimer>(index); }
