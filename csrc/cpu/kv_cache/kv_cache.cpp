@@ -54,15 +54,20 @@ HWY_INLINE void Copy(const uint8_t* src, uint8_t* dst, size_t bytes, bool stream
 // be wasted traffic.
 constexpr int64_t kPrefetchTokens = 16;
 
+// Byte offset of a slot's row in a cache whose blocks are block_stride elements apart.
+HWY_INLINE int64_t RowOffset(const KvCacheParams& p, int64_t slot, int64_t block_stride, int64_t es,
+                             int64_t slot_bytes) {
+  return (slot / p.block_size) * block_stride * es + (slot % p.block_size) * slot_bytes;
+}
+
 // Starts the page walks (and the first lines) of token t's destination rows; a slot out of range
 // is skipped (the copy skips it too).
 HWY_INLINE void PrefetchDestination(const KvCacheParams& p, int64_t t, int64_t es, int64_t slot_bytes) {
   const int64_t slot = p.slot_mapping[t * p.slot_stride];
   if (slot < 0 || slot >= p.num_slots) return;
-  const int64_t block = slot / p.block_size, offset = slot % p.block_size;
-  hwy::Prefetch(static_cast<const uint8_t*>(p.key_cache) + (block * p.key_cache_block_stride) * es + offset * slot_bytes);
-  hwy::Prefetch(static_cast<const uint8_t*>(p.value_cache) + (block * p.value_cache_block_stride) * es +
-                offset * slot_bytes);
+  hwy::Prefetch(static_cast<const uint8_t*>(p.key_cache) + RowOffset(p, slot, p.key_cache_block_stride, es, slot_bytes));
+  hwy::Prefetch(static_cast<const uint8_t*>(p.value_cache) +
+                RowOffset(p, slot, p.value_cache_block_stride, es, slot_bytes));
 }
 
 void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
@@ -82,9 +87,8 @@ void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t 
     if (t + kPrefetchTokens < token_end) PrefetchDestination(p, t + kPrefetchTokens, es, slot_bytes);
     const int64_t slot = p.slot_mapping[t * p.slot_stride];
     if (slot < 0 || slot >= p.num_slots) continue;
-    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
-    uint8_t* kd = key_cache + (block * p.key_cache_block_stride) * es + offset * slot_bytes;
-    uint8_t* vd = value_cache + (block * p.value_cache_block_stride) * es + offset * slot_bytes;
+    uint8_t* kd = key_cache + RowOffset(p, slot, p.key_cache_block_stride, es, slot_bytes);
+    uint8_t* vd = value_cache + RowOffset(p, slot, p.value_cache_block_stride, es, slot_bytes);
     const uint8_t* ks = key + t * p.key_strides.token * es;
     const uint8_t* vs = value + t * p.value_strides.token * es;
     if (whole_key) {
