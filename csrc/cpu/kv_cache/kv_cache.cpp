@@ -70,27 +70,49 @@ HWY_INLINE void PrefetchDestination(const KvCacheParams& p, int64_t t, int64_t e
                 RowOffset(p, slot, p.value_cache_block_stride, es, slot_bytes));
 }
 
+// Tokens [t, end) whose slots continue slot s within its block (s + 1, s + 2, ...): a prefill
+// fills its blocks in order, so these rows are adjacent in the cache too and go as one copy.
+HWY_INLINE int64_t SlotRun(const KvCacheParams& p, int64_t t, int64_t end, int64_t slot) {
+  const int64_t block_end = (slot / p.block_size + 1) * p.block_size;
+  int64_t run = 1;
+  while (t + run < end && slot + run < block_end && p.slot_mapping[(t + run) * p.slot_stride] == slot + run) ++run;
+  return run;
+}
+
 void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
   const int64_t es = kernels::element_size(p.dtype);
   const int64_t head_bytes = p.head_size * es, slot_bytes = p.kv_heads * head_bytes;
   // One copy per token where the input's heads are adjacent (a contiguous [kv_heads, head_size]).
   const bool whole_key = p.kv_heads == 1 || p.key_strides.head == p.head_size;
   const bool whole_value = p.kv_heads == 1 || p.value_strides.head == p.head_size;
+  // One copy per run of slots where the input's tokens are adjacent too.
+  const int64_t row = p.kv_heads * p.head_size;
+  const bool runs = whole_key && whole_value && p.key_strides.token == row && p.value_strides.token == row;
   const auto* key = static_cast<const uint8_t*>(p.key);
   const auto* value = static_cast<const uint8_t*>(p.value);
   auto* key_cache = static_cast<uint8_t*>(p.key_cache);
   auto* value_cache = static_cast<uint8_t*>(p.value_cache);
-  for (int64_t t = token_begin; t < std::min(token_end, token_begin + kPrefetchTokens); ++t) {
-    PrefetchDestination(p, t, es, slot_bytes);
-  }
-  for (int64_t t = token_begin; t < token_end; ++t) {
-    if (t + kPrefetchTokens < token_end) PrefetchDestination(p, t + kPrefetchTokens, es, slot_bytes);
+  int64_t prefetched = token_begin;  // tokens whose destinations were touched: [token_begin, prefetched)
+  for (int64_t t = token_begin; t < token_end;) {
+    for (const int64_t ahead = std::min(token_end, t + kPrefetchTokens); prefetched < ahead; ++prefetched) {
+      PrefetchDestination(p, prefetched, es, slot_bytes);
+    }
     const int64_t slot = p.slot_mapping[t * p.slot_stride];
-    if (slot < 0 || slot >= p.num_slots) continue;
+    if (slot < 0 || slot >= p.num_slots) {
+      ++t;
+      continue;
+    }
     uint8_t* kd = key_cache + RowOffset(p, slot, p.key_cache_block_stride, es, slot_bytes);
     uint8_t* vd = value_cache + RowOffset(p, slot, p.value_cache_block_stride, es, slot_bytes);
     const uint8_t* ks = key + t * p.key_strides.token * es;
     const uint8_t* vs = value + t * p.value_strides.token * es;
+    if (runs) {
+      const int64_t run = SlotRun(p, t, token_end, slot);
+      Copy(ks, kd, static_cast<size_t>(run * slot_bytes), p.stream_out);
+      Copy(vs, vd, static_cast<size_t>(run * slot_bytes), p.stream_out);
+      t += run;
+      continue;
+    }
     if (whole_key) {
       Copy(ks, kd, static_cast<size_t>(slot_bytes), p.stream_out);
     } else {
@@ -105,6 +127,7 @@ void ReshapeAndCacheTokens(const KvCacheParams& p, int64_t token_begin, int64_t 
         Copy(vs + h * p.value_strides.head * es, vd + h * head_bytes, static_cast<size_t>(head_bytes), p.stream_out);
       }
     }
+    ++t;
   }
   if (p.stream_out) hwy::FlushStream();  // order the non-temporal stores before returning
 }

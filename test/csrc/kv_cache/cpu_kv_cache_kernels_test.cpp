@@ -2,7 +2,9 @@
 // bit for bit into the addressed slots and nothing else written (the expected caches are built
 // here with plain loops), row sizes around the vector widths (tails), heads not adjacent, block
 // strides beyond one block, negative and out-of-range slots skipped, split token ranges, streaming
-// stores, rows that end at an inaccessible page, and the kernel's rejections.
+// stores, runs of consecutive slots (a prefill: one copy per run, which must end at its block's
+// end, a skipped slot and its range's end), rows that end at an inaccessible page, and the
+// kernel's rejections.
 #include "csrc/cpu/kv_cache/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +28,7 @@ struct Case {
   int64_t tokens, kv_heads, head_size, block_size, num_blocks;
   int64_t head_pad = 0;    // extra elements between the inputs' heads
   int64_t block_pad = 0;   // extra elements between cache blocks
+  bool consecutive = false;  // slots in runs (a prefill) instead of random order
 };
 
 std::vector<uint8_t> RandomBytes(size_t n, std::mt19937& rng) {
@@ -48,12 +51,20 @@ void RunCase(const Case& c, bool stream, int splits, std::mt19937& rng) {
   std::vector<uint8_t> value = RandomBytes(c.tokens * token_stride * es, rng);
   std::vector<uint8_t> kc = RandomBytes(c.num_blocks * block * es + 64, rng);
   std::vector<uint8_t> vc = RandomBytes(c.num_blocks * block * es + 64, rng);
-  // Distinct slots in random order; every 4th token padding, every 7th out of range.
+  // Distinct slots in random order; every 4th token padding, every 7th out of range. Consecutive:
+  // slots r, r + 1, ... (mod slots: runs go on past block ends, where the blocks are not adjacent
+  // with a block_pad), every 11th token padding and every 13th out of range.
   std::vector<int64_t> perm(slots);
   for (int64_t i = 0; i < slots; ++i) perm[i] = i;
   std::shuffle(perm.begin(), perm.end(), rng);
   std::vector<int64_t> slot(c.tokens);
-  for (int64_t t = 0; t < c.tokens; ++t) slot[t] = t % 4 == 3 ? -1 : t % 7 == 6 ? slots + t : perm[t % slots];
+  if (c.consecutive) {
+    for (int64_t t = 0, next = perm[0]; t < c.tokens; ++t) {
+      slot[t] = t % 11 == 10 ? -1 : t % 13 == 12 ? slots + t : next++ % slots;
+    }
+  } else {
+    for (int64_t t = 0; t < c.tokens; ++t) slot[t] = t % 4 == 3 ? -1 : t % 7 == 6 ? slots + t : perm[t % slots];
+  }
   std::vector<uint8_t> want_k = kc, want_v = vc;
   for (int64_t t = 0; t < c.tokens; ++t) {
     if (slot[t] < 0 || slot[t] >= slots) continue;
@@ -104,6 +115,9 @@ TEST(CpuKvCacheKernel, CopiesBitsIntoTheAddressedSlotsOnEveryTarget) {
       {DType::kFloat32, 9, 3, 1, 4, 4},           {DType::kFloat16, 40, 2, 3, 8, 6},
       {DType::kBFloat16, 17, 2, 67, 16, 2, 5, 0}, {DType::kFloat32, 17, 4, 64, 16, 2, 0, 24},
       {DType::kFloat16, 25, 8, 64, 16, 3, 8, 40}, {DType::kBFloat16, 1, 8, 128, 16, 1},
+      {DType::kBFloat16, 37, 8, 128, 16, 4, 0, 0, true}, {DType::kFloat32, 40, 2, 64, 8, 6, 0, 24, true},
+      {DType::kFloat16, 33, 1, 80, 4, 10, 0, 0, true},   {DType::kBFloat16, 30, 2, 67, 16, 2, 5, 0, true},
+      {DType::kFloat16, 50, 3, 5, 4, 13, 0, 6, true},
   };
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
