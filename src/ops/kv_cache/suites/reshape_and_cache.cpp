@@ -1,8 +1,11 @@
 // Suite of reshape_and_cache, the paged KV-cache write.
 //
-// Options: --tokens, --head-size, --kv-heads, --block-size, --num-blocks, --dtype, --layout.
+// Options: --tokens, --head-size, --kv-heads, --block-size, --num-blocks, --dtype, --layout, --slots.
 // Cases from vLLM's and FlashInfer's test grids: head_size 64, 80, 96, 128, 256; kv_heads 8 and 1;
-// blocks of 16 and 32 (plus head_size 67, rows no SIMD width divides, and zero tokens); slots distinct, in random order, about one token in eight padding (-1).
+// blocks of 16 and 32 (plus head_size 67, rows no SIMD width divides, and zero tokens).
+// Slots: "random" (vLLM's tests and benchmark: distinct slots in random order, about one token in
+// eight padding, -1) and "prefill" (what a prefill batch writes: sequences of 1 to 1024 tokens,
+// each filling fresh blocks in order, the blocks taken from a shuffled free list).
 // Layouts: "contiguous" (key, value and caches each their own tensor) and "fused" (key and value
 // slices of a [tokens, 3, kv_heads, head_size] qkv tensor, the caches the two halves of one
 // [num_blocks, 2, block_size, kv_heads, head_size] KV tensor: strided rows, interleaved blocks).
@@ -40,11 +43,12 @@ void add_arguments(CLI::App& app, SuiteOptions& o) {
       ->delimiter(',');
   app.add_option("--dtype", o["dtype"], "Dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
   app.add_option("--layout", o["layout"], "Layouts: contiguous,fused [default: both]")->delimiter(',');
+  app.add_option("--slots", o["slots"], "Slot patterns: random,prefill [default: both]")->delimiter(',');
 }
 
-// Distinct slots of [0, slots) in random order, about one token in eight -1 (none for one token);
-// more tokens than slots: the rest -1.
-at::Tensor make_slots(int64_t tokens, int64_t slots, at::Generator& g) {
+// Distinct slots of [0, blocks * block_size) in random order, about one token in eight -1 (none
+// for one token); more tokens than slots: the rest -1.
+at::Tensor random_slots(int64_t tokens, int64_t slots, at::Generator& g) {
   at::Tensor out = at::full({tokens}, -1, at::kLong);
   if (tokens == 0) return out;
   const at::Tensor perm = at::randperm(slots, g, at::kLong);
@@ -55,6 +59,28 @@ at::Tensor make_slots(int64_t tokens, int64_t slots, at::Generator& g) {
   for (int64_t t = 0, next = 0; t < tokens && next < slots; ++t) {
     if (tokens > 1 && r[t] < 0.125) continue;
     o[t] = p[next++];
+  }
+  return out;
+}
+
+// A prefill batch: sequences of 1 to 1024 tokens (random lengths), each filling blocks from
+// offset 0 in order, a sequence's next block the next one of a shuffled free list; tokens for
+// which no block is left: -1.
+at::Tensor prefill_slots(int64_t tokens, int64_t num_blocks, int64_t block_size, at::Generator& g) {
+  at::Tensor out = at::full({tokens}, -1, at::kLong);
+  if (tokens == 0) return out;
+  const at::Tensor free_list = at::randperm(num_blocks, g, at::kLong);
+  const at::Tensor lengths = at::randint(1, 1025, {tokens}, g, at::kLong);
+  int64_t* o = out.mutable_data_ptr<int64_t>();
+  const int64_t* blocks = free_list.const_data_ptr<int64_t>();
+  const int64_t* length = lengths.const_data_ptr<int64_t>();
+  for (int64_t t = 0, next = 0, sequence = 0; t < tokens; ++sequence) {
+    const int64_t end = std::min(tokens, t + length[sequence]);
+    for (int64_t i = 0; t < end; ++i, ++t) {
+      if (i % block_size == 0) ++next;
+      if (next > num_blocks) return out;
+      o[t] = blocks[next - 1] * block_size + i % block_size;
+    }
   }
   return out;
 }
@@ -100,7 +126,9 @@ Example build(const json& p, at::Generator& g) {
     key_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
     value_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
   }
-  const at::Tensor slots = make_slots(tokens, num_blocks * block_size, g);
+  const at::Tensor slots = p.at("slots").get<std::string>() == "prefill"
+                               ? prefill_slots(tokens, num_blocks, block_size, g)
+                               : random_slots(tokens, num_blocks * block_size, g);
 
   Example ex;
   ex.names = {"key", "value", "key_cache", "value_cache", "slot_mapping"};
@@ -133,6 +161,7 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       {"block_size", options::integers(o, "block_size", {16, 32}, 1)},
       {"dtype", options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"})},
       {"layout", options::choices(o, "layout", {"contiguous", "fused"}, {"contiguous", "fused"})},
+      {"slots", options::choices(o, "slots", {"random", "prefill"}, {"random", "prefill"})},
   };
   const bool blocks_given = options::given(o, "num_blocks");
   const std::vector<json> blocks = options::integers(o, "num_blocks", {1}, 1);
@@ -153,12 +182,14 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   for (const auto& dtype : dims[4].values) {
     if (!options::given(o, "tokens")) {
       points.push_back({{"tokens", 0}, {"head_size", 128}, {"kv_heads", 8}, {"block_size", 16}, {"dtype", dtype},
-                        {"layout", "contiguous"}, {"num_blocks", 2}});
+                        {"layout", "contiguous"}, {"num_blocks", 2}, {"slots", dims[6].values.front()}});
     }
     if (!options::given(o, "head_size")) {
       for (const auto& layout : dims[5].values) {
-        points.push_back({{"tokens", 37}, {"head_size", 67}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
-                          {"layout", layout}, {"num_blocks", default_blocks(37, 16)}});
+        for (const auto& slots : dims[6].values) {
+          points.push_back({{"tokens", 37}, {"head_size", 67}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
+                            {"layout", layout}, {"num_blocks", default_blocks(37, 16)}, {"slots", slots}});
+        }
       }
     }
   }
@@ -169,7 +200,8 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
 
 SuiteOptions benchmark_defaults() {
   return {{"tokens", {"1", "128", "8192"}}, {"head_size", {"128"}}, {"kv_heads", {"8"}}, {"block_size", {"16"}},
-          {"num_blocks", {"4096"}},         {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}}};
+          {"num_blocks", {"4096"}},         {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}},
+          {"slots", {"prefill", "random"}}};
 }
 
 }  // namespace
