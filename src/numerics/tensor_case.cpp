@@ -6,6 +6,8 @@
 #include <functional>
 #include <stdexcept>
 
+#include "src/core/cpu_copy.h"
+#include "src/core/cpu_stream.h"
 #include "xllm_kernel/device_api.h"
 
 namespace xllm_kernel::numerics {
@@ -25,6 +27,39 @@ at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
   at::Tensor whole = t.as_strided({storage_elements}, {1}, 0);
   at::Tensor copy = whole.to(device, /*non_blocking=*/false, /*copy=*/true);
   return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+namespace {
+
+// The whole storage of t as a flat tensor of t's dtype.
+at::Tensor whole_storage(const at::Tensor& t) {
+  return t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
+}
+
+}  // namespace
+
+void restore(const std::vector<std::pair<at::Tensor, at::Tensor>>& mutated_and_pristine) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> storages;
+  int64_t bytes = 0;
+  bool cpu = true;
+  for (const auto& [mutated, pristine] : mutated_and_pristine) {
+    if (!mutated.defined()) continue;
+    const bool seen = std::any_of(storages.begin(), storages.end(), [&](const auto& s) {
+      return s.first.storage().data() == mutated.storage().data();
+    });
+    if (seen) continue;
+    storages.emplace_back(whole_storage(mutated), whole_storage(pristine));
+    bytes += static_cast<int64_t>(mutated.storage().nbytes());
+    cpu &= mutated.device().is_cpu();
+  }
+  const bool stream = cpu && detail::stream_cpu_output(bytes);
+  for (const auto& [dst, src] : storages) {
+    if (stream) {
+      detail::cpu_stream_copy(dst, src);
+    } else {
+      dst.copy_(src);
+    }
+  }
 }
 
 namespace {
@@ -98,12 +133,14 @@ PreparedCase TensorCase::prepare(const Plan& plan) const {
   prepared.function = [state, kernel] { state->outputs = state->example.call(*kernel, state->inputs); };
   if (!ex.mutates.empty()) {
     prepared.reset = [state] {
+      std::vector<std::pair<at::Tensor, at::Tensor>> mutated;
       for (size_t i = 0; i < state->inputs.size(); ++i) {
         const auto& m = state->example.mutates;
         if (state->inputs[i].defined() && std::find(m.begin(), m.end(), state->example.names[i]) != m.end()) {
-          state->inputs[i].copy_(state->pristine[i]);
+          mutated.emplace_back(state->inputs[i], state->pristine[i]);
         }
       }
+      restore(mutated);
     };
   }
   prepared.snapshot = [state] {

@@ -95,6 +95,14 @@ std::vector<std::shared_ptr<const KernelCase>> tensor_cases(const std::string& o
 // copied, so padding between rows is defined and checkable).
 at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device);
 
+// Restores mutated arguments before a timed call: the whole storage of each `first` from its
+// copy_with_layout copy `second` (a storage shared by several arguments once). On the CPU, when
+// the storages hold more bytes than the stream threshold (src/core/cpu_stream.h), with
+// non-temporal stores: a plain copy would leave the last-level cache full of dirty lines of its
+// own, and the timed call would pay for writing them back (a 256 MiB KV cache leaves 32 MiB of
+// them) or, for an in-place kernel, find part of its input already in cache.
+void restore(const std::vector<std::pair<at::Tensor, at::Tensor>>& mutated_and_pristine);
+
 at::Device torch_device(const Plan& plan);
 
 }  // namespace xllm_kernel::numerics

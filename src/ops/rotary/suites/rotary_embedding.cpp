@@ -217,10 +217,7 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
     const Built& b = st->built;
     kernel->function<RotaryEmbeddingFn>()(st->positions, st->query, st->key_argument, b.head_size, st->cache, b.neox);
   };
-  prepared.reset = [st, shared] {
-    whole(st->query).copy_(whole(st->pristine_query));
-    if (st->key.defined() && !shared) whole(st->key).copy_(whole(st->pristine_key));
-  };
+  prepared.reset = [st] { restore({{st->query, st->pristine_query}, {st->key, st->pristine_key}}); };
   prepared.snapshot = [st] {
     std::vector<at::Tensor> out{st->query.clone()};
     if (st->key.defined()) out.push_back(st->key.clone());
