@@ -58,6 +58,18 @@ json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, i
           {"exceeds_cache", cache > 0 ? json(working_set > cache) : json(nullptr)}};
 }
 
+// "CPU memory on huge pages" or "... on 4 KiB pages", from the environment's cpu_pages probe
+// (reports written before it existed: nothing).
+std::string cpu_pages_text(const json& env) {
+  if (!env.contains("cpu_pages")) return "CPU pages not recorded";
+  const json& p = env["cpu_pages"];
+  const int64_t kb = p.value("huge_page_kb_of_8_mib_tensor", int64_t{-1});
+  std::string text = kb > 0 ? "CPU tensors on huge pages" : kb == 0 ? "CPU tensors on 4 KiB pages" : "CPU pages unknown";
+  text += " (THP_MEM_ALLOC_ENABLE=" + (p["thp_mem_alloc_enable"].is_string() ? p["thp_mem_alloc_enable"].get<std::string>() : std::string("unset")) +
+          ", system THP " + p.value("system_thp", std::string("unknown")) + ")";
+  return text;
+}
+
 std::string markdown(const json& report) {
   std::ostringstream md;
   md << "# Benchmark: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
@@ -65,7 +77,8 @@ std::string markdown(const json& report) {
   const json& env = report["environment"];
   md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
      << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), "
-     << env["threads"] << " threads, load " << env["load_average"][0] << ". Copy bandwidth at the start of this run: "
+     << env["threads"] << " threads, load " << env["load_average"][0] << ", " << cpu_pages_text(env)
+     << ". Copy bandwidth at the start of this run: "
      << format_number(report["copy_bandwidth_gbps"].get<double>()) << " GB/s ("
      << report["copy_method"].get<std::string>();
   for (const auto& [name, gbps] : report["copy_methods"].items()) {
