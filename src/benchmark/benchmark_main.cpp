@@ -39,21 +39,26 @@ struct BenchmarkOptions {
   int64_t copy_bytes = 0;
 };
 
-// Copies of a case so the rotation's working set exceeds the last-level cache (at most 64, and
-// at most 8 GiB in all).
-json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, int64_t case_bytes, int& copies) {
+// Copies of a case so the rotation's working set (the bytes a call moves) exceeds the
+// last-level cache: at most 64, and at most 8 GiB held in all (held_bytes: what one prepared
+// copy holds, which can be far more than a call moves: a 1-token KV write holds 256 MiB caches,
+// their pristine copies and float64 expected values; 0 unknown: the bytes moved instead).
+json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, int64_t case_bytes, int64_t held_bytes,
+                   int& copies) {
   copies = 1;
   const int64_t cache = api.last_level_cache_bytes(index);
   if (o.cold_cache && case_bytes > 0) {
     const int64_t target = cache > 0 ? 2 * cache : int64_t{256} << 20;
+    const int64_t per_copy = std::max(case_bytes, held_bytes);
     copies = static_cast<int>(std::min<int64_t>({64, (target + case_bytes - 1) / case_bytes + 1,
-                                                 std::max<int64_t>(1, (int64_t{8} << 30) / case_bytes)}));
+                                                 std::max<int64_t>(2, (int64_t{8} << 30) / per_copy)}));
     copies = std::max(copies, 2);
   }
   const int64_t working_set = case_bytes * copies;
   return {{"enabled", o.cold_cache},
           {"copies", copies},
           {"working_set_bytes", working_set},
+          {"held_bytes", held_bytes * copies},
           {"last_level_cache_bytes", cache},
           {"exceeds_cache", cache > 0 ? json(working_set > cache) : json(nullptr)}};
 }
@@ -219,7 +224,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       int n = 1;
       // A copy: the vector grows below (--cold-cache), which would leave a reference dangling.
       const numerics::CaseMetadata meta = copies[0].metadata;
-      r["rotation"] = plan_rotation(bo, *api, index, meta.bytes_read + meta.bytes_written, n);
+      r["rotation"] = plan_rotation(bo, *api, index, meta.bytes_read + meta.bytes_written, copies[0].held_bytes, n);
       // Only validated cases are timed (eager validation here; graph mode validates its replay).
       copies[0].function();
       api->synchronize(index);

@@ -58,6 +58,9 @@ struct PreparedCase {
   // Copies of what `function` produced (outputs, then mutated arguments), for comparing a graph
   // replay with an eager call; may be null.
   std::function<std::vector<at::Tensor>()> snapshot;
+  // Host and device memory this prepared copy holds (inputs, their pristine copies, expected
+  // values), or 0 when unknown: bounds the copies the benchmark's --cold-cache makes.
+  int64_t held_bytes = 0;
 };
 
 class KernelCase {

@@ -114,6 +114,24 @@ std::optional<std::string> plan_unsupported_reason(const Plan& plan) {
   return std::nullopt;
 }
 
+namespace {
+
+// The storages a prepared case holds (a storage shared by two tensors counted twice: an upper bound).
+int64_t held_bytes(const State& state) {
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const auto& t : state.example.tensors) add(t);
+  for (const auto& t : state.inputs) add(t);
+  for (const auto& t : state.pristine) add(t);
+  for (const auto& t : state.expected.outputs) add(t);
+  for (const auto& [name, t] : state.expected.mutated) add(t);
+  return bytes;
+}
+
+}  // namespace
+
 PreparedCase TensorCase::prepare(const Plan& plan) const {
   // Inputs depend on the seed and the case only, never on the order cases run in.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(plan.seed ^ std::hash<std::string>{}(case_id_));
@@ -130,6 +148,7 @@ PreparedCase TensorCase::prepare(const Plan& plan) const {
 
   PreparedCase prepared;
   prepared.metadata = ex.metadata;
+  prepared.held_bytes = held_bytes(*state);
   prepared.function = [state, kernel] { state->outputs = state->example.call(*kernel, state->inputs); };
   if (!ex.mutates.empty()) {
     prepared.reset = [state] {

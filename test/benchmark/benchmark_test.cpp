@@ -272,6 +272,9 @@ TEST(Benchmark, ColdCacheRotationReportsWhetherItExceededTheCache) {
   EXPECT_GE(rot["copies"].get<int>(), 2);
   const int64_t case_bytes = 1024 * 4096 * 4 * 2 + 4096 * 4;
   EXPECT_EQ(rot["working_set_bytes"].get<int64_t>(), case_bytes * rot["copies"].get<int64_t>());
+  // What the copies hold: inputs, pristine copies and expected values of each, within 8 GiB.
+  EXPECT_GE(rot["held_bytes"].get<int64_t>(), 2 * case_bytes * rot["copies"].get<int64_t>());
+  EXPECT_LE(rot["held_bytes"].get<int64_t>(), int64_t{8} << 30);
   if (rot["last_level_cache_bytes"].get<int64_t>() > 0) {
     EXPECT_EQ(rot["exceeds_cache"].get<bool>(), rot["working_set_bytes"].get<int64_t>() > rot["last_level_cache_bytes"].get<int64_t>());
     EXPECT_TRUE(rot["exceeds_cache"].get<bool>());

@@ -217,6 +217,11 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
     const Built& b = st->built;
     kernel->function<RotaryEmbeddingFn>()(st->positions, st->query, st->key_argument, b.head_size, st->cache, b.neox);
   };
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&b.positions, &b.query, &b.key, &b.cache, &st->positions, &st->query, &st->key, &st->cache,
+                              &st->pristine_query, &st->pristine_key, &st->pristine_positions, &st->pristine_cache,
+                              &st->want_query, &st->want_key}) {
+    if (t->defined()) prepared.held_bytes += static_cast<int64_t>(t->storage().nbytes());
+  }
   prepared.reset = [st] { restore({{st->query, st->pristine_query}, {st->key, st->pristine_key}}); };
   prepared.snapshot = [st] {
     std::vector<at::Tensor> out{st->query.clone()};
