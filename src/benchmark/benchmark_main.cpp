@@ -70,7 +70,8 @@ std::string cpu_pages_text(const json& env) {
   const json& p = env["cpu_pages"];
   const int64_t kb = p.value("huge_page_kb_of_8_mib_tensor", int64_t{-1});
   std::string text = kb > 0 ? "CPU tensors on huge pages" : kb == 0 ? "CPU tensors on 4 KiB pages" : "CPU pages unknown";
-  text += " (THP_MEM_ALLOC_ENABLE=" + (p["thp_mem_alloc_enable"].is_string() ? p["thp_mem_alloc_enable"].get<std::string>() : std::string("unset")) +
+  const bool set = p.contains("thp_mem_alloc_enable") && p["thp_mem_alloc_enable"].is_string();
+  text += " (THP_MEM_ALLOC_ENABLE=" + (set ? p["thp_mem_alloc_enable"].get<std::string>() : std::string("unset")) +
           ", system THP " + p.value("system_thp", std::string("unknown")) + ")";
   return text;
 }

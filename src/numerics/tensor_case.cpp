@@ -21,22 +21,23 @@ at::Device torch_device(const Plan& plan) {
   return at::Device(at::kCPU);
 }
 
-at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
-  if (!t.defined()) return t;
-  const int64_t storage_elements = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
-  at::Tensor whole = t.as_strided({storage_elements}, {1}, 0);
-  at::Tensor copy = whole.to(device, /*non_blocking=*/false, /*copy=*/true);
-  return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
-}
-
-namespace {
-
-// The whole storage of t as a flat tensor of t's dtype.
 at::Tensor whole_storage(const at::Tensor& t) {
   return t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
 }
 
-}  // namespace
+int64_t storage_bytes(at::ArrayRef<at::Tensor> tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
+  if (!t.defined()) return t;
+  at::Tensor copy = whole_storage(t).to(device, /*non_blocking=*/false, /*copy=*/true);
+  return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
 
 void restore(const std::vector<std::pair<at::Tensor, at::Tensor>>& mutated_and_pristine) {
   std::vector<std::pair<at::Tensor, at::Tensor>> storages;
@@ -118,15 +119,9 @@ namespace {
 
 // The storages a prepared case holds (a storage shared by two tensors counted twice: an upper bound).
 int64_t held_bytes(const State& state) {
-  int64_t bytes = 0;
-  auto add = [&](const at::Tensor& t) {
-    if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
-  };
-  for (const auto& t : state.example.tensors) add(t);
-  for (const auto& t : state.inputs) add(t);
-  for (const auto& t : state.pristine) add(t);
-  for (const auto& t : state.expected.outputs) add(t);
-  for (const auto& [name, t] : state.expected.mutated) add(t);
+  int64_t bytes = storage_bytes(state.example.tensors) + storage_bytes(state.inputs) + storage_bytes(state.pristine) +
+                  storage_bytes(state.expected.outputs);
+  for (const auto& [name, t] : state.expected.mutated) bytes += storage_bytes(t);
   return bytes;
 }
 
@@ -224,8 +219,7 @@ Validation check_tensors(const TensorCheck& c) {
       // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
       const at::Tensor& now = c.inputs[i];
       const at::Tensor& before = c.pristine[i];
-      const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
-      const bool same = bitwise_equal(now.as_strided({n}, {1}, 0), before.as_strided({n}, {1}, 0));
+      const bool same = bitwise_equal(whole_storage(now), whole_storage(before));
       v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
       if (!same) {
         v.passed = false;
@@ -240,9 +234,7 @@ Validation check_tensors(const TensorCheck& c) {
     at::Tensor now = c.inputs[i].to(at::kCPU);
     at::Tensor expected_storage = copy_with_layout(c.pristine[i], at::kCPU);
     expected_storage.copy_(now);  // the view's elements as written; the rest as before
-    const int64_t n = static_cast<int64_t>(now.storage().nbytes() / now.element_size());
-    at::Tensor whole_now = copy_with_layout(c.inputs[i], at::kCPU);
-    const bool same = bitwise_equal(whole_now.as_strided({n}, {1}, 0), expected_storage.as_strided({n}, {1}, 0));
+    const bool same = bitwise_equal(whole_storage(copy_with_layout(c.inputs[i], at::kCPU)), whole_storage(expected_storage));
     if (!same) {
       v.passed = false;
       v.failures.push_back("mutated argument " + name + " was written outside its elements");

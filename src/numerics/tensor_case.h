@@ -95,6 +95,12 @@ std::vector<std::shared_ptr<const KernelCase>> tensor_cases(const std::string& o
 // copied, so padding between rows is defined and checkable).
 at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device);
 
+// The whole storage of t as a flat tensor of t's dtype.
+at::Tensor whole_storage(const at::Tensor& t);
+
+// Bytes of the storages of the defined tensors (a storage shared by two counted twice).
+int64_t storage_bytes(at::ArrayRef<at::Tensor> tensors);
+
 // Restores mutated arguments before a timed call: the whole storage of each `first` from its
 // copy_with_layout copy `second` (a storage shared by several arguments once). On the CPU, when
 // the storages hold more bytes than the stream threshold (src/core/cpu_stream.h), with

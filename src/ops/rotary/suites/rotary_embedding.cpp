@@ -151,11 +151,6 @@ at::Tensor reference(const at::Tensor& x, const Built& b, int64_t heads, double&
 
 // ---------------------------------------------------------------- the case
 
-// The whole storage of t as a flat tensor of t's dtype.
-at::Tensor whole(const at::Tensor& t) {
-  return t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
-}
-
 // Copies query and key (and their storage) to `device`, keeping one storage where they share one.
 std::pair<at::Tensor, at::Tensor> to_device(const Built& b, const at::Device& device) {
   at::Tensor q = copy_with_layout(b.query, device), k;
@@ -217,11 +212,9 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
     const Built& b = st->built;
     kernel->function<RotaryEmbeddingFn>()(st->positions, st->query, st->key_argument, b.head_size, st->cache, b.neox);
   };
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&b.positions, &b.query, &b.key, &b.cache, &st->positions, &st->query, &st->key, &st->cache,
-                              &st->pristine_query, &st->pristine_key, &st->pristine_positions, &st->pristine_cache,
-                              &st->want_query, &st->want_key}) {
-    if (t->defined()) prepared.held_bytes += static_cast<int64_t>(t->storage().nbytes());
-  }
+  prepared.held_bytes = storage_bytes({b.positions, b.query, b.key, b.cache, st->positions, st->query, st->key, st->cache,
+                                        st->pristine_query, st->pristine_key, st->pristine_positions,
+                                        st->pristine_cache, st->want_query, st->want_key});
   prepared.reset = [st] { restore({{st->query, st->pristine_query}, {st->key, st->pristine_key}}); };
   prepared.snapshot = [st] {
     std::vector<at::Tensor> out{st->query.clone()};
@@ -252,8 +245,8 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
       return storage.as_strided(h.sizes(), h.strides(), h.storage_offset()).narrow(2, 0, b.rot_dim);
     };
     auto check_storage = [&](const std::string& name, bool with_query, bool with_key) {
-      const at::Tensor now = whole(with_query ? st->query : st->key).to(at::kCPU);
-      at::Tensor want = whole(with_query ? st->pristine_query : st->pristine_key).to(at::kCPU).clone();
+      const at::Tensor now = whole_storage(with_query ? st->query : st->key).to(at::kCPU);
+      at::Tensor want = whole_storage(with_query ? st->pristine_query : st->pristine_key).to(at::kCPU).clone();
       if (with_query) rotated_part(want, st->query, b.heads.query).copy_(rotated_part(now, st->query, b.heads.query));
       if (with_key) rotated_part(want, st->key, b.heads.key).copy_(rotated_part(now, st->key, b.heads.key));
       const bool same = bitwise_equal(now, want);
@@ -273,7 +266,7 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
     for (const auto& [name, now, before] : {std::tuple<const char*, at::Tensor, at::Tensor>{
                                                 "positions", st->positions, st->pristine_positions},
                                             {"cos_sin_cache", st->cache, st->pristine_cache}}) {
-      const bool same = bitwise_equal(whole(now), whole(before));
+      const bool same = bitwise_equal(whole_storage(now), whole_storage(before));
       v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
       if (!same) {
         v.passed = false;
