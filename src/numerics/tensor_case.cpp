@@ -45,9 +45,10 @@ void restore(const std::vector<std::pair<at::Tensor, at::Tensor>>& mutated_and_p
   bool cpu = true;
   for (const auto& [mutated, pristine] : mutated_and_pristine) {
     if (!mutated.defined()) continue;
-    const bool seen = std::any_of(storages.begin(), storages.end(), [&](const auto& s) {
-      return s.first.storage().data() == mutated.storage().data();
-    });
+    // Captured by pointer: C++20 lambdas may not capture structured bindings (clang rejects it).
+    const void* data = mutated.storage().data();
+    const bool seen = std::any_of(storages.begin(), storages.end(),
+                                  [data](const auto& s) { return s.first.storage().data() == data; });
     if (seen) continue;
     storages.emplace_back(whole_storage(mutated), whole_storage(pristine));
     bytes += static_cast<int64_t>(mutated.storage().nbytes());
