@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: CTest (GoogleTest suites, CLI checks, the installed-package
-# consumer), then pytest on the Python package in the build tree (test/python, including the wheel
-# installed into a fresh virtual environment).
+# Sets up, builds and runs every test: the compile guard (every translation unit with clang++ against
+# the oldest supported torch's headers, scripts/compile-guard.sh), CTest (GoogleTest suites, CLI
+# checks, the installed-package consumer), then pytest on the Python package in the build tree
+# (test/python, including the wheel installed into a fresh virtual environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 BUILD_DIR="$(bash scripts/build.sh | tail -n 1)"
 echo "[test] built in $(( $(date +%s) - start )) s" >&2
+guard=0
+bash scripts/compile-guard.sh "$BUILD_DIR" || guard=$?
+echo "[test] compile guard done at $(( $(date +%s) - start )) s (exit $guard)" >&2
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-}
 echo "[test] ctest done at $(( $(date +%s) - start )) s" >&2
 
@@ -20,4 +24,8 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 echo "[test] total $(( $(date +%s) - start )) s" >&2
+if [ "$guard" -ne 0 ]; then
+  echo "[test] the compile guard failed (exit $guard): see its FAILED lines above" >&2
+  [ "$rc" -ne 0 ] || rc=1
+fi
 exit "$rc"

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Compiles every C++ translation unit of a build once more, syntax only, the way the machines that
+CI does not have would: with another compiler (clang++ instead of the build's g++) and against the
+headers of the oldest supported torch (the GPU test machines' 2.11) instead of the build's own.
+
+The commands come from the build's compile_commands.json, so every translation unit the build has
+(library, CUDA plugin bridges, NPU bridges, tools, Python extension, every test, GPU tests included)
+is checked with exactly its own flags; only the compiler, the torch include folders and the output
+change. Not checked here:
+  - the .cu kernels: torch-free by construction (cmake/cuda.cmake), nvcc compiles them in the build;
+  - translation units that include the torch-npu wheel: its headers are those of one torch (2.14) and
+    keep the build's torch; they still go through clang.
+
+Prints one line per failing translation unit with its first error, then a summary; exit 1 when any
+failed, 2 on bad arguments.
+
+  python3 scripts/compile_guard.py --build-dir build --torch-headers DIR [--compiler clang++] [--jobs N]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build-dir", required=True, help="a configured build with compile_commands.json")
+    p.add_argument("--torch-headers", required=True,
+                   help="a torch include folder's parent (scripts/torch-headers.sh): DIR/include/ATen/ATen.h")
+    p.add_argument("--compiler", default="clang++")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--only", default="", help="a regular expression: check only the files it matches")
+    return p.parse_args()
+
+
+def first_error(output):
+    for line in output.splitlines():
+        if re.search(r"\b(fatal )?error\b", line):
+            return line.strip()
+    lines = [l for l in output.splitlines() if l.strip()]
+    return lines[0].strip() if lines else "(no output)"
+
+
+def command_of(entry):
+    args = entry.get("arguments") or shlex.split(entry["command"])
+    # Drop a compiler launcher (ccache) and the compiler itself.
+    while args and os.path.basename(args[0]) in ("ccache", "sccache"):
+        args = args[1:]
+    return args[1:]
+
+
+def rewrite(args, torch_include, headers_include):
+    """The flags without output, dependency files or -c; torch's include folders moved to the headers'."""
+    out, skip = [], 0
+    for i, a in enumerate(args):
+        if skip:
+            skip -= 1
+            continue
+        if a in ("-o", "-MF", "-MT", "-MQ"):
+            skip = 1
+            continue
+        if a in ("-c", "-MD", "-MMD"):
+            continue
+        if torch_include and (a == torch_include or a.startswith(torch_include + "/")):
+            a = headers_include + a[len(torch_include):]
+        elif torch_include and a.startswith("-I" + torch_include):
+            a = "-I" + headers_include + a[len("-I") + len(torch_include):]
+        out.append(a)
+    return out
+
+
+def main():
+    opts = parse_args()
+    database = os.path.join(opts.build_dir, "compile_commands.json")
+    headers_include = os.path.join(os.path.abspath(opts.torch_headers), "include")
+    if not os.path.isfile(database):
+        print("compile_guard: --build-dir: expected a configured build with compile_commands.json, "
+              "given %s (no %s)" % (opts.build_dir, database), file=sys.stderr)
+        return 2
+    if not os.path.isfile(os.path.join(headers_include, "ATen", "ATen.h")):
+        print("compile_guard: --torch-headers: expected a folder with include/ATen/ATen.h, given %s"
+              % opts.torch_headers, file=sys.stderr)
+        return 2
+    version_file = os.path.join(opts.torch_headers, "VERSION")
+    version = open(version_file).read().strip() if os.path.exists(version_file) else opts.torch_headers
+    entries = json.load(open(database))
+    only = re.compile(opts.only) if opts.only else None
+
+    jobs = []
+    skipped_cu = 0
+    for e in entries:
+        path = e["file"]
+        if only and not only.search(path):
+            continue
+        if path.endswith(".cu"):
+            skipped_cu += 1
+            continue
+        args = command_of(e)
+        torch_include = next((a[len("-I"):] if a.startswith("-I") else a for a in args
+                              if re.search(r"/torch/include$", a) and "torch_npu" not in a), None)
+        npu = any("torch_npu" in a or "torch-npu" in a for a in args)
+        flags = rewrite(args, None if npu else torch_include, headers_include)
+        # The source file stays last; -fsyntax-only replaces the object.
+        flags = [f for f in flags if f != path] + ["-fsyntax-only", path]
+        against = "torch %s" % ("(the build's: torch-npu)" if npu else version) if torch_include else "no torch"
+        jobs.append((path, e.get("directory", "."), [opts.compiler] + flags, against))
+
+    if not jobs:
+        print("compile_guard: no C++ translation unit in %s%s" % (database, " matching --only" if only else ""),
+              file=sys.stderr)
+        return 1
+
+    def run(job):
+        path, directory, cmd, against = job
+        started = time.time()
+        proc = subprocess.run(cmd, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return path, against, proc.returncode, proc.stdout, time.time() - started
+
+    start = time.time()
+    failed = []
+    root = os.path.commonpath([j[0] for j in jobs])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        for path, against, rc, output, seconds in pool.map(run, jobs):
+            if rc != 0:
+                failed.append((path, against, output))
+                print("FAILED %s (%s, %.0f s): %s" % (os.path.relpath(path, root), against, seconds,
+                                                      first_error(output)), flush=True)
+    compiler = subprocess.run([opts.compiler, "--version"], stdout=subprocess.PIPE, text=True).stdout.splitlines()
+    print("[compile-guard] %s, torch %s headers: %d of %d translation units compile, %d do not "
+          "(%d .cu left to nvcc) in %.0f s"
+          % (compiler[0] if compiler else opts.compiler, version, len(jobs) - len(failed), len(jobs), len(failed),
+             skipped_cu, time.time() - start))
+    for path, against, output in failed:
+        print("\n---- %s (%s)\n%s" % (os.path.relpath(path, root), against, "\n".join(output.splitlines()[:40])),
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
