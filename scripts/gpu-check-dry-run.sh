@@ -12,6 +12,7 @@
 #      reports the numerics and benchmark phases as "no GPU", and must exit 0.
 #
 #   bash scripts/gpu-check-dry-run.sh         # or: bash scripts/gpu-check.sh --dry-run
+#   bash scripts/gpu-check.sh --dry-run --phase build   # the check's own arguments pass through
 #
 # Environment: XLLM_KERNEL_DRY_RUN_VENV (~/.cache/xllm-kernel/venv-torch2.11.0), BUILD_DIR
 # (build-gpu-dry-run), REPORT_DIR (gpu-reports-dry-run), JOBS, BUDGET_S (the check's; default 10800
@@ -49,7 +50,7 @@ HIDDEN+=(/usr/bin/pkg-config /usr/bin/pkgconf /usr/bin/x86_64-linux-gnu-pkg-conf
 HIDDEN+=(/usr/lib/x86_64-linux-gnu/libhwy* /usr/lib/x86_64-linux-gnu/libgtest* /usr/lib/x86_64-linux-gnu/libgmock*)
 log "running scripts/gpu-check.sh without network, system copies hidden: ${HIDDEN[*]}"
 set +e
-unshare -n -m -- env HIDDEN_PATHS="${HIDDEN[*]}" PYTHON="$VENV/bin/python" BUILD_DIR="${BUILD_DIR:-build-gpu-dry-run}" \
+unshare -n -m -- env HIDDEN_PATHS="${HIDDEN[*]}" CHECK_ARGS="$*" PYTHON="$VENV/bin/python" BUILD_DIR="${BUILD_DIR:-build-gpu-dry-run}" \
   OUT= REPORTS_DIR="${REPORT_DIR:-gpu-reports-dry-run}" CPU_TESTS=1 ALLOW_NO_GPU=1 VERIFY_BUNDLE=1 \
   BUDGET_S="${BUDGET_S:-10800}" bash -c '
     set -e
@@ -64,7 +65,7 @@ unshare -n -m -- env HIDDEN_PATHS="${HIDDEN[*]}" PYTHON="$VENV/bin/python" BUILD
       echo "[dry-run] the network is reachable" >&2; exit 1
     fi
     echo "[dry-run] no network: $(ip -o link show 2>/dev/null | cut -d: -f2 | xargs echo) (no route out)"
-    exec bash scripts/gpu-check.sh'
+    exec bash scripts/gpu-check.sh $CHECK_ARGS'
 rc=$?
 set -e
 log "gpu-check.sh exited $rc; dry run took $(($(date +%s) - start)) s"

@@ -7,6 +7,8 @@
 #   bash scripts/device-bundle.sh     # here, with the network: .device/ (git-ignored)
 #   bash scripts/gpu-check.sh         # there, from the source tree with .device/ beside it
 #   bash scripts/gpu-check.sh --dry-run   # here: scripts/gpu-check-dry-run.sh (no network, no GPU)
+#   bash scripts/gpu-check.sh --phase build,tests        # the check in two commands, each within the
+#   bash scripts/gpu-check.sh --phase numerics,benchmark # device tool's 10 minutes (same machine, warm)
 #
 # Phases, each timed: environment; configure (prints where CMake found each bundled package); build
 # (library, CUDA plugin, tools, tests, and the Python extension where Python's headers are there);
@@ -15,10 +17,15 @@
 # mode; benchmark of every operation at tokens 1,128,8192 x hidden 4096 in bfloat16, float16 and
 # float32, every implementation (cuda.torch side by side), eager and graph. Without a GPU the
 # numerics and benchmark phases report "no GPU". Last comes one verdict table, read from the JSON
-# reports. Everything lands in $OUT when set (then packed into gpu-check-reports.tar.gz beside the
-# log, the verdict and summary.json), else in gpu-reports/.
+# reports (scripts/gpu_check_verdict.py); a failed build shows its first compiler error there.
+# --phase LIST runs only those phases (build: environment, configure, build; tests; numerics;
+# benchmark; all, the default), each command within its own BUDGET_S: a later command reuses the
+# build and the reports of an earlier one, and its verdict covers every phase run so far (a run
+# that includes build starts the reports afresh). Reports go to gpu-reports/ (REPORTS_DIR); when
+# OUT is set, the log, the verdict, summary.json and gpu-check-reports.tar.gz (all the reports) are
+# copied there.
 #
-# Environment: PYTHON (python3), OUT, REPORTS_DIR (gpu-reports; OUT wins), BUILD_DIR
+# Environment: PYTHON (python3), OUT, REPORTS_DIR (gpu-reports), BUILD_DIR
 # (build-gpu-check), XLLM_KERNEL_BUNDLE (.device), JOBS (all cores), CUDA_ARCHITECTURES ("80;90",
 # what ships), CPU_TESTS (0), BUDGET_S (540: the phases stop there, leaving time for the verdict),
 # ALLOW_NO_GPU (0: without a GPU the check exits 3), VERIFY_BUNDLE (0: 1 fails unless CMake found
@@ -30,10 +37,31 @@ if [ "${1:-}" = "--dry-run" ]; then
   shift
   exec bash scripts/gpu-check-dry-run.sh "$@"
 fi
-if [ $# -ne 0 ]; then
-  echo "usage: bash scripts/gpu-check.sh [--dry-run]   (settings through the environment; see the script's header)" >&2
+usage() {
+  echo "usage: bash scripts/gpu-check.sh [--dry-run] [--phase build|tests|numerics|benchmark|all[,...]]" \
+       "(settings through the environment; see the script's header)" >&2
   exit 2
+}
+PHASE_LIST="all"
+if [ "${1:-}" = "--phase" ]; then
+  [ $# -eq 2 ] || usage
+  PHASE_LIST="$2"
+  shift 2
 fi
+[ $# -eq 0 ] || usage
+RUN_BUILD=0 RUN_TESTS=0 RUN_NUMERICS=0 RUN_BENCHMARK=0
+for p in ${PHASE_LIST//,/ }; do
+  case "$p" in
+    all) RUN_BUILD=1 RUN_TESTS=1 RUN_NUMERICS=1 RUN_BENCHMARK=1 ;;
+    build) RUN_BUILD=1 ;;
+    tests) RUN_TESTS=1 ;;
+    numerics) RUN_NUMERICS=1 ;;
+    benchmark) RUN_BENCHMARK=1 ;;
+    *) echo "gpu-check: --phase: expected build, tests, numerics, benchmark or all (comma-separated), given '$p'" >&2
+       exit 2 ;;
+  esac
+done
+[ $((RUN_BUILD + RUN_TESTS + RUN_NUMERICS + RUN_BENCHMARK)) -gt 0 ] || usage
 
 T0=$(date +%s)
 PYTHON="${PYTHON:-python3}"
@@ -44,7 +72,7 @@ if [ ! -f "$BUNDLE_ARG/MANIFEST" ]; then
   exit 1
 fi
 BUNDLE="$(cd "$BUNDLE_ARG" && pwd)"
-REPORTS="${OUT:-${REPORTS_DIR:-gpu-reports}}"
+REPORTS="${REPORTS_DIR:-gpu-reports}"
 mkdir -p "$REPORTS" && REPORTS="$(cd "$REPORTS" && pwd)"
 BUILD_DIR="${BUILD_DIR:-build-gpu-check}"
 JOBS="${JOBS:-$(nproc)}"
@@ -53,11 +81,15 @@ CPU_TESTS="${CPU_TESTS:-0}"
 BUDGET_S="${BUDGET_S:-540}"
 RESERVE_S=15  # kept for the verdict
 REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-rm -f "$REPORTS"/*.json "$REPORTS"/*.md "$REPORTS"/*.log "$REPORTS"/*.xml "$REPORTS"/phases.tsv "$REPORTS"/*.tar.gz
-exec > >(tee "$REPORTS/gpu-check.log") 2>&1
+# A run that builds starts the reports afresh; a later phase adds to them.
+if [ "$RUN_BUILD" = 1 ]; then
+  rm -f "$REPORTS"/*.json "$REPORTS"/*.md "$REPORTS"/*.log "$REPORTS"/*.xml "$REPORTS"/phases.tsv "$REPORTS"/*.tar.gz
+fi
+exec > >(tee -a "$REPORTS/gpu-check.log") 2>&1
 export XLLM_KERNEL_LOG=off PYTHONDONTWRITEBYTECODE=1
 
-echo "gpu-check: revision $REVISION, bundle $BUNDLE, build $BUILD_DIR, reports $REPORTS, $JOBS jobs, budget ${BUDGET_S}s"
+echo "gpu-check: revision $REVISION, phases $PHASE_LIST, bundle $BUNDLE, build $BUILD_DIR, reports $REPORTS," \
+     "$JOBS jobs, budget ${BUDGET_S}s"
 
 # ---- helpers ----
 left() { echo $((BUDGET_S - ($(date +%s) - T0) - RESERVE_S)); }
@@ -78,6 +110,7 @@ phase() {
   local name="$1" fn="$2" start rc status
   start=$(date +%s)
   NOTE=""
+  [ -f "$REPORTS/phases.tsv" ] && sed -i "/^$name\t/d" "$REPORTS/phases.tsv"
   echo
   echo "== $name"
   "$fn"
@@ -90,6 +123,14 @@ phase() {
   esac
   printf '%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$status" >>"$REPORTS/phases.tsv"
   echo "-- $name: $status ($(($(date +%s) - start)) s)"
+}
+# first_error LOG: the log's first compiler/linker error line.
+first_error() { "$PYTHON" scripts/gpu_check_verdict.py first-error "$1" 2>/dev/null; }
+# built: whether an earlier phase left the build this one runs.
+built() {
+  [ -x "$BUILD_DIR/xllm-kernel-info" ] && [ -e "$BUILD_DIR/libxllm_kernel_cuda.so" ] && return 0
+  NOTE="no build in $BUILD_DIR (run --phase build first, on the same machine)"
+  return 1
 }
 # supports TOOL OPERATION FLAG: whether the operation's suite takes FLAG (a new operation may not).
 supports() { "$BUILD_DIR/xllm-kernel-$1" --operation "$2" --help 2>/dev/null | grep -q -- "$3[ =,]"; }
@@ -142,7 +183,7 @@ phase_configure() {
   local rc=$?
   if [ "$rc" -ne 0 ]; then
     tail -n 30 "$REPORTS/configure.log"
-    NOTE="cmake failed (configure.log)"
+    NOTE="cmake failed: $(first_error "$REPORTS/configure.log") (configure.log)"
     return "$rc"
   fi
   grep -E '^-- (xllm_kernel|Found GTest|Found nlohmann|Found Python3|Found CUDAToolkit)' "$REPORTS/configure.log"
@@ -168,7 +209,8 @@ phase_build() {
   local rc=$?
   if [ "$rc" -ne 0 ]; then
     grep -E -B2 -A12 'error|FAILED' "$REPORTS/build.log" | head -n 60
-    NOTE="build failed (build.log)"
+    NOTE="build failed: $(first_error "$REPORTS/build.log") (build.log)"
+    [ "$rc" -eq 124 ] && NOTE="the build ran past the budget (build.log); run it alone: --phase build"
     return "$rc"
   fi
   local built=()
@@ -186,6 +228,7 @@ phase_build() {
 }
 
 phase_tests() {
+  built || return 1
   local dir="$BUILD_DIR/test/cuda"
   [ "$CPU_TESTS" = 1 ] && dir="$BUILD_DIR"
   echo "ctest in $dir"
@@ -210,6 +253,7 @@ operations() { "$BUILD_DIR/xllm-kernel-info" --operations-list; }
 
 phase_numerics() {
   if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  built || return 1
   local op mode rc bad=0
   for op in $(operations); do
     for mode in eager graph; do
@@ -229,6 +273,7 @@ phase_numerics() {
 
 phase_benchmark() {
   if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  built || return 1
   local op mode rc bad=0
   for op in $(operations); do
     for mode in eager graph; do
@@ -250,132 +295,31 @@ phase_benchmark() {
 }
 
 phase environment phase_environment
-if [ "$FAILED" -eq 0 ]; then
+if [ "$FAILED" -eq 0 ] && [ "$RUN_BUILD" = 1 ]; then
   phase configure phase_configure
   [ "$FAILED" -eq 0 ] && phase build phase_build
-  if [ "$FAILED" -eq 0 ]; then
-    phase tests phase_tests
-    phase numerics phase_numerics
-    phase benchmark phase_benchmark
-  fi
+fi
+if [ "$FAILED" -eq 0 ]; then
+  [ "$RUN_TESTS" = 1 ] && phase tests phase_tests
+  [ "$RUN_NUMERICS" = 1 ] && phase numerics phase_numerics
+  [ "$RUN_BENCHMARK" = 1 ] && phase benchmark phase_benchmark
 fi
 
-# ---- verdict: phase times, then one table read from the reports ----
+# ---- verdict: phase times, then one table read from the reports (every phase run so far) ----
 echo
 echo "== phases"
 awk -F'\t' '{ printf "  %-12s %5d s  %s\n", $1, $2, $3 }' "$REPORTS/phases.tsv"
-echo "  total        $(($(date +%s) - T0)) s"
+echo "  this command $(($(date +%s) - T0)) s"
 if [ "$GPUS" -eq 0 ] && [ "${ALLOW_NO_GPU:-0}" != 1 ]; then NO_GPU_EXIT=3; else NO_GPU_EXIT=0; fi
 TESTS_SCOPE="CUDA tests"
 [ "$CPU_TESTS" = 1 ] && TESTS_SCOPE="all tests"
-"$PYTHON" - "$REPORTS" "$(($(date +%s) - T0))" "$FAILED" "$NO_GPU_EXIT" "$TESTS_SCOPE" <<'EOF'
-import glob, json, os, re, sys
-import xml.etree.ElementTree as ET
-
-reports, seconds, failed, no_gpu_exit, scope = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-rows = []
-phases = {}
-for line in open(os.path.join(reports, "phases.tsv")):
-    name, _, status = line.rstrip("\n").split("\t")
-    phases[name] = status
-env = open(os.path.join(reports, "environment.txt")).read() if os.path.exists(os.path.join(reports, "environment.txt")) else ""
-torch = re.search(r"^torch (\S+)", env, re.M)
-gpu = re.search(r"^gpu 0 (.*)$", env, re.M)
-title = "torch %s, %s, %d s" % (torch.group(1) if torch else "?", gpu.group(1) if gpu else "no GPU", seconds)
-
-# Tests: ctest's JUnit report.
-junit = os.path.join(reports, "ctest.xml")
-if os.path.exists(junit):
-    passed = failed_tests = skipped = 0
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        status = case.get("status", "")
-        if case.find("failure") is not None or status == "fail":
-            failed_tests += 1
-        elif case.find("skipped") is not None or status in ("notrun", "disabled"):
-            skipped += 1
-        else:
-            passed += 1
-    rows.append(("ctest, " + scope, "%d passed, %d failed, %d skipped" % (passed, failed_tests, skipped)))
-else:
-    rows.append(("ctest, " + scope, phases.get("tests", "not run")))
-
-def load(pattern):
-    out = []
-    for path in sorted(glob.glob(os.path.join(reports, pattern))):
-        try:
-            out.append(json.load(open(path)))
-        except (OSError, ValueError) as e:
-            rows.append((os.path.basename(path), "unreadable: %s" % e))
-    return out
-
-# Numerics: cases passed per implementation, per mode.
-numerics = load("numerics-*.json")
-if numerics:
-    per_impl = {}
-    for r in numerics:
-        for impl in r.get("implementations", []):
-            name = impl["implementation"]["name"]
-            c = impl.get("coverage", {})
-            text = "%s %d/%d" % (r["mode"], c.get("passed", 0), c.get("cases", 0))
-            if c.get("failed"):
-                text += " (%d FAILED)" % c["failed"]
-            if impl.get("excluded_reason"):
-                text += " (excluded: %s)" % impl["excluded_reason"]
-            per_impl.setdefault(name, []).append(text)
-    for name, texts in per_impl.items():
-        rows.append(("numerics " + name, ", ".join(texts)))
-else:
-    rows.append(("numerics", phases.get("numerics", "not run")))
-
-# Benchmark: per operation at 8192 x 4096, eager, each non-torch implementation: % of the in-run
-# copy bandwidth and speed-up over the torch solution (cuda.torch).
-short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
-bench = [r for r in load("benchmark-*.json") if r.get("mode") == "eager"]
-if bench:
-    for r in bench:
-        per_impl = {}
-        for row in r.get("results", []):
-            p = row.get("parameters", {})
-            if p.get("tokens") != 8192 or p.get("hidden") != 4096 or row.get("status") != "timed":
-                continue
-            if row.get("implementation_detail", {}).get("solution") == "torch":
-                continue
-            x = row.get("speedup_vs_torch")
-            per_impl.setdefault(row["implementation"], []).append(
-                "%s %.0f%%, %s" % (short.get(p.get("dtype"), p.get("dtype", "?")), row["percent_of_copy"],
-                                  "%.2fx" % x if x is not None else "no torch"))
-        if not per_impl:
-            rows.append((r["operation"] + " 8192x4096", "nothing timed"))
-        for name, texts in per_impl.items():
-            rows.append((name + " 8192x4096", "; ".join(texts) + " (% of copy, x cuda.torch)"))
-else:
-    rows.append(("benchmark", phases.get("benchmark", "not run")))
-
-bad = [name for name, status in phases.items() if not (status.startswith("ok") or status.startswith("skipped"))]
-no_gpu = any(status == "skipped: no GPU" for status in phases.values())
-if failed or bad:
-    verdict, code = "FAILED: " + ", ".join(bad), 1
-elif no_gpu:
-    verdict, code = "passed without a GPU (the GPU phases did not run)", no_gpu_exit
-else:
-    verdict, code = "passed", 0
-rows.append(("verdict", verdict))
-
-width = max(len(name) for name, _ in rows)
-lines = ["== verdict: " + title, "| %s | result |" % "check".ljust(width), "|%s|---|" % ("-" * (width + 2))]
-lines += ["| %s | %s |" % (name.ljust(width), text) for name, text in rows]
-text = "\n".join(lines)
-open(os.path.join(reports, "verdict.md"), "w").write(text + "\n")
-json.dump({"title": title, "phases": phases, "rows": [{"check": n, "result": t} for n, t in rows], "exit_code": code},
-          open(os.path.join(reports, "summary.json"), "w"), indent=2)
-print()
-print(text)
-sys.exit(code)
-EOF
+"$PYTHON" scripts/gpu_check_verdict.py verdict "$REPORTS" "$(($(date +%s) - T0))" "$FAILED" "$NO_GPU_EXIT" "$TESTS_SCOPE"
 rc=$?
 if [ -n "${OUT:-}" ]; then
   # The device tool brings back a few files: the log, the verdict, the summary and one archive.
+  mkdir -p "$OUT"
+  cp "$REPORTS/gpu-check.log" "$REPORTS/verdict.md" "$REPORTS/summary.json" "$OUT/" 2>/dev/null
   (cd "$REPORTS" && find . -maxdepth 1 -type f ! -name gpu-check.log ! -name verdict.md ! -name summary.json \
-      ! -name gpu-check-reports.tar.gz -printf '%P\n' | tar czf gpu-check-reports.tar.gz -T - --remove-files)
+      ! -name gpu-check-reports.tar.gz -printf '%P\n' | tar czf "$OUT/gpu-check-reports.tar.gz" -T -)
 fi
 exit "$rc"

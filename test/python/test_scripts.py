@@ -1,0 +1,215 @@
+"""The check scripts CI depends on: the compile guard (scripts/compile_guard.py) and the GPU check's
+verdict and phases (scripts/gpu_check_verdict.py, scripts/gpu-check.sh), on small made-up inputs."""
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gpu_check_verdict  # noqa: E402
+
+GUARD = os.path.join(ROOT, "scripts", "compile_guard.py")
+
+
+def clang_major():
+    if shutil.which("clang++") is None:
+        return None
+    out = subprocess.run(["clang++", "--version"], stdout=subprocess.PIPE, text=True).stdout
+    m = re.search(r"clang version (\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A build's compile_commands.json over made-up sources, a 'new' torch (whose ATen.h brings in a
+    guard header, as torch 2.14 does) and an 'old' one (whose ATen.h does not, as 2.11)."""
+    new = tmp_path / "site" / "torch" / "include"
+    write(str(new / "ATen" / "ATen.h"), "#pragma once\n#include <c10/Guard.h>\nnamespace at { struct Tensor {}; }\n")
+    write(str(new / "c10" / "Guard.h"), "#pragma once\nnamespace c10 { struct StreamGuard {}; }\n")
+    old = tmp_path / "old"
+    write(str(old / "include" / "ATen" / "ATen.h"), "#pragma once\nnamespace at { struct Tensor {}; }\n")
+    write(str(old / "include" / "c10" / "Guard.h"), "#pragma once\nnamespace c10 { struct StreamGuard {}; }\n")
+    write(str(old / "VERSION"), "2.11.0\n")
+    src = tmp_path / "src"
+    write(str(src / "good.cpp"), "#include <ATen/ATen.h>\nat::Tensor t;\n")
+    # Uses c10::StreamGuard without including its header: compiles only against the new torch.
+    write(str(src / "transitive.cpp"), "#include <ATen/ATen.h>\nc10::StreamGuard g;\n")
+    # A lambda capturing a structured binding: g++ 12 accepts it, clang before 16 does not.
+    write(str(src / "binding.cpp"),
+          "#include <utility>\nint f() { std::pair<int, int> p{1, 2}; auto [a, b] = p;\n"
+          "  return [&] { return a + b; }(); }\n")
+    write(str(src / "kernel.cu"), "this is not C++ and must not be compiled\n")
+    npu = tmp_path / "npu" / "torch_npu" / "include"
+    write(str(npu / "npu.h"), "#pragma once\n#include <c10/Guard.h>\n")
+    write(str(src / "npu_bridge.cpp"), "#include <npu.h>\nc10::StreamGuard g;\n")
+    build = tmp_path / "build"
+    build.mkdir()
+
+    def entry(name, extra=()):
+        path = str(src / name)
+        cmd = ["/usr/bin/c++", "-DX=1", *extra, "-isystem", str(new), "-std=c++20", "-o", name + ".o", "-c", path]
+        return {"directory": str(build), "command": " ".join(cmd), "file": path}
+
+    entries = [entry("good.cpp"), entry("transitive.cpp"), entry("binding.cpp"), entry("kernel.cu"),
+               entry("npu_bridge.cpp", ["-isystem", str(npu)])]
+    write(str(build / "compile_commands.json"), json.dumps(entries))
+    return {"build": str(build), "old": str(old), "new": str(new.parent)}
+
+
+def guard(tree, *args, headers=None):
+    return subprocess.run([sys.executable, GUARD, "--build-dir", tree["build"],
+                           "--torch-headers", headers or tree["old"], "--jobs", "2", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def failed_files(stdout):
+    return sorted(re.findall(r"^FAILED (\S+)", stdout, re.M))
+
+
+@pytest.mark.skipif(clang_major() is None, reason="clang++ is not installed (scripts/install-clang.sh)")
+def test_compile_guard_catches_both_slips(tree):
+    r = guard(tree)
+    assert r.returncode == 1, r.stdout + r.stderr
+    expected = ["transitive.cpp"] + (["binding.cpp"] if clang_major() < 16 else [])
+    assert failed_files(r.stdout) == sorted(expected)
+    # The first error of each, on its FAILED line; the .cu is left to nvcc; the npu bridge keeps the
+    # build's torch (its header includes c10/Guard.h from there) and passes.
+    assert re.search(r"^FAILED transitive\.cpp \(torch 2\.11\.0.*: error: .*c10", r.stdout, re.M)
+    assert "of 4 translation units compile" in r.stdout and "1 .cu left to nvcc" in r.stdout
+    assert "npu_bridge.cpp" not in r.stdout
+
+
+@pytest.mark.skipif(clang_major() is None, reason="clang++ is not installed (scripts/install-clang.sh)")
+def test_compile_guard_isolates_compiler_and_headers(tree):
+    # Against the new torch's headers only the compiler can fail a file.
+    r = guard(tree, headers=tree["new"])
+    assert failed_files(r.stdout) == (["binding.cpp"] if clang_major() < 16 else [])
+    # With g++ against the old headers only the missing include fails.
+    r = guard(tree, "--compiler", "g++")
+    assert r.returncode == 1 and failed_files(r.stdout) == ["transitive.cpp"]
+    # Everything right: exit 0.
+    r = guard(tree, "--compiler", "g++", headers=tree["new"])
+    assert r.returncode == 0 and failed_files(r.stdout) == [], r.stdout + r.stderr
+    r = guard(tree, "--only", "good")
+    assert r.returncode == 0 and "1 of 1 translation units compile" in r.stdout
+
+
+def test_compile_guard_rejects_bad_arguments(tree, tmp_path):
+    r = subprocess.run([sys.executable, GUARD, "--build-dir", str(tmp_path / "none"), "--torch-headers", tree["old"]],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "--build-dir: expected a configured build with compile_commands.json" in r.stderr
+    r = subprocess.run([sys.executable, GUARD, "--build-dir", tree["build"], "--torch-headers", str(tmp_path)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "--torch-headers: expected a folder with include/ATen/ATen.h" in r.stderr
+    r = guard(tree, "--only", "nothing-matches")
+    assert r.returncode == 1 and "no C++ translation unit" in r.stderr
+
+
+@pytest.mark.parametrize("log, line", [
+    ("[1/9] Building CXX object a.o\nFAILED: a.o\n/usr/bin/c++ -c a.cpp\n"
+     "test/cuda/kv.cpp:42:22: error: 'CUDAStreamGuard' in namespace 'c10::cuda' does not name a type\n"
+     "b.cpp:1:1: error: second\n",
+     "test/cuda/kv.cpp:42:22: error: 'CUDAStreamGuard' in namespace 'c10::cuda' does not name a type"),
+    ("warning: x\ncsrc/cuda/k.cu(12): error: identifier \"foo\" is undefined\n",
+     "csrc/cuda/k.cu(12): error: identifier \"foo\" is undefined"),
+    ("a.cpp:3:10: fatal error: c10/cuda/CUDAGuard.h: No such file or directory\n",
+     "a.cpp:3:10: fatal error: c10/cuda/CUDAGuard.h: No such file or directory"),
+    ("/usr/bin/ld: x.o: in function `f':\nx.cpp:(.text+0x1): undefined reference to `g()'\n",
+     "x.cpp:(.text+0x1): undefined reference to `g()'"),
+    ("CMake Error at CMakeLists.txt:3 (find_package):\n", "CMake Error at CMakeLists.txt:3 (find_package):"),
+    ("[3/9] x\nFAILED: libx.so\nkilled\n", "FAILED: libx.so"),
+    ("all good\n", ""),
+])
+def test_first_error_line(log, line):
+    assert gpu_check_verdict.first_error(log) == line
+
+
+def phases_file(reports, lines):
+    with open(os.path.join(reports, "phases.tsv"), "w") as f:
+        f.write("".join("%s\t%d\t%s\n" % line for line in lines))
+
+
+def test_verdict_shows_the_failed_build_error(tmp_path):
+    reports = str(tmp_path)
+    error = "a.cpp:1:2: error: 'x' | was not declared"
+    phases_file(reports, [("environment", 1, "ok: torch 2.11.0, 1 GPU(s)"), ("configure", 5, "ok"),
+                          ("build", 60, "failed: build failed: %s (build.log)" % error)])
+    code = gpu_check_verdict.verdict(reports, 70, 1, 0, "CUDA tests")
+    assert code == 1
+    table = open(os.path.join(reports, "verdict.md")).read()
+    assert "| phase build" in table and "a.cpp:1:2: error: 'x' \\| was not declared" in table
+    assert "FAILED: build" in table
+    summary = json.load(open(os.path.join(reports, "summary.json")))
+    assert summary["exit_code"] == 1 and summary["phase_seconds"]["build"] == 60
+
+
+def test_verdict_over_phases_run_in_several_commands(tmp_path):
+    reports = str(tmp_path)
+    phases_file(reports, [("environment", 1, "ok"), ("configure", 5, "ok"), ("build", 300, "ok")])
+    assert gpu_check_verdict.verdict(reports, 306, 0, 3, "CUDA tests") == 0
+    assert "passed so far; not run yet: tests, numerics, benchmark" in open(os.path.join(reports, "verdict.md")).read()
+    # A second command: the environment again, then the rest; its lines replace the earlier ones.
+    with open(os.path.join(reports, "phases.tsv"), "a") as f:
+        f.write("environment\t2\tok\ntests\t40\tok\nnumerics\t0\tskipped: no GPU\nbenchmark\t0\tskipped: no GPU\n")
+    assert gpu_check_verdict.verdict(reports, 42, 0, 3, "CUDA tests") == 3
+    summary = json.load(open(os.path.join(reports, "summary.json")))
+    assert list(summary["phases"]) == ["configure", "build", "environment", "tests", "numerics", "benchmark"]
+    assert summary["phase_seconds"]["environment"] == 2
+    assert summary["rows"][-1]["result"] == "passed without a GPU (the GPU phases did not run)"
+
+
+def fake_cmake(bin_dir, build_error):
+    path = os.path.join(bin_dir, "cmake")
+    write(path, """#!/bin/sh
+case "$1" in
+  --version) echo "cmake version 3.25.1"; exit 0 ;;
+  --build) echo "[1/3] Building CXX object a.o"; echo "FAILED: a.o"; echo "%s"; exit 1 ;;
+esac
+while [ $# -gt 0 ]; do [ "$1" = -B ] && mkdir -p "$2" && : >"$2/CMakeCache.txt"; shift; done
+echo "-- xllm_kernel: configured (fake)"
+""" % build_error)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+def test_gpu_check_build_failure_and_phases(tmp_path):
+    """gpu-check.sh end to end with a stand-in cmake whose build fails: the verdict names the first
+    compiler error; a later --phase tests on the same reports says the build is missing."""
+    bin_dir = str(tmp_path / "bin")
+    error = "test/cuda/kv_cache/kv_cache_cuda_test.cpp:42:22: error: 'CUDAStreamGuard' does not name a type"
+    fake_cmake(bin_dir, error)
+    bundle = tmp_path / "bundle"
+    write(str(bundle / "MANIFEST"), "fake\n")
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHON=sys.executable,
+               XLLM_KERNEL_BUNDLE=str(bundle), BUILD_DIR=str(tmp_path / "build"),
+               REPORTS_DIR=str(tmp_path / "reports"), OUT=str(tmp_path / "out"), ALLOW_NO_GPU="1")
+    script = os.path.join(ROOT, "scripts", "gpu-check.sh")
+
+    r = subprocess.run(["bash", script, "--phase", "build"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout
+    verdict = open(str(tmp_path / "out" / "verdict.md")).read()
+    assert "| phase build" in verdict and error in verdict, verdict
+    assert os.path.exists(str(tmp_path / "out" / "gpu-check-reports.tar.gz"))
+
+    r = subprocess.run(["bash", script, "--phase", "tests"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 1
+    summary = json.load(open(str(tmp_path / "reports" / "summary.json")))
+    assert summary["phases"]["tests"].startswith("failed: no build in")
+    assert "build" in summary["phases"], "a later phase keeps the earlier phases' lines"
+
+    r = subprocess.run(["bash", script, "--phase", "bogus"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 2 and "--phase: expected build, tests, numerics, benchmark or all" in r.stdout
