@@ -86,8 +86,13 @@ def main():
         print("compile_guard: --torch-headers: expected a folder with include/ATen/ATen.h, given %s"
               % opts.torch_headers, file=sys.stderr)
         return 2
-    version_file = os.path.join(opts.torch_headers, "VERSION")
-    version = open(version_file).read().strip() if os.path.exists(version_file) else opts.torch_headers
+    version = opts.torch_headers
+    for name, pattern in (("VERSION", r"(\S+)"), ("version.py", r"__version__\s*=\s*['\"]([^'\"]+)")):
+        path = os.path.join(opts.torch_headers, name)  # scripts/torch-headers.sh's, or a torch package's
+        m = re.search(pattern, open(path).read()) if os.path.exists(path) else None
+        if m:
+            version = m.group(1)
+            break
     entries = json.load(open(database))
     only = re.compile(opts.only) if opts.only else None
 
