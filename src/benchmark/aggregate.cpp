@@ -112,6 +112,7 @@ json aggregate_benchmark(const std::vector<json>& reports) {
                       {"slowest_fraction", n ? static_cast<double>(slowest_count) / static_cast<double>(n) : 0.0}});
       medians.push_back(n ? percentile(device_by_rank[r], 50) : 0.0);
     }
+    const Steadiness steady = steadiness(samples["device"].get<std::vector<double>>());
     const double median = c["device"]["median"].get<double>();
     const double bytes = static_cast<double>(row.at("bytes_read").get<int64_t>() + row.at("bytes_written").get<int64_t>());
     const double gbps = median > 0 ? bytes / median / 1e9 : 0;
@@ -123,6 +124,8 @@ json aggregate_benchmark(const std::vector<json>& reports) {
               {"achieved_gbps", gbps},
               {"percent_of_copy", copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0},
               {"warm_cache", gbps > copy_gbps},
+              {"unsteady", steady.unsteady()},
+              {"steadiness", to_json(steady)},
               {"rank_device_medians", medians},
               {"skew", {{"per_rank", skew}, {"spread", to_json(summarize(spread))}}},
               {"samples", std::move(samples)}});
@@ -176,8 +179,7 @@ std::string benchmark_aggregate_markdown(const json& aggregate, size_t row_limit
     }
     md << format_microseconds(d["median"].get<double>()) << " | " << format_microseconds(d["p10"].get<double>()) << "-"
        << format_microseconds(d["p90"].get<double>()) << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
-       << format_number(r["percent_of_copy"].get<double>()) << (r["warm_cache"].get<bool>() ? " (warm cache)" : "")
-       << " | rank " << (*most)["rank"] << " +" << format_microseconds((*most)["median_excess"].get<double>())
+       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r) << " | rank " << (*most)["rank"] << " +" << format_microseconds((*most)["median_excess"].get<double>())
        << " us, slowest in " << format_number(100 * (*most)["slowest_fraction"].get<double>()) << "% | "
        << format_number(r["ratio_to_fastest"].get<double>()) << " | "
        << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))

@@ -103,7 +103,7 @@ std::string markdown(const json& report) {
     const json& d = r["device"];
     md << format_microseconds(d["median"].get<double>()) << " | " << format_microseconds(d["p10"].get<double>()) << "-"
        << format_microseconds(d["p90"].get<double>()) << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
-       << format_number(r["percent_of_copy"].get<double>()) << (r["warm_cache"].get<bool>() ? " (warm cache)" : "")
+       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r)
        << " | " << format_number(r["ratio_to_fastest"].get<double>()) << " | "
        << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))
        << " |\n";
@@ -253,6 +253,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                                                       : time_eager(*api, index, copies, bo.timing);
       ++timed;
       const Summary device_summary = summarize(s.device);
+      const Steadiness steady = steadiness(s.device);
       const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
       const double gbps = bytes / device_summary.median / 1e9;
       r.update({{"status", "timed"},
@@ -269,6 +270,9 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"copy_gbps", *case_copy_bw / 1e9},
                 {"percent_of_copy", 100.0 * gbps * 1e9 / *case_copy_bw},
                 {"warm_cache", gbps * 1e9 > *case_copy_bw},
+                {"warmup_calls", s.warmup_calls},
+                {"unsteady", steady.unsteady()},
+                {"steadiness", to_json(steady)},
                 {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}}}});
       results.push_back(r);
     }
@@ -285,7 +289,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"mode", common.mode},
               {"seed", common.seed},
               {"environment", tools::environment(device, index, common.revision)},
-              {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
+              {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
+                          {"steadiness_bounds", steadiness_bounds()}}},
               {"device_timer", api->has_device_events()
                                    ? "device intervals between two device events, the device held while the calls "
                                      "are enqueued; wall: the same calls again, synchronized, from an idle device"

@@ -27,4 +27,19 @@ void add_ratios(nlohmann::json& results, size_t first, size_t last) {
   }
 }
 
+std::string row_flags(const nlohmann::json& row) {
+  std::string out;
+  if (row.value("warm_cache", false)) out += " (warm cache)";
+  if (row.value("unsteady", false)) {
+    out += " (unsteady:";
+    const char* sep = " ";
+    for (const auto& reason : row.at("steadiness").at("reasons")) {
+      out += sep + reason.get<std::string>();
+      sep = ", ";
+    }
+    out += ")";
+  }
+  return out;
+}
+
 }  // namespace xllm_kernel::benchmark

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <string>
 
 namespace xllm_kernel::benchmark {
 
@@ -16,5 +17,9 @@ namespace xllm_kernel::benchmark {
 // speedup_vs_torch on every row whose status is "timed" (rows need device.median and
 // implementation_detail.solution).
 void add_ratios(nlohmann::json& results, size_t first, size_t last);
+
+// The flags a timed row's "% of copy" carries in Markdown: " (warm cache)" when it beat the copy
+// bandwidth, " (unsteady: spread, trend, two modes)" with the reasons its samples failed; "" for none.
+std::string row_flags(const nlohmann::json& row);
 
 }  // namespace xllm_kernel::benchmark

@@ -40,6 +40,41 @@ nlohmann::json to_json(const Summary& s) {
           {"mean", s.mean},   {"p90", s.p90},   {"max", s.max},       {"stddev", s.stddev}};
 }
 
+Steadiness steadiness(const std::vector<double>& samples) {
+  Steadiness s;
+  if (samples.size() < 2) return s;
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() > 0) s.max_over_min = sorted.back() / sorted.front();
+  if (s.max_over_min > kSteadinessMaxOverMin) s.reasons.push_back("spread");
+  if (samples.size() < 4) return s;
+  const size_t half = samples.size() / 2;
+  const double early = percentile({samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(half)}, 50);
+  const double late = percentile({samples.end() - static_cast<std::ptrdiff_t>(half), samples.end()}, 50);
+  if (early > 0) s.late_over_early = late / early;
+  if (s.late_over_early > kSteadinessTrend || s.late_over_early * kSteadinessTrend < 1) s.reasons.push_back("trend");
+  // The widest ratio between neighbours in sorted order, among splits that leave enough samples
+  // on both sides to count as a mode.
+  const size_t side = std::max<size_t>(2, (samples.size() + 9) / 10);
+  for (size_t i = side; i + side <= sorted.size(); ++i) {
+    if (sorted[i - 1] > 0) s.widest_gap = std::max(s.widest_gap, sorted[i] / sorted[i - 1]);
+  }
+  if (s.widest_gap > kSteadinessModeGap) s.reasons.push_back("two modes");
+  return s;
+}
+
+nlohmann::json to_json(const Steadiness& s) {
+  return {{"unsteady", s.unsteady()},
+          {"reasons", s.reasons},
+          {"max_over_min", s.max_over_min},
+          {"late_over_early", s.late_over_early},
+          {"widest_gap", s.widest_gap}};
+}
+
+nlohmann::json steadiness_bounds() {
+  return {{"max_over_min", kSteadinessMaxOverMin}, {"late_over_early", kSteadinessTrend}, {"widest_gap", kSteadinessModeGap}};
+}
+
 Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {
   if (a.empty() || b.empty()) throw std::invalid_argument("median_ratio: both sample sets must be non-empty");
   Ratio r;

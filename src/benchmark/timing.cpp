@@ -52,14 +52,16 @@ void sample(const DeviceApi& api, int index, DeviceTimer& timer, const std::func
 
 Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& copies, const TimingOptions& o) {
   if (copies.empty()) throw std::invalid_argument("time_eager: no prepared case");
-  for (int i = 0; i < o.warmup; ++i) {
-    PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
+  const size_t warmup = std::max(static_cast<size_t>(std::max(o.warmup, 0)), copies.size() > 1 ? 2 * copies.size() : 0);
+  for (size_t i = 0; i < warmup; ++i) {
+    PreparedCase& c = copies[i % copies.size()];
     reset_and_wait(api, index, c);
     c.function();
   }
   api.synchronize(index);
   const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
+  s.warmup_calls = static_cast<int>(warmup);
   for (int i = 0; i < o.iterations; ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
     reset_and_wait(api, index, c);
@@ -89,6 +91,7 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
   s.calls_per_sample = calls;
+  s.warmup_calls = o.warmup;
   for (int i = 0; i < o.iterations; ++i) {
     reset_and_wait(api, index, c);
     if (o.before_sample) o.before_sample();

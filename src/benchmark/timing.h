@@ -39,11 +39,15 @@ struct Samples {
   std::vector<double> device;
   std::vector<double> wall;
   int calls_per_sample = 1;
+  int warmup_calls = 0;  // untimed calls before the first sample
   int hold_expired = 0;  // samples whose device hold ran out (their device interval includes host time)
 };
 
 // Eager: each sample calls the case once. With several `copies` (cold cache) the samples rotate
-// through them, so consecutive calls touch different memory.
+// through them, so consecutive calls touch different memory. The warm-up makes at least
+// options.warmup calls and, with several copies, two rounds through all of them: the first touches
+// every copy (a copy's first touch costs tens of calls on a VM), the second replaces each copy's
+// first output, so that what the implementation allocates has reached its steady state.
 Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& copies, const TimingOptions& options);
 
 // Graph: captures graph_calls calls (1 with a reset), validates the replayed output first, then

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "src/benchmark/compare.h"
+#include "src/benchmark/ratios.h"
 #include "src/benchmark/statistics.h"
 #include "src/benchmark/timing.h"
 #include "xllm_kernel/tools.h"
@@ -55,6 +57,89 @@ TEST(Statistics, MedianRatioInterval) {
   EXPECT_NEAR(twice.point, 2, 0.05);
   EXPECT_GT(twice.low, 1.9);
   EXPECT_LT(twice.high, 2.1);
+}
+
+TEST(Statistics, SteadinessFlagsSpreadTrendAndTwoModes) {
+  // Cold-cache samples whose rotation copies were first touched inside the timed samples (ms).
+  const Steadiness first_touch = steadiness({132.7, 3.8, 3.8, 3.8, 159.6, 131.0, 132.2, 4.5, 4.1, 3.9, 3.8, 131.5});
+  EXPECT_TRUE(first_touch.unsteady());
+  // The touches fell early: the later half is faster too.
+  EXPECT_EQ(first_touch.reasons, (std::vector<std::string>{"spread", "trend", "two modes"}));
+  EXPECT_NEAR(first_touch.late_over_early, ((4.1 + 4.5) / 2) / ((3.8 + 131.0) / 2), 1e-9);
+  EXPECT_NEAR(first_touch.max_over_min, 159.6 / 3.8, 1e-9);
+  EXPECT_NEAR(first_touch.widest_gap, 131.0 / 4.5, 1e-9);
+  // The same case warmed up: 3.7-4.0 ms.
+  const Steadiness warm = steadiness({3.8, 3.7, 3.9, 4.0, 3.8, 3.8, 3.7, 3.9, 4.0, 3.8});
+  EXPECT_FALSE(warm.unsteady());
+  EXPECT_TRUE(warm.reasons.empty());
+  EXPECT_NEAR(warm.max_over_min, 4.0 / 3.7, 1e-9);
+  // A machine slowing down: 1.0 to 1.9 in even steps is no spread and no gap, but a trend.
+  std::vector<double> rising;
+  for (int i = 0; i < 10; ++i) rising.push_back(1.0 + 0.1 * i);
+  const Steadiness trend = steadiness(rising);
+  EXPECT_EQ(trend.reasons, std::vector<std::string>{"trend"});
+  EXPECT_NEAR(trend.late_over_early, 1.7 / 1.2, 1e-9);
+  std::reverse(rising.begin(), rising.end());
+  EXPECT_EQ(steadiness(rising).reasons, std::vector<std::string>{"trend"});  // either way
+  // Two interleaved modes 1.6x apart: within the spread bound, no trend.
+  const Steadiness modes = steadiness({1.0, 1.6, 1.0, 1.6, 1.0, 1.6, 1.0, 1.6, 1.0, 1.6, 1.0, 1.6});
+  EXPECT_EQ(modes.reasons, std::vector<std::string>{"two modes"});
+  // One outlier is not a mode (fewer than 2 samples beyond the gap), and stays within the spread.
+  EXPECT_FALSE(steadiness({1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.9}).unsteady());
+  // Too few samples for a trend or modes; the spread still counts.
+  EXPECT_FALSE(steadiness({1.0}).unsteady());
+  EXPECT_EQ(steadiness({1.0, 3.0}).reasons, std::vector<std::string>{"spread"});
+  const json j = to_json(first_touch);
+  EXPECT_TRUE(j["unsteady"].get<bool>());
+  EXPECT_EQ(j["reasons"].size(), 3u);
+  EXPECT_EQ(steadiness_bounds()["max_over_min"].get<double>(), kSteadinessMaxOverMin);
+}
+
+TEST(Statistics, RowFlagsNameWarmCacheAndUnsteadyReasons) {
+  EXPECT_EQ(row_flags(json{{"warm_cache", false}, {"unsteady", false}}), "");
+  EXPECT_EQ(row_flags(json{{"warm_cache", true}}), " (warm cache)");
+  EXPECT_EQ(row_flags(json{{"warm_cache", true}, {"unsteady", true}, {"steadiness", {{"reasons", {"spread", "two modes"}}}}}),
+            " (warm cache) (unsteady: spread, two modes)");
+}
+
+// A case whose first call on each rotation copy is slow, as a first touch of its memory is on a VM:
+// the warm-up makes every first call (and each copy's second, which replaces its first output)
+// before the first timed sample, whatever --warmup says.
+TEST(Timing, ColdCacheWarmupTouchesEveryCopyBeforeTiming) {
+  constexpr int kCopies = 6;
+  std::vector<int> calls(kCopies, 0);
+  bool timing = false;
+  int first_calls_timed = 0;
+  std::vector<numerics::PreparedCase> copies(kCopies);
+  for (int k = 0; k < kCopies; ++k) {
+    copies[k].function = [&, k] {
+      if (calls[k]++ == 0) {
+        first_calls_timed += timing;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the first touch
+      }
+    };
+  }
+  std::vector<int> at_first_sample;
+  TimingOptions o;
+  o.warmup = 3;  // fewer than the copies: before, copies 3-5 were first touched in timed samples
+  o.iterations = 12;
+  o.before_sample = [&] {
+    if (!timing) at_first_sample = calls;
+    timing = true;
+  };
+  const Samples s = time_eager(*device_api(Device::kCpu), 0, copies, o);
+  EXPECT_EQ(first_calls_timed, 0);
+  EXPECT_EQ(at_first_sample, std::vector<int>(kCopies, 2)) << "two rounds through every copy";
+  EXPECT_EQ(s.warmup_calls, 2 * kCopies);
+  ASSERT_EQ(s.device.size(), 12u);
+  for (int k = 0; k < kCopies; ++k) EXPECT_EQ(calls[k], 2 + 2) << k;  // warm-up, then 12 samples in rotation
+  // One copy: the warm-up is --warmup's.
+  std::vector<numerics::PreparedCase> one(1);
+  int n = 0;
+  one[0].function = [&] { ++n; };
+  o.before_sample = nullptr;
+  EXPECT_EQ(time_eager(*device_api(Device::kCpu), 0, one, o).warmup_calls, 3);
+  EXPECT_EQ(n, 3 + 12);
 }
 
 TEST(Timing, ResetRunsOutsideTheTimedIntervals) {
@@ -236,6 +321,9 @@ TEST(Benchmark, SideBySideOnSameInputsWithRatios) {
     EXPECT_GE(row["ratio_to_fastest"].get<double>(), 1.0);
     EXPECT_GT(row["achieved_gbps"].get<double>(), 0);
     EXPECT_EQ(row["warm_cache"].get<bool>(), row["percent_of_copy"].get<double>() > 100);
+    EXPECT_EQ(row["warmup_calls"], r.report["timing"]["warmup"]);  // --warmup's; no rotation
+    EXPECT_EQ(row["unsteady"].get<bool>(), !row["steadiness"]["reasons"].empty());
+    EXPECT_EQ(row["steadiness"], to_json(steadiness(row["samples"]["device"].get<std::vector<double>>())));
     if (row["implementation"] == "cpu.torch.layer_norm") EXPECT_DOUBLE_EQ(row["speedup_vs_torch"].get<double>(), 1.0);
     EXPECT_EQ(row["bytes_written"].get<int64_t>(), row["parameters"]["tokens"].get<int64_t>() * 64 * 2);
   }
@@ -270,6 +358,8 @@ TEST(Benchmark, ColdCacheRotationReportsWhetherItExceededTheCache) {
   const json& rot = r.report["results"][0]["rotation"];
   EXPECT_TRUE(rot["enabled"].get<bool>());
   EXPECT_GE(rot["copies"].get<int>(), 2);
+  EXPECT_EQ(r.report["results"][0]["warmup_calls"].get<int>(), 2 * rot["copies"].get<int>());
+  EXPECT_TRUE(r.report["timing"].contains("steadiness_bounds"));
   const int64_t case_bytes = 1024 * 4096 * 4 * 2 + 4096 * 4;
   EXPECT_EQ(rot["working_set_bytes"].get<int64_t>(), case_bytes * rot["copies"].get<int64_t>());
   // What the copies hold: inputs, pristine copies and expected values of each, within 8 GiB.
