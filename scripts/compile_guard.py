@@ -126,6 +126,8 @@ def main():
         proc = subprocess.run(cmd, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return path, against, proc.returncode, proc.stdout, time.time() - started
 
+    print("[compile-guard] %d translation units, syntax only, with %s against torch %s headers (%d jobs)"
+          % (len(jobs), opts.compiler, version, max(1, opts.jobs)), flush=True)
     start = time.time()
     failed = []
     root = os.path.commonpath([j[0] for j in jobs])
