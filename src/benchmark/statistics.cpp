@@ -46,7 +46,9 @@ Steadiness steadiness(const std::vector<double>& samples) {
   std::vector<double> sorted = samples;
   std::sort(sorted.begin(), sorted.end());
   if (sorted.front() > 0) s.max_over_min = sorted.back() / sorted.front();
-  if (s.max_over_min > kSteadinessMaxOverMin) s.reasons.push_back("spread");
+  const double p10 = percentile(sorted, 10);
+  if (p10 > 0) s.p90_over_p10 = percentile(sorted, 90) / p10;
+  if (s.p90_over_p10 > kSteadinessSpread) s.reasons.push_back("spread");
   if (samples.size() < 4) return s;
   const size_t half = samples.size() / 2;
   const double early = percentile({samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(half)}, 50);
@@ -55,7 +57,7 @@ Steadiness steadiness(const std::vector<double>& samples) {
   if (s.late_over_early > kSteadinessTrend || s.late_over_early * kSteadinessTrend < 1) s.reasons.push_back("trend");
   // The widest ratio between neighbours in sorted order, among splits that leave enough samples
   // on both sides to count as a mode.
-  const size_t side = std::max<size_t>(2, (samples.size() + 9) / 10);
+  const size_t side = std::max<size_t>(2, (samples.size() * 15 + 99) / 100);
   for (size_t i = side; i + side <= sorted.size(); ++i) {
     if (sorted[i - 1] > 0) s.widest_gap = std::max(s.widest_gap, sorted[i] / sorted[i - 1]);
   }
@@ -66,13 +68,14 @@ Steadiness steadiness(const std::vector<double>& samples) {
 nlohmann::json to_json(const Steadiness& s) {
   return {{"unsteady", s.unsteady()},
           {"reasons", s.reasons},
+          {"p90_over_p10", s.p90_over_p10},
           {"max_over_min", s.max_over_min},
           {"late_over_early", s.late_over_early},
           {"widest_gap", s.widest_gap}};
 }
 
 nlohmann::json steadiness_bounds() {
-  return {{"max_over_min", kSteadinessMaxOverMin}, {"late_over_early", kSteadinessTrend}, {"widest_gap", kSteadinessModeGap}};
+  return {{"p90_over_p10", kSteadinessSpread}, {"late_over_early", kSteadinessTrend}, {"widest_gap", kSteadinessModeGap}};
 }
 
 Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {

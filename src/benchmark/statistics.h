@@ -20,17 +20,18 @@ nlohmann::json to_json(const Summary& s);
 
 // Whether a case's samples are steady enough for their median to stand for the case. Three tests,
 // each against a stated bound (kSteadiness*, reported beside the figures):
-//   spread     max / min above kSteadinessMaxOverMin;
+//   spread     p90 / p10 above kSteadinessSpread (max / min is reported too, but one preempted
+//              sample on a shared machine would trip it, and the median does not care);
 //   trend      the median of the later half over that of the earlier half beyond
 //              kSteadinessTrend either way (at least 4 samples);
 //   two modes  a gap between consecutive sorted samples wider than kSteadinessModeGap times, with
-//              at least 2 samples and 10% of them on each side (at least 4 samples).
+//              at least 2 samples and 15% of them on each side (at least 4 samples).
 // First touches of rotation copies inside the timed samples show as all three.
-inline constexpr double kSteadinessMaxOverMin = 2.0;
+inline constexpr double kSteadinessSpread = 2.0;
 inline constexpr double kSteadinessTrend = 1.25;
 inline constexpr double kSteadinessModeGap = 1.5;
 struct Steadiness {
-  double max_over_min = 1, late_over_early = 1, widest_gap = 1;
+  double p90_over_p10 = 1, max_over_min = 1, late_over_early = 1, widest_gap = 1;
   std::vector<std::string> reasons;  // "spread", "trend", "two modes"; empty when steady
   bool unsteady() const { return !reasons.empty(); }
 };
