@@ -2,9 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "src/benchmark/statistics.h"
@@ -29,7 +31,43 @@ std::map<std::string, std::vector<double>> samples_of(const json& report) {
 
 json ratio_json(const Ratio& r) { return {{"low", r.low}, {"point", r.point}, {"high", r.high}}; }
 
+// The value at a JSON pointer, null where a report lacks it.
+json value_at(const json& report, const char* pointer) {
+  const json::json_pointer p(pointer);
+  return report.is_object() && report.contains(p) ? report.at(p) : json();
+}
+
+// The dtypes a report's cases cover, sorted.
+json dtype_grid(const json& report) {
+  std::set<std::string> dtypes;
+  const json results = value_at(report, "/results");
+  if (results.is_array()) {
+    for (const auto& r : results) {
+      const json d = value_at(r, "/parameters/dtype");
+      if (d.is_string()) dtypes.insert(d.get<std::string>());
+    }
+  }
+  return json(std::vector<std::string>(dtypes.begin(), dtypes.end()));
+}
+
 }  // namespace
+
+json configuration_mismatches(const json& baseline, const json& candidate, const json& baseline2) {
+  // What the three runs must share for their times to be comparable: name -> where it is.
+  static const std::vector<std::pair<const char*, const char*>> kFields{
+      {"operation", "/operation"}, {"device", "/device"}, {"mode", "/mode"},
+      {"iterations", "/timing/iterations"}, {"seed", "/seed"}, {"host", "/environment/host"},
+      {"cpu_model", "/environment/cpu_model"}, {"torch", "/environment/torch"}};
+  json out = json::array();
+  auto add = [&](const std::string& field, const json& a, const json& b, const json& c) {
+    if (a != b || a != c) out.push_back({{"field", field}, {"baseline", a}, {"candidate", b}, {"baseline2", c}});
+  };
+  for (const auto& [field, pointer] : kFields) {
+    add(field, value_at(baseline, pointer), value_at(candidate, pointer), value_at(baseline2, pointer));
+  }
+  add("dtypes", dtype_grid(baseline), dtype_grid(candidate), dtype_grid(baseline2));
+  return out;
+}
 
 json compare_reports(const json& baseline, const json& candidate, const json& baseline2, double tolerance) {
   const auto a = samples_of(baseline), b = samples_of(candidate), c = samples_of(baseline2);
@@ -54,11 +92,31 @@ json compare_reports(const json& baseline, const json& candidate, const json& ba
                     {"baseline2_over_baseline", ratio_json(noise)},
                     {"verdict", verdict}});
   }
+  int slower = 0;
+  for (const auto& row : rows) slower += row["verdict"] == "slower";
   return {{"schema", "xllm-kernel/benchmark-comparison/1"},
           {"tolerance", tolerance},
           {"rows", rows},
           {"drift", drift > 0},
-          {"compared", rows.size()}};
+          {"slower", slower},
+          {"compared", rows.size()},
+          {"mismatches", configuration_mismatches(baseline, candidate, baseline2)}};
+}
+
+int comparison_exit_code(const json& comparison, bool fail_on_slower, bool fail_on_drift) {
+  if (comparison.at("compared").get<size_t>() == 0) return kCompareNothing;
+  if (fail_on_slower && comparison.at("slower").get<int>() > 0) return kCompareSlower;
+  if (fail_on_drift && comparison.at("drift").get<bool>()) return kCompareDrift;
+  return 0;
+}
+
+std::string mismatch_text(const json& mismatches) {
+  std::ostringstream out;
+  for (const auto& m : mismatches) {
+    out << "- " << m["field"].get<std::string>() << ": baseline " << m["baseline"].dump() << ", candidate "
+        << m["candidate"].dump() << ", baseline2 " << m["baseline2"].dump() << "\n";
+  }
+  return out.str();
 }
 
 std::string compare_markdown(const json& comparison) {
@@ -75,6 +133,10 @@ std::string compare_markdown(const json& comparison) {
     md << "| `" << row["case_id"].get<std::string>() << "` | `" << row["implementation"].get<std::string>() << "` | "
        << fmt(row["candidate_over_baseline"]) << " | " << fmt(row["baseline2_over_baseline"]) << " | "
        << row["verdict"].get<std::string>() << " |\n";
+  }
+  if (!comparison["mismatches"].empty()) {
+    md << "\nThe reports differ in configuration (compared with --allow-mismatch):\n\n"
+       << mismatch_text(comparison["mismatches"]);
   }
   if (comparison["drift"].get<bool>()) {
     md << "\nThe two baseline runs disagree beyond their noise (drift): the machine changed during the comparison; "
@@ -94,6 +156,17 @@ int compare_main(const std::vector<std::string>& argv) {
   app.add_option("--markdown", markdown, "Markdown comparison path (written atomically)");
   app.add_option("--tolerance", tolerance, "Relative baseline disagreement tolerated before calling drift")
       ->capture_default_str();
+  std::vector<std::string> fail_on{"slower", "drift"};
+  app.add_option("--fail-on", fail_on,
+                 "What fails the comparison: slower (exit 4: a candidate slower beyond its interval), drift (exit 5: "
+                 "the baselines disagree), or none")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"slower", "drift", "none"}))
+      ->capture_default_str();
+  bool allow_mismatch = false;
+  app.add_flag("--allow-mismatch", allow_mismatch,
+               "Compare reports whose configuration differs (operation, device, mode, iterations, seed, dtypes, "
+               "host, CPU model, torch); without it they are refused (exit 6)");
   std::vector<std::string> args(argv.rbegin(), argv.rend() - 2);  // drop program and "compare"
   try {
     app.parse(args);
@@ -115,12 +188,29 @@ int compare_main(const std::vector<std::string>& argv) {
       return 2;
     }
   }
-  const json comparison = compare_reports(reports[0], reports[1], reports[2], tolerance);
+  const bool none = std::find(fail_on.begin(), fail_on.end(), "none") != fail_on.end();
+  if (none && fail_on.size() > 1) {
+    std::cerr << "xllm-kernel-benchmark compare: --fail-on: expected none alone, or slower and/or drift; given "
+              << CLI::detail::join(fail_on, ",") << "\n";
+    return 2;
+  }
+  const bool on_slower = std::find(fail_on.begin(), fail_on.end(), "slower") != fail_on.end();
+  const bool on_drift = std::find(fail_on.begin(), fail_on.end(), "drift") != fail_on.end();
+  const json mismatches = configuration_mismatches(reports[0], reports[1], reports[2]);
+  if (!mismatches.empty() && !allow_mismatch) {
+    std::cerr << "xllm-kernel-benchmark compare: the reports differ in configuration, so their times are not "
+                 "comparable (pass --allow-mismatch to compare them anyway):\n"
+              << mismatch_text(mismatches);
+    return kCompareMismatch;
+  }
+  json comparison = compare_reports(reports[0], reports[1], reports[2], tolerance);
+  comparison["fail_on"] = none ? std::vector<std::string>{} : fail_on;
+  comparison["exit_code"] = comparison_exit_code(comparison, on_slower, on_drift);
   const std::string md = compare_markdown(comparison);
   std::cout << md;
   if (!output.empty()) tools::write_atomically(output, comparison.dump(2) + "\n");
   if (!markdown.empty()) tools::write_atomically(markdown, md);
-  return comparison["compared"].get<size_t>() == 0 ? 3 : 0;
+  return comparison["exit_code"].get<int>();
 }
 
 }  // namespace xllm_kernel::benchmark

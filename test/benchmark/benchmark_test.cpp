@@ -405,9 +405,11 @@ json synthetic(double fast, double same, double slow, uint32_t seed) {
   json results = json::array();
   for (auto [id, t] : {std::pair{"a", fast}, std::pair{"b", same}, std::pair{"c", slow}}) {
     results.push_back({{"case_id", id}, {"implementation", "cpu.native.rms_norm"}, {"status", "timed"},
-                       {"samples", {{"device", samples(t)}}}});
+                       {"parameters", {{"dtype", "bfloat16"}}}, {"samples", {{"device", samples(t)}}}});
   }
-  return {{"results", results}};
+  return {{"operation", "rms_norm"}, {"device", "cpu"}, {"mode", "eager"}, {"seed", 0},
+          {"timing", {{"iterations", 40}}}, {"environment", {{"host", "vm"}, {"cpu_model", "x"}, {"torch", "2.14.1"}}},
+          {"results", results}};
 }
 
 TEST(Compare, VerdictsAndDrift) {
@@ -435,12 +437,49 @@ TEST(Compare, CommandLine) {
   std::ofstream(dir / "a.json") << base.dump();
   std::ofstream(dir / "b.json") << cand.dump();
   std::ofstream(dir / "c.json") << base2.dump();
-  EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / "b.json").string(),
-                                   (dir / "c.json").string(), "--output", (dir / "cmp.json").string()}),
-            0);
-  std::ifstream in(dir / "cmp.json");
-  const json c = json::parse(in);
+  auto compare = [&](const std::string& b, const std::string& c, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / b).string(),
+                                  (dir / c).string(), "--output", (dir / "cmp.json").string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return tools::benchmark_main(argv);
+  };
+  // A candidate slower on one case fails by default (a regression gate), and passes with none.
+  EXPECT_EQ(compare("b.json", "c.json"), kCompareSlower);
+  json c = json::parse(std::ifstream(dir / "cmp.json"));
   EXPECT_EQ(c["rows"][0]["verdict"], "faster");
+  EXPECT_EQ(c["slower"], 1);
+  EXPECT_EQ(c["exit_code"], kCompareSlower);
+  EXPECT_EQ(c["fail_on"], (json{"slower", "drift"}));
+  EXPECT_TRUE(c["mismatches"].empty());
+  EXPECT_EQ(compare("b.json", "c.json", {"--fail-on", "none"}), 0);
+  EXPECT_EQ(compare("b.json", "c.json", {"--fail-on", "drift"}), 0);
+  // Baselines that drifted apart: exit 5 (every row is "drift", none "slower").
+  std::ofstream(dir / "d.json") << synthetic(1.1, 1.1, 1.1, 4).dump();
+  EXPECT_EQ(compare("b.json", "d.json"), kCompareDrift);
+  EXPECT_EQ(compare("b.json", "d.json", {"--fail-on", "slower"}), 0);
+  EXPECT_EQ(compare("a.json", "c.json"), 0);  // the baseline against itself: same
+  // Another configuration is refused, its differences listed, unless --allow-mismatch.
+  json other = synthetic(1.0, 1.0, 1.0, 5);
+  other["environment"]["torch"] = "2.11.0";
+  other["results"][0]["parameters"]["dtype"] = "float16";
+  std::ofstream(dir / "e.json") << other.dump();
+  fs::remove(dir / "cmp.json");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(compare("e.json", "c.json"), kCompareMismatch);
+  const std::string refused = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(refused.find("- torch: baseline \"2.14.1\", candidate \"2.11.0\", baseline2 \"2.14.1\""), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("- dtypes: baseline [\"bfloat16\"], candidate [\"bfloat16\",\"float16\"]"), std::string::npos)
+      << refused;
+  EXPECT_FALSE(fs::exists(dir / "cmp.json"));
+  EXPECT_EQ(compare("e.json", "c.json", {"--allow-mismatch", "--fail-on", "none"}), 0);
+  c = json::parse(std::ifstream(dir / "cmp.json"));
+  ASSERT_EQ(c["mismatches"].size(), 2u);
+  EXPECT_EQ(c["mismatches"][0]["field"], "torch");
+  EXPECT_NE(compare_markdown(c).find("differ in configuration"), std::string::npos);
+  // Usage errors.
+  EXPECT_EQ(compare("b.json", "c.json", {"--fail-on", "none,slower"}), 2);
+  EXPECT_EQ(compare("b.json", "c.json", {"--fail-on", "faster"}), 2);
   EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / "missing.json").string(),
                                    (dir / "c.json").string()}),
             2);

@@ -62,7 +62,8 @@ def test_benchmark_report_and_comparison_validate(tmp_path):
         jsonschema.validate(report, schema("benchmark-report"))
         assert report["summary"]["timed"] == 8  # 2 token counts x 2 default dtypes x 2 implementations
     out = tmp_path / "cmp.json"
-    result = subprocess.run([str(BUILD / "xllm-kernel-benchmark"), "compare", *map(str, paths), "--output", str(out)],
+    result = subprocess.run([str(BUILD / "xllm-kernel-benchmark"), "compare", *map(str, paths), "--output", str(out),
+                             "--fail-on", "none"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     comparison = json.loads(out.read_text())
