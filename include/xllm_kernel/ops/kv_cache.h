@@ -21,8 +21,9 @@
 // Slots. On the CPU, a slot >= num_blocks * block_size, or a non-negative slot given twice, is an
 // error naming it, raised before anything is written. On CUDA, where checking would cost a
 // synchronization, an out-of-range slot skips its token like a negative one (never an
-// out-of-bounds access), and a duplicated slot holds one of its tokens' values, possibly mixed
-// per 16-byte piece (the caller's scheduler never maps two tokens to one slot).
+// out-of-bounds access), and a duplicated slot ends with each element of its rows from one of its
+// tokens, not necessarily the same token for every element: cuda.native's threads write 16-byte
+// pieces independently (the caller's scheduler never maps two tokens to one slot).
 #pragma once
 
 #include <ATen/core/Tensor.h>

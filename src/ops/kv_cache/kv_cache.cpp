@@ -34,7 +34,9 @@ const OpContract& reshape_and_cache_contract() {
           "[num_blocks, block_size, kv_heads, head_size] of key's dtype, each block contiguous, any block stride of "
           "at least one block; slot_mapping int64 [tokens]. The caches must not share an element. A slot >= "
           "num_blocks * block_size or a non-negative slot given twice: an error on the CPU (before any write); on "
-          "CUDA an out-of-range slot skips its token and a duplicated one holds one of its tokens' values.",
+          "CUDA an out-of-range slot skips its token, and a duplicated slot ends with each element of its rows "
+          "from one of its tokens, not necessarily the same token for every element (cuda.native writes 16-byte "
+          "pieces where the rows are aligned).",
       .dtypes = "float32, bfloat16, float16 (caches in key's dtype); slot_mapping int64"};
   return contract;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "test/ops/common/registered.h"
@@ -148,7 +149,8 @@ inline void check_nothing_to_write(const std::string& impl, at::Device device) {
 }
 
 // A slot >= num_blocks * block_size: on the CPU an error naming it, before anything is written;
-// on CUDA the token is skipped (the others are written). A duplicated slot: an error on the CPU.
+// on CUDA the token is skipped (the others are written). A duplicated slot: an error on the CPU; on
+// CUDA each element of its rows is one of its tokens' (per element: pieces may come from either).
 inline void check_bad_slots(const std::string& impl, at::Device device) {
   const at::Tensor key = random_bits({4, 2, 64}, at::kHalf).to(device);
   const at::Tensor value = random_bits({4, 2, 64}, at::kHalf).to(device);
@@ -188,6 +190,24 @@ inline void check_bad_slots(const std::string& impl, at::Device device) {
     reference_write(want_v, value.to(at::kCPU), out_of_range);
     EXPECT_TRUE(at::equal(storage_bits(kc), storage_bits(want_k)));
     EXPECT_TRUE(at::equal(storage_bits(vc), storage_bits(want_v)));
+
+    // Tokens 0 and 3 both to slot 5 (block 0, offset 5).
+    kc.copy_(kb.view({2, 16, 2, 64}).view(at::kHalf).to(device));
+    vc.copy_(vb.view({2, 16, 2, 64}).view(at::kHalf).to(device));
+    const at::Tensor duplicate = at::tensor({5, -1, 9, 5}, at::kLong).to(device);
+    EXPECT_EQ(error_message([&] { call(impl, key, value, kc, vc, duplicate); }), "<no error>");
+    for (const auto& [cache, source, before] :
+         {std::tuple{kc, key, kb}, std::tuple{vc, value, vb}}) {
+      const at::Tensor got = storage_bits(cache).view({2, 16, 2, 64});
+      const at::Tensor bits = storage_bits(source.contiguous()).view({4, 2, 64});
+      const at::Tensor row = got[0][5];
+      EXPECT_TRUE(at::logical_or(row.eq(bits[0]), row.eq(bits[3])).all().item<bool>())
+          << "an element of the duplicated slot from neither token";
+      at::Tensor want = before.view({2, 16, 2, 64}).clone();
+      want[0][9].copy_(bits[2]);
+      want[0][5].copy_(row);  // checked above
+      EXPECT_TRUE(at::equal(got, want)) << "written outside the two slots";
+    }
   }
 }
 
