@@ -207,13 +207,20 @@ def _import(name: str, extension: bool):
 def load_module(name: str, extension: bool = False) -> str:
     """Imports the group module `name` and joins its operations and Python backend modules to the
     catalog; returns the catalog group it joined as ('' when it had nothing new). A module without
-    OPERATIONS (a numerics suite, say) is skipped. Idempotent."""
+    OPERATIONS (a numerics suite, say) is skipped; an extension module without OPERATIONS or SUITE is
+    an error naming it. Idempotent."""
     with _lock:
         if name in _joined:
             return _joined[name]
         module = _import(name, extension)
         operations = getattr(module, "OPERATIONS", None)
         if operations is None:
+            if extension and getattr(module, "SUITE", None) is None:
+                raise ImportError(
+                    f"xllm_kernel: extension module {name!r} (from {ENVIRONMENT_VARIABLE} or the {ENTRY_POINT_GROUP!r} "
+                    "entry points) exports neither OPERATIONS (an operator group) nor SUITE (a numerics suite); name "
+                    "the module that declares them"
+                )
             _joined[name] = ""
             return ""
         _joined[name] = _join(name, module, operations)

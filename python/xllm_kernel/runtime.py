@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -108,9 +109,11 @@ def _import_front_doors(device: str) -> None:
     """Imports the package's own Python form of the C++-declared backend modules of `device`:
     xllm_kernel/ops/<family>/<leaf>.py for the module "<family>.<leaf>", found by its file (e.g.
     ops/normalization/torch_npu.py, the guide's form, registers the npu.torch.* implementations in a
-    Python process; their plugin is then not loaded). An ImportError there is a missing dependency
-    (torch_npu without the CANN runtime, say): recorded for the module's probe, which reports it in
-    explain() and in initialize()'s error. Any other error propagates."""
+    Python process; their plugin is then not loaded). An ImportError raised by one of its
+    dependencies (torch_npu missing, or failing without the CANN runtime) is a missing dependency:
+    recorded for the module's probe, which reports it in explain() and in initialize()'s error. Any
+    other error propagates, an ImportError of the package's own code included (a typo, a name that
+    moved): that is a broken installation, not an absent dependency."""
     from xllm_kernel import catalog
 
     for group in catalog.groups():
@@ -121,18 +124,40 @@ def _import_front_doors(device: str) -> None:
             if qualified in sys.modules:
                 continue
             try:
-                found = importlib.util.find_spec(qualified) is not None
+                spec = importlib.util.find_spec(qualified)
             except ImportError:
-                found = False
-            if not found:
+                spec = None
+            if spec is None:
                 continue
             try:
                 importlib.import_module(qualified)
             except ImportError as e:
                 sys.modules.pop(qualified, None)
+                if not _raised_by_a_dependency(e, spec.origin):
+                    raise
                 _C.note_missing_dependency(
                     module.name, f"python module {qualified} cannot import its dependency ({type(e).__name__}: {e})"
                 )
+
+
+def _raised_by_a_dependency(error: ImportError, origin: str | None) -> bool:
+    """Whether `error`, raised while importing the module at `origin`, comes from a dependency: a
+    module outside this package that is missing (ModuleNotFoundError names it) or whose own code
+    raised. False when this package's code raised it: the module itself, or a name it imports from
+    xllm_kernel that is not there."""
+    name = error.name or ""
+    if name and name != "xllm_kernel" and not name.startswith("xllm_kernel."):
+        return True
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    own = [os.path.abspath(origin)] if origin else []
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    # The deepest frame that is not importlib's machinery raised it.
+    raised_in = next((f for f in reversed(frames) if not f.startswith("<frozen")), None)
+    return raised_in is not None and raised_in not in own and not raised_in.startswith(package)
 
 
 def bindings(device: object) -> Bindings | None:

@@ -216,3 +216,71 @@ def test_declarations_are_checked_when_they_join():
         """,
         env=env(),
     )
+
+
+FRONT_DOOR = """
+import sys, xllm_kernel
+import xllm_kernel.ops.normalization as family
+family.__path__.append({folder!r})  # a front door of the C++ module normalization.torch_cpu, found there
+try:
+    xllm_kernel.initialize("cpu", operations=("rms_norm",))
+    print("INITIALIZED", xllm_kernel.bindings("cpu")["rms_norm"].spec.name)
+    # Recorded as the module's missing dependency (explain() shows it where the module's own probe
+    # fails, as normalization.torch_npu's does without torch_npu), and not left half-imported.
+    print("IMPORTED", "xllm_kernel.ops.normalization.torch_cpu" in sys.modules)
+except ImportError as e:
+    print("RAISED", type(e).__name__, e)
+"""
+
+
+def front_door(tmp_path, body: str, **extra_files: str) -> str:
+    folder = tmp_path / "front_door"
+    folder.mkdir()
+    (folder / "torch_cpu.py").write_text(body)
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for name, text in extra_files.items():
+        (deps / f"{name}.py").write_text(text)
+    result = run_python(FRONT_DOOR.format(folder=str(folder)),
+                        env={"PYTHONPATH": os.pathsep.join([str(deps), env()["PYTHONPATH"]])})
+    return result.stdout
+
+
+def test_a_front_door_whose_dependency_is_missing_excludes_its_module(tmp_path):
+    out = front_door(tmp_path, "import a_dependency_that_is_not_installed\n")
+    assert "INITIALIZED cpu.native.rms_norm" in out and "IMPORTED False" in out, out
+    assert "RAISED" not in out
+
+
+def test_a_front_door_whose_dependency_fails_inside_excludes_its_module(tmp_path):
+    # As torch_npu without the CANN runtime: the dependency is there, and its own import raises.
+    out = front_door(tmp_path, "import vendor_runtime\n",
+                     vendor_runtime="raise ImportError('libvendor.so: cannot open shared object file')\n")
+    assert "INITIALIZED cpu.native.rms_norm" in out and "IMPORTED False" in out, out
+    assert "RAISED" not in out
+
+
+def test_an_import_error_of_the_package_own_code_propagates(tmp_path):
+    # A typo in the front door (a name xllm_kernel does not have) is a broken installation, not a
+    # missing dependency: initialize() raises it instead of quietly excluding the module.
+    out = front_door(tmp_path, "from xllm_kernel.ops.normalization import RMS_NORM_CONTRACTT\n")
+    assert "RAISED ImportError cannot import name 'RMS_NORM_CONTRACTT'" in out, out
+    assert "INITIALIZED" not in out
+    (tmp_path / "raised").mkdir()
+    out = front_door(tmp_path / "raised", "raise ImportError('the front door itself')\n")
+    assert "RAISED ImportError the front door itself" in out, out
+
+
+def test_an_extension_module_that_declares_nothing_is_an_error(tmp_path):
+    (tmp_path / "declares_nothing.py").write_text("VALUE = 1\n")
+    (tmp_path / "suite_only.py").write_text("SUITE = object()\n")
+    result = run_python(
+        "import xllm_kernel; xllm_kernel.initialize('cpu', operations=('rms_norm',))",
+        env={"PYTHONPATH": os.pathsep.join([str(tmp_path), env()["PYTHONPATH"]]),
+             "XLLM_KERNEL_EXTENSIONS": "suite_only,declares_nothing"},
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "extension module 'declares_nothing'" in result.stderr, result.stderr
+    assert "exports neither OPERATIONS (an operator group) nor SUITE (a numerics suite)" in result.stderr
+    assert "suite_only" not in result.stderr  # a suite alone is a valid extension of the numerics catalog
