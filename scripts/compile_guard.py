@@ -26,6 +26,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_check_verdict  # noqa: E402  (beside this file)
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -39,9 +42,10 @@ def parse_args():
 
 
 def first_error(output):
-    for line in output.splitlines():
-        if re.search(r"\b(fatal )?error\b", line):
-            return line.strip()
+    """The compiler's first error line (the GPU check's reading of a build log), else its first line."""
+    found = gpu_check_verdict.first_error(output)
+    if found:
+        return found
     lines = [l for l in output.splitlines() if l.strip()]
     return lines[0].strip() if lines else "(no output)"
 
@@ -57,7 +61,7 @@ def command_of(entry):
 def rewrite(args, torch_include, headers_include):
     """The flags without output, dependency files or -c; torch's include folders moved to the headers'."""
     out, skip = [], 0
-    for i, a in enumerate(args):
+    for a in args:
         if skip:
             skip -= 1
             continue

@@ -148,16 +148,16 @@ def _raised_by_a_dependency(error: ImportError, origin: str | None) -> bool:
     name = error.name or ""
     if name and name != "xllm_kernel" and not name.startswith("xllm_kernel."):
         return True
-    frames = []
+    # The deepest frame that is not importlib's machinery raised it.
+    raised_in = None
     tb = error.__traceback__
     while tb is not None:
-        frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
+        if not tb.tb_frame.f_code.co_filename.startswith("<frozen"):
+            raised_in = os.path.abspath(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    own = [os.path.abspath(origin)] if origin else []
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    # The deepest frame that is not importlib's machinery raised it.
-    raised_in = next((f for f in reversed(frames) if not f.startswith("<frozen")), None)
-    return raised_in is not None and raised_in not in own and not raised_in.startswith(package)
+    own = os.path.abspath(origin) if origin else None
+    return raised_in is not None and raised_in != own and not raised_in.startswith(package)
 
 
 def bindings(device: object) -> Bindings | None:

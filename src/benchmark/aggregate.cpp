@@ -179,7 +179,8 @@ std::string benchmark_aggregate_markdown(const json& aggregate, size_t row_limit
     }
     md << format_microseconds(d["median"].get<double>()) << " | " << format_microseconds(d["p10"].get<double>()) << "-"
        << format_microseconds(d["p90"].get<double>()) << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
-       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r) << " | rank " << (*most)["rank"] << " +" << format_microseconds((*most)["median_excess"].get<double>())
+       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r)
+       << " | rank " << (*most)["rank"] << " +" << format_microseconds((*most)["median_excess"].get<double>())
        << " us, slowest in " << format_number(100 * (*most)["slowest_fraction"].get<double>()) << "% | "
        << format_number(r["ratio_to_fastest"].get<double>()) << " | "
        << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))

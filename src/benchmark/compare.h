@@ -12,7 +12,8 @@ namespace xllm_kernel::benchmark {
 // bootstrap interval, the same for baseline2 / baseline, and a verdict: "faster", "slower",
 // "same" (interval contains 1), or "drift" when the two baselines disagree beyond their noise
 // (their interval excludes 1 by more than `tolerance`).
-// Also counts the slower rows ("slower") and lists the configuration differences ("mismatches").
+// Also counts the slower rows ("slower"). The command adds "mismatches" (configuration_mismatches),
+// "fail_on" and "exit_code"; compare_markdown lists the mismatches where there are any.
 nlohmann::json compare_reports(const nlohmann::json& baseline, const nlohmann::json& candidate,
                                const nlohmann::json& baseline2, double tolerance = 0.02);
 
