@@ -2,26 +2,27 @@
 // implementations for them. A family is a folder: its group registers itself, so adding one edits
 // no central list.
 //
-// In src/ops/<group>/<group>.cpp:
+// The library's families declare their modules from a table (src/ops/common/family.h): in
+// src/ops/<group>/<group>.cpp,
 //
-//   const BackendModule& native_cpu_module() {
-//     static const BackendModule module{
-//         .name = "activation.native_cpu", .device = Device::kCpu, .solution = "native", .binding = "highway",
-//         .implementations = {{.operation = &silu_and_mul_operation(), .input_domain = "...", .priority = 20}},
-//         .probe = &probe_native_cpu};
-//     return module;
+//   const family::StandardModules& modules() {
+//     static const family::StandardModules m = family::standard_modules(
+//         {.family = "activation", .operations = {&silu_and_mul_operation()}, .domain = "float32/..."});
+//     return m;  // activation.torch_cpu, .native_cpu, .torch_cuda, .native_cuda with their probes
 //   }
 //   const Group& activation_group() {
-//     static const Group group{.name = "activation", .operations = {&silu_and_mul_operation()},
-//                              .modules = {&torch_cpu_module(), &native_cpu_module()}};
+//     static const Group group = modules().group();
 //     return group;
 //   }
 //   XLLM_REGISTER_GROUP(activation_group);
 //
 // and in the bridge (src/ops/<group>/native_cpu.cpp, or src/ops/<group>/cuda/ for the CUDA plugin):
 //
-//   XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, native_cpu_module(), silu_and_mul_operation(),
+//   XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, modules().native_cpu, silu_and_mul_operation(),
 //                                native_silu_and_mul);
+//
+// A BackendModule can also be written out field by field (.name, .device, .solution, .binding,
+// .implementations, .probe, .plugin), as tests and add_group do.
 //
 // Each implementation is declared once, in its module: its name (<device>.<solution>.<operation>
 // [.<variant>]), priority, modes and binding come from the declaration, and a registration that

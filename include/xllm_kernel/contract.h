@@ -1,10 +1,19 @@
 // Operator contracts: the one description of an operation's semantics that every implementation of
 // it shares. The schema string is the single source of truth for the torch schema
-// (TORCH_LIBRARY m.def), the fake kernel, the numerics suite and docs/operators.md.
+// (TORCH_LIBRARY m.def), the fake kernel, the numerics suite and docs/operators.md; `mutates` is
+// checked against its Tensor(a!) arguments when the operation's group registers.
 //
-//   inline const OpContract kRmsNorm{
-//       "rms_norm", 1, "rms_norm(Tensor input, Tensor weight, float eps) -> Tensor",
-//       /*mutates=*/{}, /*aliases_inputs=*/false, NumericalMode::kFp32Accumulate, "..."};
+//   const OpContract& fused_add_rms_norm_contract() {
+//     static const OpContract contract{
+//         .operation = "fused_add_rms_norm",
+//         .version = 1,
+//         .schema = "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+//         .mutates = {"input", "residual"},
+//         .numerical_mode = NumericalMode::kFp32Accumulate,
+//         .semantics = "...",
+//         .dtypes = "float32, bfloat16, float16"};
+//     return contract;
+//   }
 #pragma once
 
 #include <string>

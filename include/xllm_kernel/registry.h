@@ -29,6 +29,9 @@
 namespace c10 {
 struct IValue;
 }
+namespace torch {
+class Library;
+}
 
 namespace xllm_kernel {
 
@@ -109,6 +112,10 @@ class Operation {
   // leaves its results on the stack. Callers that only hold IValues (the Python package's
   // PreparedKernel.function) reach a prepared binding this way; null when not boxable.
   using BoxedCaller = void (*)(const ErasedFunction& function, std::vector<c10::IValue>& stack);
+  // Registers the operation's dispatcher kernels (Meta fake, CPU and CUDA calling the prepared
+  // binding) into its group's library fragment when the group registers; a family's declared
+  // operations set it (src/ops/common/family.h), so no family writes TORCH_LIBRARY_IMPL blocks.
+  using DispatcherKernels = void (*)(const Operation& operation, torch::Library& library);
 
   Operation(const OpContract& contract, const std::type_info& signature, Boxer boxer = nullptr,
             BoxedCaller boxed_caller = nullptr)
@@ -121,6 +128,7 @@ class Operation {
   const std::type_info& signature() const { return signature_; }
   Boxer boxer() const { return boxer_; }
   BoxedCaller boxed_caller() const { return boxed_caller_; }
+  DispatcherKernels dispatcher_kernels() const { return dispatcher_kernels_; }
 
   // The binding initialize() published for `device`, or null.
   const PreparedKernel* prepared(Device device) const {
@@ -134,11 +142,15 @@ class Operation {
     published_[static_cast<int>(device)].store(kernel, std::memory_order_release);
   }
 
+ protected:
+  void set_dispatcher_kernels(DispatcherKernels kernels) { dispatcher_kernels_ = kernels; }
+
  private:
   const OpContract& contract_;
   const std::type_info& signature_;
   Boxer boxer_;
   BoxedCaller boxed_caller_;
+  DispatcherKernels dispatcher_kernels_ = nullptr;
   mutable std::atomic<const PreparedKernel*> published_[kNumDevices] = {};
 };
 

@@ -1,7 +1,7 @@
 // Groups added at run time (add_group): operations declared by the Python package's group modules
 // and extensions, with boxed kernels. They join the same catalog, registry and runtime as the
 // library's own groups, and torch.ops.xllm_kernel.<op> routes each device's dispatch key to the
-// prepared binding, as the C++ groups' TORCH_LIBRARY_IMPL blocks do.
+// prepared binding, as the C++ groups' declared operations do (src/ops/common/family.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/library.h>
@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "src/core/contract_check.h"
 #include "src/core/prepared_dispatch.h"
 #include "src/core/strings.h"
 #include "xllm_kernel/boxing.h"
@@ -59,62 +60,10 @@ Added& added() {
   return *state;
 }
 
-bool is_identifier(const std::string& name) {
-  if (name.empty() || !(std::islower(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
-
-void check_contract(const OpContract& contract) {
-  const std::string who = "operation '" + contract.operation + "'";
-  if (!is_identifier(contract.operation)) {
-    throw std::invalid_argument(who + ": the name must be lower_snake_case ([a-z_][a-z0-9_]*), as torch.ops and the "
-                                "implementation names <device>.<solution>.<operation> need");
-  }
-  if (contract.version < 1) {
-    throw std::invalid_argument(who + ": version must be >= 1, got " + std::to_string(contract.version));
-  }
-  std::variant<c10::OperatorName, c10::FunctionSchema> parsed = c10::OperatorName("", "");
-  try {
-    parsed = torch::jit::parseSchemaOrName(contract.schema);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(who + ": schema '" + contract.schema + "' does not parse: " + e.what());
-  }
-  if (!std::holds_alternative<c10::FunctionSchema>(parsed)) {
-    throw std::invalid_argument(who + ": schema '" + contract.schema +
-                                "' has no argument list; expected e.g. '" + contract.operation +
-                                "(Tensor input) -> Tensor'");
-  }
-  const auto& schema = std::get<c10::FunctionSchema>(parsed);
-  if (schema.name() != contract.operation || !schema.overload_name().empty()) {
-    throw std::invalid_argument(who + ": the schema must be named '" + contract.operation + "' (no namespace, no "
-                                "overload), got '" + schema.name() +
-                                (schema.overload_name().empty() ? "" : "." + schema.overload_name()) + "'");
-  }
-  std::vector<std::string> written;
-  for (const auto& argument : schema.arguments()) {
-    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) written.push_back(argument.name());
-  }
-  std::vector<std::string> declared = contract.mutates;
-  std::sort(written.begin(), written.end());
-  std::sort(declared.begin(), declared.end());
-  if (written != declared) {
-    throw std::invalid_argument(who + ": mutates [" + detail::join(contract.mutates, ", ") +
-                                "] disagrees with the schema, which writes [" + detail::join(written, ", ") +
-                                "] (mark each mutated tensor Tensor(a!) in the schema and list it in mutates)");
-  }
-  for (const auto& ret : schema.returns()) {
-    if (ret.alias_info() != nullptr && !contract.aliases_inputs) {
-      throw std::invalid_argument(who + ": the schema returns an alias of an input; declare aliases_inputs=true");
-    }
-  }
-}
-
 }  // namespace
 
 const Operation& make_boxed_operation(OpContract contract) {
-  check_contract(contract);
+  detail::check_contract(contract);
   Added& state = added();
   std::lock_guard<std::mutex> lock(state.mutex);
   const OpContract& kept = state.contracts.emplace_back(std::move(contract));

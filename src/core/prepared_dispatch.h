@@ -1,8 +1,8 @@
 // torch.ops.xllm_kernel.<op> on one dispatch key, boxed: moves the operation's arguments off the
 // dispatcher's stack, calls the device's prepared binding through the operation's boxed caller and
 // leaves the results. Serves every key of the operations added at run time (add_group) and the
-// PrivateUse1 (npu) key of every operation: the C++ groups' CPU and CUDA keys keep their unboxed
-// TORCH_LIBRARY_IMPL kernels (one call less on the hot path).
+// PrivateUse1 (npu) key of every operation: the C++ groups' CPU and CUDA keys keep unboxed kernels
+// (src/ops/common/family.h: one call less on the hot path).
 #pragma once
 
 #include <ATen/core/boxing/KernelFunction.h>

@@ -5,6 +5,7 @@
 #include <c10/core/DeviceType.h>
 
 #include "src/ops/common/bridge.h"
+#include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::activation {
@@ -14,13 +15,10 @@ namespace xllm_kernel::activation {
 // Returns d.
 int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType device);
 
-// A new contiguous [..., d] tensor of the input's dtype and device.
+// The output's shape for a gated input [..., 2d]: [..., d].
 std::vector<int64_t> output_shape(const at::Tensor& input);
 
 // The group's backend modules (src/ops/activation/activation.cpp).
-const BackendModule& torch_cpu_module();
-const BackendModule& native_cpu_module();
-const BackendModule& torch_cuda_module();
-const BackendModule& native_cuda_module();
+const family::StandardModules& modules();
 
 }  // namespace xllm_kernel::activation

@@ -13,8 +13,9 @@ namespace {
 
 using Kernel = kernels::Status (*)(const cpu::ActivationParams&, int64_t, int64_t);
 
-template <Kernel kKernel>
-at::Tensor native_gated(const char* op, const at::Tensor& input) {
+template <Kernel kKernel, const TypedOperation<ActivationFn>& (*kOperation)()>
+at::Tensor native_gated(const at::Tensor& input) {
+  const char* op = kOperation().name().c_str();
   const int64_t d = check_input(op, input, c10::DeviceType::CPU);
   at::Tensor out = detail::empty_cpu_cached(output_shape(input), input.scalar_type());
   cpu::ActivationParams p;
@@ -28,19 +29,13 @@ at::Tensor native_gated(const char* op, const at::Tensor& input) {
   return out;
 }
 
-at::Tensor native_silu_and_mul(const at::Tensor& input) { return native_gated<cpu::silu_and_mul>("silu_and_mul", input); }
-at::Tensor native_gelu_and_mul(const at::Tensor& input) { return native_gated<cpu::gelu_and_mul>("gelu_and_mul", input); }
-at::Tensor native_gelu_tanh_and_mul(const at::Tensor& input) {
-  return native_gated<cpu::gelu_tanh_and_mul>("gelu_tanh_and_mul", input);
-}
-
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, native_cpu_module(), silu_and_mul_operation(),
-                             native_silu_and_mul);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_and_mul, native_cpu_module(), gelu_and_mul_operation(),
-                             native_gelu_and_mul);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh_and_mul, native_cpu_module(), gelu_tanh_and_mul_operation(),
-                             native_gelu_tanh_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, modules().native_cpu, silu_and_mul_operation(),
+                             (native_gated<cpu::silu_and_mul, &silu_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_and_mul, modules().native_cpu, gelu_and_mul_operation(),
+                             (native_gated<cpu::gelu_and_mul, &gelu_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh_and_mul, modules().native_cpu, gelu_tanh_and_mul_operation(),
+                             (native_gated<cpu::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
 
 }  // namespace xllm_kernel::activation

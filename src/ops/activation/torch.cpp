@@ -11,11 +11,18 @@ namespace {
 
 enum class Act { kSilu, kGelu, kGeluTanh };
 
+const TypedOperation<ActivationFn>& operation(Act act) {
+  switch (act) {
+    case Act::kSilu: return silu_and_mul_operation();
+    case Act::kGelu: return gelu_and_mul_operation();
+    case Act::kGeluTanh: break;
+  }
+  return gelu_tanh_and_mul_operation();
+}
+
 template <c10::DeviceType kDevice, Act kAct>
 at::Tensor torch_gated(const at::Tensor& input) {
-  static constexpr const char* kName =
-      kAct == Act::kSilu ? "silu_and_mul" : kAct == Act::kGelu ? "gelu_and_mul" : "gelu_tanh_and_mul";
-  const int64_t d = check_input(kName, input, kDevice);
+  const int64_t d = check_input(operation(kAct).name().c_str(), input, kDevice);
   const at::Tensor x = input.to(at::kFloat);
   const at::Tensor gate = x.narrow(-1, 0, d);
   const at::Tensor up = x.narrow(-1, d, d);
@@ -28,17 +35,17 @@ constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_silu_and_mul, torch_cpu_module(), silu_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_silu_and_mul, modules().torch_cpu, silu_and_mul_operation(),
                              (torch_gated<kCpu, Act::kSilu>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_and_mul, torch_cpu_module(), gelu_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_and_mul, modules().torch_cpu, gelu_and_mul_operation(),
                              (torch_gated<kCpu, Act::kGelu>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_tanh_and_mul, torch_cpu_module(), gelu_tanh_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_tanh_and_mul, modules().torch_cpu, gelu_tanh_and_mul_operation(),
                              (torch_gated<kCpu, Act::kGeluTanh>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_silu_and_mul, torch_cuda_module(), silu_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_silu_and_mul, modules().torch_cuda, silu_and_mul_operation(),
                              (torch_gated<kCuda, Act::kSilu>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_and_mul, torch_cuda_module(), gelu_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_and_mul, modules().torch_cuda, gelu_and_mul_operation(),
                              (torch_gated<kCuda, Act::kGelu>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_tanh_and_mul, torch_cuda_module(), gelu_tanh_and_mul_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_tanh_and_mul, modules().torch_cuda, gelu_tanh_and_mul_operation(),
                              (torch_gated<kCuda, Act::kGeluTanh>));
 
 }  // namespace xllm_kernel::activation

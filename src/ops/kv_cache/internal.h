@@ -5,11 +5,14 @@
 #include <c10/core/DeviceType.h>
 
 #include "src/ops/common/bridge.h"
+#include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
+#include "xllm_kernel/ops/kv_cache.h"
 
 namespace xllm_kernel::kv_cache {
 
-inline constexpr const char* kOp = "reshape_and_cache";
+// The operation's name, from its contract, for messages.
+inline const char* op_name() { return reshape_and_cache_operation().name().c_str(); }
 
 // The sizes every bridge needs, from checked arguments.
 struct CacheShape {
@@ -58,9 +61,6 @@ Params kernel_params(const CacheShape& s, const at::Tensor& key, const at::Tenso
 }
 
 // The group's backend modules (src/ops/kv_cache/kv_cache.cpp).
-const BackendModule& torch_cpu_module();
-const BackendModule& native_cpu_module();
-const BackendModule& torch_cuda_module();
-const BackendModule& native_cuda_module();
+const family::StandardModules& modules();
 
 }  // namespace xllm_kernel::kv_cache

@@ -22,12 +22,12 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
   // be evicted before anyone reads them again, and plain stores would first read every line.
   const int64_t row = s.kv_heads * s.head_size;
   p.stream_out = detail::stream_cpu_output(4 * written * row * key.element_size());
-  bridge::run_rows(kOp, p, s.tokens, 2 * row, cpu::reshape_and_cache);
+  bridge::run_rows(op_name(), p, s.tokens, 2 * row, cpu::reshape_and_cache);
 }
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_reshape_and_cache, native_cpu_module(), reshape_and_cache_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_reshape_and_cache, modules().native_cpu, reshape_and_cache_operation(),
                              native_reshape_and_cache);
 
 }  // namespace xllm_kernel::kv_cache

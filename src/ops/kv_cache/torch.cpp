@@ -42,9 +42,9 @@ void torch_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at:
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_reshape_and_cache, torch_cpu_module(), reshape_and_cache_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_reshape_and_cache, modules().torch_cpu, reshape_and_cache_operation(),
                              torch_reshape_and_cache<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_reshape_and_cache, torch_cuda_module(), reshape_and_cache_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_reshape_and_cache, modules().torch_cuda, reshape_and_cache_operation(),
                              torch_reshape_and_cache<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::kv_cache

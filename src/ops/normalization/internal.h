@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "src/ops/common/bridge.h"
+#include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::normalization {
@@ -25,10 +26,6 @@ using bridge::describe_rows;
 
 // The group's backend modules: each declares its implementations once; the bridges register
 // their functions against these declarations (XLLM_REGISTER_IMPLEMENTATION).
-const BackendModule& torch_cpu_module();
-const BackendModule& native_cpu_module();
-const BackendModule& torch_cuda_module();
-const BackendModule& native_cuda_module();
-const BackendModule& torch_npu_module();
+const family::StandardModules& modules();
 
 }  // namespace xllm_kernel::normalization

@@ -38,45 +38,45 @@ cpu::NormParams common(const at::Tensor& input, const at::Tensor& weight, double
 }
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
+  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
   at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
   cpu::NormParams p = common(input, weight, eps);
-  describe_rows("rms_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
+  describe_rows(rms_norm_operation().name().c_str(), p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.stream_out = stream_output(out);
-  run_rows("rms_norm", p, cpu::rms_norm);
+  run_rows(rms_norm_operation().name().c_str(), p, cpu::rms_norm);
   return out;
 }
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CPU);
+  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, c10::DeviceType::CPU);
   cpu::NormParams p = common(input, weight, eps);
-  describe_rows("fused_add_rms_norm", p, input, {{&input, p.input_strides}, {&residual, p.residual_strides}});
+  describe_rows(fused_add_rms_norm_operation().name().c_str(), p, input, {{&input, p.input_strides}, {&residual, p.residual_strides}});
   p.input = input.mutable_data_ptr();
   p.residual = residual.mutable_data_ptr();
-  run_rows("fused_add_rms_norm", p, cpu::fused_add_rms_norm);
+  run_rows(fused_add_rms_norm_operation().name().c_str(), p, cpu::fused_add_rms_norm);
 }
 
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
-  check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
+  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
   at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
   cpu::NormParams p = common(input, weight, eps);
-  describe_rows("layer_norm", p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
+  describe_rows(layer_norm_operation().name().c_str(), p, input, {{&input, p.input_strides}, {&out, p.out_strides}});
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
   p.stream_out = stream_output(out);
-  run_rows("layer_norm", p, cpu::layer_norm);
+  run_rows(layer_norm_operation().name().c_str(), p, cpu::layer_norm);
   return out;
 }
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_rms_norm, native_cpu_module(), rms_norm_operation(), native_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_fused_add_rms_norm, native_cpu_module(), fused_add_rms_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_rms_norm, modules().native_cpu, rms_norm_operation(), native_rms_norm);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_fused_add_rms_norm, modules().native_cpu, fused_add_rms_norm_operation(),
                              native_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_layer_norm, native_cpu_module(), layer_norm_operation(), native_layer_norm);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_layer_norm, modules().native_cpu, layer_norm_operation(), native_layer_norm);
 
 }  // namespace xllm_kernel::normalization

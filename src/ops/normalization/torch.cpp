@@ -25,13 +25,13 @@ at::Tensor rms_norm_float(const at::Tensor& x, const at::Tensor& weight, double 
 
 template <c10::DeviceType kDevice>
 at::Tensor torch_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, kDevice);
+  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, kDevice);
   return rms_norm_float(input, weight, eps).to(input.scalar_type());
 }
 
 template <c10::DeviceType kDevice>
 void torch_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, kDevice);
+  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, kDevice);
   residual.add_(input);  // float32 add, rounded to residual's dtype
   input.copy_(rms_norm_float(residual, weight, eps));
 }
@@ -39,7 +39,7 @@ void torch_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at:
 template <c10::DeviceType kDevice>
 at::Tensor torch_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                             double eps) {
-  check_arguments("layer_norm", input, weight, bias, nullptr, eps, kDevice);
+  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, kDevice);
   std::optional<at::Tensor> bias_float;
   if (bias.has_value() && bias->defined()) bias_float = bias->to(at::kFloat);
   return at::layer_norm(as_float(input), {input.size(-1)}, weight.to(at::kFloat), bias_float, eps)
@@ -51,15 +51,15 @@ constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rms_norm, torch_cpu_module(), rms_norm_operation(), torch_rms_norm<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_fused_add_rms_norm, torch_cpu_module(), fused_add_rms_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rms_norm, modules().torch_cpu, rms_norm_operation(), torch_rms_norm<kCpu>);
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_fused_add_rms_norm, modules().torch_cpu, fused_add_rms_norm_operation(),
                              torch_fused_add_rms_norm<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_layer_norm, torch_cpu_module(), layer_norm_operation(), torch_layer_norm<kCpu>);
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_layer_norm, modules().torch_cpu, layer_norm_operation(), torch_layer_norm<kCpu>);
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rms_norm, torch_cuda_module(), rms_norm_operation(), torch_rms_norm<kCuda>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_fused_add_rms_norm, torch_cuda_module(), fused_add_rms_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rms_norm, modules().torch_cuda, rms_norm_operation(), torch_rms_norm<kCuda>);
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_fused_add_rms_norm, modules().torch_cuda, fused_add_rms_norm_operation(),
                              torch_fused_add_rms_norm<kCuda>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_layer_norm, torch_cuda_module(), layer_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_layer_norm, modules().torch_cuda, layer_norm_operation(),
                              torch_layer_norm<kCuda>);
 
 }  // namespace xllm_kernel::normalization

@@ -7,9 +7,14 @@
 #include <optional>
 
 #include "src/ops/common/bridge.h"
+#include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
+#include "xllm_kernel/ops/rotary.h"
 
 namespace xllm_kernel::rotary {
+
+// The operation's name, from its contract, for messages.
+inline const char* op_name() { return rotary_embedding_operation().name().c_str(); }
 
 // One of query and key as [tokens, heads, head_size] with its strides (in elements).
 struct Heads {
@@ -73,9 +78,6 @@ Params kernel_params(const Layout& l, const at::Tensor& positions, const at::Ten
 }
 
 // The group's backend modules (src/ops/rotary/rotary.cpp).
-const BackendModule& torch_cpu_module();
-const BackendModule& native_cpu_module();
-const BackendModule& torch_cuda_module();
-const BackendModule& native_cuda_module();
+const family::StandardModules& modules();
 
 }  // namespace xllm_kernel::rotary

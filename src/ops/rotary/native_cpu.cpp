@@ -13,7 +13,7 @@ namespace {
 
 void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
                    int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
-  const char* op = "rotary_embedding";
+  const char* op = op_name();
   const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CPU);
   if (l.tokens == 0) return;
   check_positions_in_range(positions, l.max_position);
@@ -23,7 +23,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_rotary_embedding, native_cpu_module(), rotary_embedding_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_rotary_embedding, modules().native_cpu, rotary_embedding_operation(),
                              native_rotary);
 
 }  // namespace xllm_kernel::rotary

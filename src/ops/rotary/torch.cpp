@@ -55,9 +55,9 @@ void torch_rotary(const at::Tensor& positions, at::Tensor& query, const std::opt
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rotary_embedding, torch_cpu_module(), rotary_embedding_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rotary_embedding, modules().torch_cpu, rotary_embedding_operation(),
                              torch_rotary<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rotary_embedding, torch_cuda_module(), rotary_embedding_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rotary_embedding, modules().torch_cuda, rotary_embedding_operation(),
                              torch_rotary<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::rotary

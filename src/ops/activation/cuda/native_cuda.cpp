@@ -15,8 +15,9 @@ namespace {
 
 using Launcher = cudaError_t (*)(const cuda::ActivationParams&, cudaStream_t);
 
-template <Launcher kLaunch>
-at::Tensor native_gated(const char* op, const at::Tensor& input) {
+template <Launcher kLaunch, const TypedOperation<ActivationFn>& (*kOperation)()>
+at::Tensor native_gated(const at::Tensor& input) {
+  const char* op = kOperation().name().c_str();
   const int64_t d = check_input(op, input, c10::DeviceType::CUDA);
   bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
@@ -31,19 +32,13 @@ at::Tensor native_gated(const char* op, const at::Tensor& input) {
   return out;
 }
 
-at::Tensor native_silu_and_mul(const at::Tensor& input) { return native_gated<cuda::silu_and_mul>("silu_and_mul", input); }
-at::Tensor native_gelu_and_mul(const at::Tensor& input) { return native_gated<cuda::gelu_and_mul>("gelu_and_mul", input); }
-at::Tensor native_gelu_tanh_and_mul(const at::Tensor& input) {
-  return native_gated<cuda::gelu_tanh_and_mul>("gelu_tanh_and_mul", input);
-}
-
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_silu_and_mul, native_cuda_module(), silu_and_mul_operation(),
-                             native_silu_and_mul);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_and_mul, native_cuda_module(), gelu_and_mul_operation(),
-                             native_gelu_and_mul);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh_and_mul, native_cuda_module(), gelu_tanh_and_mul_operation(),
-                             native_gelu_tanh_and_mul);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_silu_and_mul, modules().native_cuda, silu_and_mul_operation(),
+                             (native_gated<cuda::silu_and_mul, &silu_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_and_mul, modules().native_cuda, gelu_and_mul_operation(),
+                             (native_gated<cuda::gelu_and_mul, &gelu_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh_and_mul, modules().native_cuda, gelu_tanh_and_mul_operation(),
+                             (native_gated<cuda::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
 
 }  // namespace xllm_kernel::activation

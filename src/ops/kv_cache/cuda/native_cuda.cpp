@@ -16,16 +16,16 @@ namespace {
 void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                               at::Tensor& value_cache, const at::Tensor& slot_mapping) {
   const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, c10::DeviceType::CUDA);
-  bridge::check_capability(kOp, key);
+  bridge::check_capability(op_name(), key);
   if (s.tokens == 0 || s.slots == 0) return;
   const c10::cuda::CUDAGuard guard(key.device());
   auto p = kernel_params<cuda::KvCacheParams>(s, key, value, key_cache, value_cache, slot_mapping);
-  bridge::check_launch(kOp, cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(op_name(), cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_reshape_and_cache, native_cuda_module(), reshape_and_cache_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_reshape_and_cache, modules().native_cuda, reshape_and_cache_operation(),
                              native_reshape_and_cache);
 
 }  // namespace xllm_kernel::kv_cache

@@ -25,53 +25,53 @@ cuda::NormParams common(const at::Tensor& input, const at::Tensor& weight, doubl
 }
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
-  bridge::check_capability("rms_norm", input);
+  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
+  bridge::check_capability(rms_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows("rms_norm", input, {{&input, p.input_strides}, {&out, p.out_strides}},
+  p.row_ndim = describe_rows(rms_norm_operation().name().c_str(), input, {{&input, p.input_strides}, {&out, p.out_strides}},
                              cuda::kMaxRowDims, p.row_sizes, p.rows);
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
-  bridge::check_launch("rms_norm", cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(rms_norm_operation().name().c_str(), cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
-  bridge::check_capability("fused_add_rms_norm", input);
+  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
+  bridge::check_capability(fused_add_rms_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
   cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows("fused_add_rms_norm", input,
+  p.row_ndim = describe_rows(fused_add_rms_norm_operation().name().c_str(), input,
                              {{&input, p.input_strides}, {&residual, p.residual_strides}}, cuda::kMaxRowDims,
                              p.row_sizes, p.rows);
   p.input = input.mutable_data_ptr();
   p.residual = residual.mutable_data_ptr();
-  bridge::check_launch("fused_add_rms_norm", cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(fused_add_rms_norm_operation().name().c_str(), cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
-  check_arguments("layer_norm", input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
-  bridge::check_capability("layer_norm", input);
+  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
+  bridge::check_capability(layer_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
   cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows("layer_norm", input, {{&input, p.input_strides}, {&out, p.out_strides}},
+  p.row_ndim = describe_rows(layer_norm_operation().name().c_str(), input, {{&input, p.input_strides}, {&out, p.out_strides}},
                              cuda::kMaxRowDims, p.row_sizes, p.rows);
   p.input = input.const_data_ptr();
   p.out = out.mutable_data_ptr();
   p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
-  bridge::check_launch("layer_norm", cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(layer_norm_operation().name().c_str(), cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_rms_norm, native_cuda_module(), rms_norm_operation(), native_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_fused_add_rms_norm, native_cuda_module(), fused_add_rms_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_rms_norm, modules().native_cuda, rms_norm_operation(), native_rms_norm);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_fused_add_rms_norm, modules().native_cuda, fused_add_rms_norm_operation(),
                              native_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_layer_norm, native_cuda_module(), layer_norm_operation(), native_layer_norm);
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_layer_norm, modules().native_cuda, layer_norm_operation(), native_layer_norm);
 
 }  // namespace xllm_kernel::normalization

@@ -48,7 +48,7 @@ const c10::TypedOperatorHandle<AddRmsNormVendor>& npu_add_rms_norm() {
 }
 
 at::Tensor torch_npu_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments("rms_norm", input, weight, std::nullopt, nullptr, eps, kNpu);
+  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, kNpu);
   if (input.numel() == 0) return at::empty(input.sizes(), input.options());
   if (weight.scalar_type() == input.scalar_type()) {
     return std::get<0>(npu_rms_norm().call(input, weight, eps)).contiguous();
@@ -57,7 +57,7 @@ at::Tensor torch_npu_rms_norm(const at::Tensor& input, const at::Tensor& weight,
 }
 
 void torch_npu_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments("fused_add_rms_norm", input, weight, std::nullopt, &residual, eps, kNpu);
+  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, kNpu);
   if (input.numel() == 0) return;
   if (weight.scalar_type() == input.scalar_type()) {
     auto [y, rstd, x] = npu_add_rms_norm().call(input, residual, weight, eps);
@@ -73,7 +73,7 @@ void torch_npu_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const
 
 at::Tensor torch_npu_layer_norm(const at::Tensor& input, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias, double eps) {
-  check_arguments("layer_norm", input, weight, bias, nullptr, eps, kNpu);
+  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, kNpu);
   if (input.numel() == 0) return at::empty(input.sizes(), input.options());
   const int64_t hidden = input.size(-1);
   if (weight.scalar_type() == input.scalar_type()) {
@@ -88,9 +88,9 @@ at::Tensor torch_npu_layer_norm(const at::Tensor& input, const at::Tensor& weigh
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_rms_norm, torch_npu_module(), rms_norm_operation(), torch_npu_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_fused_add_rms_norm, torch_npu_module(), fused_add_rms_norm_operation(),
+XLLM_REGISTER_IMPLEMENTATION(npu_torch_rms_norm, *modules().torch_npu, rms_norm_operation(), torch_npu_rms_norm);
+XLLM_REGISTER_IMPLEMENTATION(npu_torch_fused_add_rms_norm, *modules().torch_npu, fused_add_rms_norm_operation(),
                              torch_npu_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_layer_norm, torch_npu_module(), layer_norm_operation(), torch_npu_layer_norm);
+XLLM_REGISTER_IMPLEMENTATION(npu_torch_layer_norm, *modules().torch_npu, layer_norm_operation(), torch_npu_layer_norm);
 
 }  // namespace xllm_kernel::normalization

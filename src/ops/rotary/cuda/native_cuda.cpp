@@ -16,7 +16,7 @@ namespace {
 
 void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
                    int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
-  const char* op = "rotary_embedding";
+  const char* op = op_name();
   const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CUDA);
   bridge::check_capability(op, query);
   if (l.tokens == 0) return;
@@ -27,7 +27,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_rotary_embedding, native_cuda_module(), rotary_embedding_operation(),
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_rotary_embedding, modules().native_cuda, rotary_embedding_operation(),
                              native_rotary);
 
 }  // namespace xllm_kernel::rotary

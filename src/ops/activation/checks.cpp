@@ -1,0 +1,26 @@
+// The argument checks every activation bridge shares (src/ops/activation/internal.h).
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "src/ops/activation/internal.h"
+
+namespace xllm_kernel::activation {
+
+int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType device) {
+  bridge::check_floating_tensor(op, "input", input, device);
+  const int64_t width = input.size(-1);
+  TORCH_CHECK(width >= 2 && width % 2 == 0, op,
+              ": input's last dimension must be even and >= 2 ([..., 2d] with d >= 1: the gate and the up "
+              "projection side by side), got ",
+              width);
+  return width / 2;
+}
+
+std::vector<int64_t> output_shape(const at::Tensor& input) {
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  shape.back() /= 2;
+  return shape;
+}
+
+}  // namespace xllm_kernel::activation
