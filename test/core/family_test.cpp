@@ -5,7 +5,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/ones.h>
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/library.h>
 
@@ -46,7 +46,7 @@ const family::DeclaredOperation<PairFn>& pair() {
   return op;
 }
 
-at::Tensor pair_kernel(const at::Tensor& a, const at::Tensor& b) { return a + 2 * b; }
+at::Tensor pair_kernel(const at::Tensor& a, const at::Tensor& b) { return a + b.mul(2); }
 
 TEST(FamilyModules, StandardRowsFromATable) {
   const Operation& op = pair();

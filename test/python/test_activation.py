@@ -11,31 +11,42 @@ import pytest
 import torch
 
 import xllm_kernel
-from xllm_kernel.ops import activation, gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
+from xllm_kernel.ops import (activation, gelu, gelu_and_mul, gelu_tanh, gelu_tanh_and_mul, quick_gelu,
+                             silu_and_mul)
 
-OPS = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "gelu_tanh_and_mul": gelu_tanh_and_mul}
+GATED = {"silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "gelu_tanh_and_mul": gelu_tanh_and_mul}
+PLAIN = {"gelu": gelu, "gelu_tanh": gelu_tanh, "quick_gelu": quick_gelu}  # without the gate
+OPS = {**GATED, **PLAIN}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def act_reference(op, a):
+    if op == "silu_and_mul":
+        return a / (1 + torch.exp(-a))
+    if op == "quick_gelu":
+        return a / (1 + torch.exp(-1.702 * a))
+    if op in ("gelu_and_mul", "gelu"):
+        return 0.5 * a * (1 + torch.erf(a / math.sqrt(2)))
+    return 0.5 * a * (1 + torch.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3)))
 
 
 def reference(op, x):
     x = x.double()
+    if op in PLAIN:
+        return act_reference(op, x)
     d = x.shape[-1] // 2
-    a, b = x[..., :d], x[..., d:]
-    if op == "silu_and_mul":
-        act = a / (1 + torch.exp(-a))
-    elif op == "gelu_and_mul":
-        act = 0.5 * a * (1 + torch.erf(a / math.sqrt(2)))
-    else:
-        act = 0.5 * a * (1 + torch.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3)))
-    return act * b
+    return act_reference(op, x[..., :d]) * x[..., d:]
 
 
-def tolerance(dtype, x):
+def tolerance(dtype, x, op="silu_and_mul"):
     # The suites' model: one rounding to the dtype (2 units of roundoff, relative) plus float32
-    # evaluation error absolute in |gate * up|.
+    # evaluation error absolute in |gate * up| (|input| without the gate).
     u = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[dtype]
-    d = x.shape[-1] // 2
-    product = (x[..., :d].double() * x[..., d:].double()).abs().max().item() if x.numel() else 0.0
+    if op in PLAIN:
+        product = x.double().abs().max().item() if x.numel() else 0.0
+    else:
+        d = x.shape[-1] // 2
+        product = (x[..., :d].double() * x[..., d:].double()).abs().max().item() if x.numel() else 0.0
     return 32 * 2.0**-24 * max(product, 1.0), 2 * u
 
 
@@ -50,6 +61,7 @@ def test_the_group_module_exports_the_catalog():
     assert [op.name for op in activation.OPERATIONS] == list(OPS)
     assert activation.SILU_AND_MUL_CONTRACT.schema == "silu_and_mul(Tensor input) -> Tensor"
     assert activation.GELU_AND_MUL_CONTRACT.numerical_mode == "approximate"
+    assert activation.QUICK_GELU_CONTRACT.schema == "quick_gelu(Tensor input) -> Tensor"
     assert {m.name for m in activation.MODULES} == {
         "activation.torch_cpu", "activation.native_cpu", "activation.torch_cuda", "activation.native_cuda"}
     for name, fn in OPS.items():
@@ -64,8 +76,9 @@ def test_public_api_matches_the_reference(cpu, op, dtype, shape, strided):
     x = sample(shape, dtype, strided)
     torch.library.opcheck(getattr(torch.ops.xllm_kernel, op).default, (x,))
     y = OPS[op](x)
-    assert y.shape == shape[:-1] + (shape[-1] // 2,) and y.dtype == dtype and y.is_contiguous()
-    atol, rtol = tolerance(dtype, x)
+    want_shape = shape if op in PLAIN else shape[:-1] + (shape[-1] // 2,)
+    assert y.shape == want_shape and y.dtype == dtype and y.is_contiguous()
+    atol, rtol = tolerance(dtype, x, op)
     torch.testing.assert_close(y.double(), reference(op, x), atol=atol, rtol=rtol)
 
 
@@ -75,7 +88,7 @@ def test_both_cpu_implementations_are_registered_and_native_is_bound(cpu, op):
     assert {f"cpu.native.{op}", f"cpu.torch.{op}"} <= names
     assert cpu[op].spec.name == f"cpu.native.{op}" and cpu[op].detail  # the SIMD target
     x = sample((4, 2 * 4099), torch.bfloat16)
-    atol, rtol = tolerance(torch.bfloat16, x)
+    atol, rtol = tolerance(torch.bfloat16, x, op)
     torch.testing.assert_close(cpu[op].function(x).double(), reference(op, x), atol=atol, rtol=rtol)
 
 
@@ -86,6 +99,20 @@ def test_errors_name_the_operation_and_the_argument(cpu):
         gelu_and_mul(torch.randn(2, 8, dtype=torch.float64))
     with pytest.raises(RuntimeError, match=r"gelu_tanh_and_mul: input's last dimension must be contiguous"):
         gelu_tanh_and_mul(torch.randn(8, 4).t())
+    with pytest.raises(RuntimeError, match=r"gelu: input must have at least 1 dimension, got a 0-D tensor"):
+        gelu(torch.tensor(1.0))
+    with pytest.raises(RuntimeError, match=r"quick_gelu: input must be float32, bfloat16 or float16, got int64"):
+        quick_gelu(torch.arange(4))
+    with pytest.raises(RuntimeError, match=r"gelu_tanh: input's last dimension must be >= 1"):
+        gelu_tanh(torch.randn(3, 0))
+
+
+def test_the_ungated_ops_match_torch(cpu):
+    # The models' own activations: torch's exact and tanh GELU and CLIP's quick GELU, in float32.
+    x = torch.randn(6, 1000) * 4
+    torch.testing.assert_close(gelu(x), torch.nn.functional.gelu(x), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(quick_gelu(x), x * torch.sigmoid(1.702 * x), atol=1e-6, rtol=1e-5)
 
 
 class Mlp(torch.nn.Module):
@@ -95,7 +122,9 @@ class Mlp(torch.nn.Module):
         self.down = torch.nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x):
-        return self.down(silu_and_mul(self.up(x))) + self.down(gelu_tanh_and_mul(self.up(x)))
+        h = self.up(x)
+        return (self.down(silu_and_mul(h)) + self.down(gelu_tanh_and_mul(h)) +
+                self.down(gelu(h[..., :48]) + quick_gelu(h[..., 48:]) + gelu_tanh(h[..., :48])))
 
 
 def test_compiles_without_graph_breaks(cpu):

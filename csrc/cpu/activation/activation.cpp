@@ -50,6 +50,12 @@ struct Silu {
   HWY_INLINE VF operator()(VF a) const { return TimesSigmoid<kFast>(a, a); }
 };
 
+// a * sigmoid(1.702 a) (the "quick" GELU of CLIP): TimesSigmoid with u = 1.702 a.
+template <bool kFast>
+struct QuickGelu {
+  HWY_INLINE VF operator()(VF a) const { return TimesSigmoid<kFast>(a, hn::Mul(a, hn::Set(DF(), 1.702f))); }
+};
+
 // 0.5 a (1 + tanh(v)) = a * sigmoid(2 v), v = sqrt(2 / pi) (a + 0.044715 a^3): no tanh needed,
 // and no cancellation in 1 + tanh(v) for negative a.
 template <bool kFast>
@@ -76,45 +82,50 @@ struct Gelu {
 
 // ---------------------------------------------------------------- rows
 
-// out[j] = act(x[j]) * x[d + j] for one row. kStream: full vectors are stored non-temporally,
-// y must be aligned to the vector size (StreamAligned).
+// One row: out[j] = act(x[j]) * x[d + j] (kGated, x holds 2d elements) or out[j] = act(x[j])
+// (x holds d). kStream: full vectors are stored non-temporally, y must be aligned to the vector
+// size (StreamAligned).
 //
 // bf16 rows are processed in even/odd form (LoadEvenOdd): elementwise work needs no reordering.
 // Their results are rounded without the NaN guard of Bf16UpperFromF32: the only NaNs are from
 // bf16 inputs (whose payload is in the upper half, which the rounding bias cannot carry out of)
 // or the FPU's default NaN.
-template <template <bool> class Act, bool kStream, typename T>
-HWY_INLINE void GatedRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size) {
+template <template <bool> class Act, bool kGated, bool kStream, typename T>
+HWY_INLINE void ActRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size) {
   const Act<std::is_same_v<T, bfloat16_t>> act;  // the cheaper math where results round to bf16
   const DF d;
   const size_t n = hn::Lanes(d);
-  const T* HWY_RESTRICT b = x + d_size;
+  const T* HWY_RESTRICT b = x + d_size;  // the up projection (kGated only)
+  // act(a), times the up projection's b where gated.
+  auto times_up = [&](VF v, VF up) HWY_ATTR { return kGated ? hn::Mul(v, up) : v; };
+  auto load_up = [&](size_t at) HWY_ATTR { return kGated ? LoadF(b + at) : hn::Zero(d); };
   size_t i = 0;
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     for (; i + 2 * n <= d_size; i += 2 * n) {
-      VF ae, ao, be, bo;
+      VF ae, ao, be = hn::Zero(d), bo = hn::Zero(d);
       LoadEvenOdd(x + i, ae, ao);
-      LoadEvenOdd(b + i, be, bo);
-      VF ye = hn::Mul(act(ae), be), yo = hn::Mul(act(ao), bo);
+      if constexpr (kGated) LoadEvenOdd(b + i, be, bo);
+      VF ye = times_up(act(ae), be), yo = times_up(act(ao), bo);
       StoreEvenOdd</*kNaNPayload=*/false, kStream>(ye, yo, y + i);
     }
   } else {
     for (; i + 2 * n <= d_size; i += 2 * n) {
-      VF y0 = hn::Mul(act(LoadF(x + i)), LoadF(b + i));
-      VF y1 = hn::Mul(act(LoadF(x + i + n)), LoadF(b + i + n));
+      VF y0 = times_up(act(LoadF(x + i)), load_up(i));
+      VF y1 = times_up(act(LoadF(x + i + n)), load_up(i + n));
       Store2F<kStream>(y0, y1, y + i);
     }
   }
-  for (; i + n <= d_size; i += n) StoreF(hn::Mul(act(LoadF(x + i)), LoadF(b + i)), y + i);
-  // The last partial vector: the same math on zero-padded lanes (act(0) * 0 = 0).
+  for (; i + n <= d_size; i += n) StoreF(times_up(act(LoadF(x + i)), load_up(i)), y + i);
+  // The last partial vector: the same math on zero-padded lanes (only `rest` lanes are stored).
   if (i < d_size) {
     const size_t rest = d_size - i;
-    StoreTail(hn::Mul(act(LoadTail(x + i, rest)), LoadTail(b + i, rest)), y + i, rest);
+    const VF up = kGated ? LoadTail(b + i, rest) : hn::Zero(d);
+    StoreTail(times_up(act(LoadTail(x + i, rest)), up), y + i, rest);
   }
 }
 
-template <template <bool> class Act, typename T>
-void GatedRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+template <template <bool> class Act, bool kGated, typename T>
+void ActRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   const size_t d_size = static_cast<size_t>(p.d);
   const T* input = static_cast<const T*>(p.input);
   T* out = static_cast<T*>(p.out);
@@ -124,26 +135,29 @@ void GatedRowsT(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
     const T* x = input + rc.offset[0];
     T* y = out + rc.offset[1];
     if (stream && StreamAligned(y)) {
-      GatedRow<Act, true>(x, y, d_size);
+      ActRow<Act, kGated, true>(x, y, d_size);
     } else {
-      GatedRow<Act, false>(x, y, d_size);
+      ActRow<Act, kGated, false>(x, y, d_size);
     }
   }
   if (stream) hwy::FlushStream();  // order the non-temporal stores before returning
 }
 
-template <template <bool> class Act>
-void GatedRows(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+template <template <bool> class Act, bool kGated>
+void ActRows(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   switch (p.dtype) {
-    case DType::kFloat32: return GatedRowsT<Act, float>(p, row_begin, row_end);
-    case DType::kBFloat16: return GatedRowsT<Act, bfloat16_t>(p, row_begin, row_end);
-    case DType::kFloat16: return GatedRowsT<Act, float16_t>(p, row_begin, row_end);
+    case DType::kFloat32: return ActRowsT<Act, kGated, float>(p, row_begin, row_end);
+    case DType::kBFloat16: return ActRowsT<Act, kGated, bfloat16_t>(p, row_begin, row_end);
+    case DType::kFloat16: return ActRowsT<Act, kGated, float16_t>(p, row_begin, row_end);
   }
 }
 
-void SiluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<Silu>(p, b, e); }
-void GeluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<Gelu>(p, b, e); }
-void GeluTanhAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { GatedRows<GeluTanh>(p, b, e); }
+void SiluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<Silu, true>(p, b, e); }
+void GeluAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<Gelu, true>(p, b, e); }
+void GeluTanhAndMulRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<GeluTanh, true>(p, b, e); }
+void GeluRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<Gelu, false>(p, b, e); }
+void GeluTanhRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<GeluTanh, false>(p, b, e); }
+void QuickGeluRows(const ActivationParams& p, int64_t b, int64_t e) { ActRows<QuickGelu, false>(p, b, e); }
 
 // ---------------------------------------------------------------- test access
 
@@ -185,6 +199,8 @@ void ActivationMathF32(int f, const float* in, float* out, size_t count) {
     case detail::ActivationMath::kGeluTanhFast: return MapF32(GeluTanh<true>(), in, out, count);
     case detail::ActivationMath::kExpFast: return MapF32(ExpNegFastFn(), in, out, count);
     case detail::ActivationMath::kNormalCdfFast: return MapF32(NormalCdfFastFn(), in, out, count);
+    case detail::ActivationMath::kQuickGelu: return MapF32(QuickGelu<false>(), in, out, count);
+    case detail::ActivationMath::kQuickGeluFast: return MapF32(QuickGelu<true>(), in, out, count);
   }
 }
 
@@ -198,6 +214,9 @@ namespace xllm_kernel::cpu {
 HWY_EXPORT(SiluAndMulRows);
 HWY_EXPORT(GeluAndMulRows);
 HWY_EXPORT(GeluTanhAndMulRows);
+HWY_EXPORT(GeluRows);
+HWY_EXPORT(GeluTanhRows);
+HWY_EXPORT(QuickGeluRows);
 HWY_EXPORT(ActivationMathF32);
 
 namespace {
@@ -207,7 +226,7 @@ Status Check(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
     return Status::invalid("activation: unknown dtype");
   }
-  // 2 * d elements per input row must be addressable.
+  // 2 * d elements per input row (gated) must be addressable.
   if (p.d < 1 || p.d > (INT64_MAX >> 3)) return Status::invalid("activation: d must be in [1, 2^60)");
   if (const char* why = kernels::invalid_rows(p.shape, row_begin, row_end)) return Status::invalid(why);
   if (row_begin < row_end && (p.input == nullptr || p.out == nullptr)) {
@@ -235,6 +254,18 @@ Status gelu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_en
 
 Status gelu_tanh_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
   return Run(HWY_DYNAMIC_DISPATCH(GeluTanhAndMulRows), p, row_begin, row_end);
+}
+
+Status gelu(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(GeluRows), p, row_begin, row_end);
+}
+
+Status gelu_tanh(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(GeluTanhRows), p, row_begin, row_end);
+}
+
+Status quick_gelu(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(HWY_DYNAMIC_DISPATCH(QuickGeluRows), p, row_begin, row_end);
 }
 
 namespace detail {

@@ -1,8 +1,11 @@
-// Torch-free CPU kernels of the gated activations (Highway, runtime ISA dispatch):
+// Torch-free CPU kernels of the activations (Highway, runtime ISA dispatch). Gated:
 //   silu_and_mul:       out = silu(x[..., :d]) * x[..., d:]       silu(a) = a / (1 + e^-a)
 //   gelu_and_mul:       out = gelu(x[..., :d]) * x[..., d:]       gelu(a) = 0.5 a (1 + erf(a / sqrt(2)))
 //   gelu_tanh_and_mul:  out = gelu_tanh(x[..., :d]) * x[..., d:]
 //                       gelu_tanh(a) = 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3)))
+// and without the gate (input and out both [..., d]):
+//   gelu, gelu_tanh:    out = gelu(x), gelu_tanh(x)
+//   quick_gelu:         out = x * sigmoid(1.702 x) = x / (1 + e^(-1.702 x))
 //
 // The at::Tensor side (a bridge) checks every argument, fills an ActivationParams and splits the
 // rows over threads. Kernels assume valid arguments; a status other than ok names what a buggy
@@ -30,10 +33,11 @@
 //   gelu_tanh  (8 + 4 |u|) ulp, u = 2 sqrt(2 / pi) (a + 0.044715 a^3): a / (1 + e^-u), where u's
 //              own rounding (a few ulps) is scaled by |u| in e^-u; |u| > 20 only where the
 //              result is below 2e-9 |a|
+//   quick_gelu (8 + 4 |u|) ulp, u = 1.702 a: a / (1 + e^-u), as gelu_tanh
 // bfloat16 results (unit roundoff 2^-8) come from cheaper forms of the same functions, a degree-3
 // e^x and, for gelu, a degree-4 R(t) (ExpNegFastParts and
 // NormalCdfFastNotNaN in csrc/cpu/common/math-inl.h): silu 1.5e-4, gelu 2.5e-4, gelu_tanh
-// 1.5e-4 + (8 + 4 |u|) float32 ulps, all below 2^-10, so a bf16 result is within 0.75 ulp of the
+// 1.5e-4 + (8 + 4 |u|) float32 ulps (quick_gelu as silu), all below 2^-10, so a bf16 result is within 0.75 ulp of the
 // exact value (the float32 forms: 0.5 ulp plus a few float32 ulps). float32 and float16 results use the
 // forms above.
 // None of these cancels: results keep their relative accuracy where they are tiny (large
@@ -41,8 +45,9 @@
 //
 // Special values. NaN in a or b gives NaN. a = +inf gives inf * b (NaN for b = 0); a = -inf gives
 // the limit -0 (times b: +-0, NaN for b = +-inf), as do large negative a where the exact result
-// is below 2^-126 |a b|: silu for a < -88, gelu for a < -13.25, gelu_tanh for u < -88. Finite a
-// and b never give NaN (the result is finite, or +-inf where it overflows the dtype).
+// is below 2^-126 |a b|: silu for a < -88, gelu for a < -13.25, gelu_tanh and quick_gelu for
+// u < -88. Finite a and b never give NaN (the result is finite, or +-inf where it overflows the
+// dtype). The functions without the gate are the same with b = 1.
 
 #pragma once
 
@@ -60,10 +65,10 @@ using kernels::Status;
 
 struct ActivationParams {
   DType dtype = DType::kFloat32;  // input and out
-  int64_t d = 0;                  // >= 1: input rows hold 2 * d elements, out rows d
+  int64_t d = 0;                  // >= 1: out rows hold d elements, input rows 2 * d (gated) or d
   RowShape shape;                 // the leading dimensions (rows), shared by input and out
 
-  const void* input = nullptr;  // [..., 2 * d], last dim contiguous
+  const void* input = nullptr;  // [..., 2 * d] (gated) or [..., d], last dim contiguous
   RowStrides input_strides;     // over shape's dims, in elements
   void* out = nullptr;          // [..., d], last dim contiguous; must not overlap input
   RowStrides out_strides;
@@ -79,6 +84,10 @@ struct ActivationParams {
 Status silu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
 Status gelu_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
 Status gelu_tanh_and_mul(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+// Without the gate: input rows hold d elements.
+Status gelu(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+Status gelu_tanh(const ActivationParams& p, int64_t row_begin, int64_t row_end);
+Status quick_gelu(const ActivationParams& p, int64_t row_begin, int64_t row_end);
 
 namespace detail {
 
@@ -96,6 +105,8 @@ enum class ActivationMath : int {
   kGeluTanhFast = 7,
   kExpFast = 8,        // e^a for a in [-88, 87.5] (ExpNegFastParts; unspecified outside)
   kNormalCdfFast = 9,  // Phi(a) (NormalCdfFastNotNaN; NaN gives NaN)
+  kQuickGelu = 10,     // quick_gelu(a) = a * sigmoid(1.702 a)
+  kQuickGeluFast = 11,
 };
 
 // out[i] = f(in[i]) for i < n (any n; in and out may be the same array).

@@ -135,4 +135,10 @@ cudaError_t gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream) {
   return launch<Act::kGeluTanh>(p, stream);
 }
 
+cudaError_t gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGelu>(p, stream); }
+
+cudaError_t gelu_tanh(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGeluTanh>(p, stream); }
+
+cudaError_t quick_gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kQuickGelu>(p, stream); }
+
 }  // namespace xllm_kernel::cuda

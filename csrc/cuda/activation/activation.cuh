@@ -35,7 +35,10 @@
 
 namespace xllm_kernel::cuda::kernels {
 
-enum class Act { kSilu, kGelu, kGeluTanh };
+// The gated operations (out = act(gate) * up) and those without the gate (out = act(input)).
+enum class Act { kSilu, kGelu, kGeluTanh, kPlainGelu, kPlainGeluTanh, kQuickGelu };
+
+XLLM_CUDA_HD constexpr bool gated(Act act) { return act == Act::kSilu || act == Act::kGelu || act == Act::kGeluTanh; }
 
 // Threads per block at most (ActivationPlan::threads).
 inline constexpr int kActivationMaxThreads = 256;
@@ -49,11 +52,14 @@ inline constexpr int kMaxPerThreadScalar = 4;
 // the C library's on the host (tests).
 template <Act kAct>
 XLLM_CUDA_HD float activate(float a) {
-  if constexpr (kAct == Act::kSilu) {
+  if constexpr (kAct == Act::kQuickGelu) {
+    // a / (1 + e^(-1.702 a)): quick_gelu(a) = a * sigmoid(1.702 a), as silu for the limits.
+    return a / (1.0f + expf(-1.702f * a));
+  } else if constexpr (kAct == Act::kSilu) {
     // a / (1 + e^-a). Below a = -88.7, e^-a overflows to inf and the quotient is -0 (the exact
     // value is below 1e-36 in magnitude); a = -inf gives NaN, as inf / inf.
     return a / (1.0f + expf(-a));
-  } else if constexpr (kAct == Act::kGelu) {
+  } else if constexpr (kAct == Act::kGelu || kAct == Act::kPlainGelu) {
     constexpr float kSqrtHalf = 0.70710678118654752440f;
     return 0.5f * a * (1.0f + erff(a * kSqrtHalf));
   } else {
@@ -89,7 +95,7 @@ XLLM_CUDA_HD void run_item(const ActivationArgs& a, int64_t item, int t) {
     out_offset += index * p.out_strides.s[dim];
   });
   const T* gate = static_cast<const T*>(p.input) + in_offset;  // [d]
-  const T* up = gate + p.d;                                     // [d]
+  const T* up = gate + p.d;                                     // [d], gated operations only
   T* out = static_cast<T*>(p.out) + out_offset;                 // [d]
 
   // Piece k starts at element first + k * stride. On the vector path d is a multiple of V, so a
@@ -102,7 +108,7 @@ XLLM_CUDA_UNROLL
     const int64_t e = first + k * stride;
     if (e < p.d) {
       load<V>(gate + e, x[k]);
-      load<V>(up + e, y[k]);
+      if constexpr (gated(kAct)) load<V>(up + e, y[k]);
     }
   }
 XLLM_CUDA_UNROLL
@@ -110,7 +116,9 @@ XLLM_CUDA_UNROLL
     const int64_t e = first + k * stride;
     if (e < p.d) {
 XLLM_CUDA_UNROLL
-      for (int i = 0; i < V; ++i) x[k][i] = activate<kAct>(x[k][i]) * y[k][i];
+      for (int i = 0; i < V; ++i) {
+        x[k][i] = gated(kAct) ? activate<kAct>(x[k][i]) * y[k][i] : activate<kAct>(x[k][i]);
+      }
       store<V>(out + e, x[k]);
     }
   }

@@ -1,6 +1,8 @@
-// Torch-free CUDA kernels of the gated activations: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul.
-// Each row of the input holds 2d elements, [gate | up]; the output row holds d:
+// Torch-free CUDA kernels of the activations. Gated (silu_and_mul, gelu_and_mul,
+// gelu_tanh_and_mul): each row of the input holds 2d elements, [gate | up]; the output row holds d:
 //   out[..., i] = act(input[..., i]) * input[..., d + i]        for 0 <= i < d
+// Without the gate (gelu, gelu_tanh, quick_gelu): input and output rows hold d elements:
+//   out[..., i] = act(input[..., i])
 //
 // The at::Tensor side (a bridge) checks every argument, fills an ActivationParams and passes the
 // current stream. The launchers validate only what they rely on, enqueue one kernel on `stream`,
@@ -33,9 +35,9 @@ using ::xllm_kernel::kernels::RowStrides;
 // last dimension is contiguous: 2d elements per input row, d per output row.
 struct ActivationParams {
   DType dtype = DType::kFloat32;  // input and out
-  int64_t d = 0;                  // >= 1: output columns; input rows hold 2d
+  int64_t d = 0;                  // >= 1: output columns; input rows hold 2d (gated) or d
   RowShape shape;                 // rows = product of sizes; 0 rows launch nothing
-  const void* input = nullptr;    // [rows..., 2d]
+  const void* input = nullptr;    // [rows..., 2d] (gated) or [rows..., d]
   RowStrides input_strides;
   void* out = nullptr;            // [rows..., d]; must not overlap input
   RowStrides out_strides;
@@ -56,6 +58,11 @@ struct ActivationParams {
 cudaError_t silu_and_mul(const ActivationParams& p, cudaStream_t stream);
 cudaError_t gelu_and_mul(const ActivationParams& p, cudaStream_t stream);
 cudaError_t gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream);
+// Without the gate, the same math with up = 1:
+//   gelu: act(a) = gelu(a); gelu_tanh: act(a) = gelu_tanh(a); quick_gelu: act(a) = a / (1 + exp(-1.702 a))
+cudaError_t gelu(const ActivationParams& p, cudaStream_t stream);
+cudaError_t gelu_tanh(const ActivationParams& p, cudaStream_t stream);
+cudaError_t quick_gelu(const ActivationParams& p, cudaStream_t stream);
 
 // How a launch is shaped; exposed so that tests and benchmarks can see (and host-check) it.
 // A work item is `rows_per_block` rows times one column chunk of `chunk` output elements; block b

@@ -28,6 +28,21 @@ OpContract gated(const char* name, const std::string& act) {
                     .dtypes = kDtypes};
 }
 
+constexpr const char* kPlainLayout =
+    " input is [..., d] with any strides for the leading dimensions and a contiguous last dimension; out is a new "
+    "contiguous tensor of input's shape and dtype. d >= 1, zero rows allowed. Computed in float32 and rounded once "
+    "to the input's dtype.";
+
+// An activation without the gate: out = act(input), elementwise.
+OpContract plain(const char* name, const std::string& act) {
+  return OpContract{.operation = name,
+                    .version = 1,
+                    .schema = std::string(name) + "(Tensor input) -> Tensor",
+                    .numerical_mode = NumericalMode::kApproximate,
+                    .semantics = "out = " + act + " elementwise." + kPlainLayout,
+                    .dtypes = kDtypes};
+}
+
 }  // namespace
 
 const OpContract& silu_and_mul_contract() {
@@ -48,6 +63,26 @@ const OpContract& gelu_tanh_and_mul_contract() {
   return contract;
 }
 
+const OpContract& gelu_contract() {
+  static const OpContract contract =
+      plain("gelu", "gelu(input), the exact GELU gelu(a) = a/2 * (1 + erf(a / sqrt(2))) (GPT-NeoX, Falcon, BERT),");
+  return contract;
+}
+
+const OpContract& gelu_tanh_contract() {
+  static const OpContract contract =
+      plain("gelu_tanh",
+            "gelu_tanh(input), the tanh approximation gelu_tanh(a) = a/2 * (1 + tanh(sqrt(2/pi) * (a + 0.044715 a^3))) "
+            "(GPT-2's gelu_new, GPT-J, Phi-2, StarCoder),");
+  return contract;
+}
+
+const OpContract& quick_gelu_contract() {
+  static const OpContract contract =
+      plain("quick_gelu", "quick_gelu(input), quick_gelu(a) = a * sigmoid(1.702 a) = a / (1 + exp(-1.702 a)) (CLIP),");
+  return contract;
+}
+
 namespace activation {
 namespace {
 
@@ -58,6 +93,13 @@ at::Tensor gated_fake(const at::Tensor& input) {
   TORCH_CHECK(input.dim() >= 1, op, ": input must have at least 1 dimension [..., 2d], got a 0-D tensor");
   TORCH_CHECK(input.size(-1) % 2 == 0, op, ": input's last dimension must be even ([..., 2d]), got ", input.size(-1));
   return at::empty(output_shape(input), input.options());
+}
+
+// Without the gate: a new contiguous tensor of input's shape and dtype.
+template <const TypedOperation<ActivationFn>& (*kOperation)()>
+at::Tensor plain_fake(const at::Tensor& input) {
+  TORCH_CHECK(input.dim() >= 1, kOperation().name(), ": input must have at least 1 dimension [..., d], got a 0-D tensor");
+  return at::empty(input.sizes(), input.options());
 }
 
 using Declared = family::DeclaredOperation<ActivationFn>;
@@ -77,13 +119,29 @@ const Declared& gelu_tanh_and_mul_declared() {
   return operation;
 }
 
+const Declared& gelu_declared() {
+  static const Declared operation(gelu_contract(), &plain_fake<&gelu_operation>);
+  return operation;
+}
+
+const Declared& gelu_tanh_declared() {
+  static const Declared operation(gelu_tanh_contract(), &plain_fake<&gelu_tanh_operation>);
+  return operation;
+}
+
+const Declared& quick_gelu_declared() {
+  static const Declared operation(quick_gelu_contract(), &plain_fake<&quick_gelu_operation>);
+  return operation;
+}
+
 }  // namespace
 
 const family::StandardModules& modules() {
   static const family::StandardModules modules = family::standard_modules(
       {.family = "activation",
-       .operations = {&silu_and_mul_operation(), &gelu_and_mul_operation(), &gelu_tanh_and_mul_operation()},
-       .domain = "float32/bfloat16/float16 [..., 2d], contiguous last dim, any leading strides"});
+       .operations = {&silu_and_mul_operation(), &gelu_and_mul_operation(), &gelu_tanh_and_mul_operation(),
+                      &gelu_operation(), &gelu_tanh_operation(), &quick_gelu_operation()},
+       .domain = "float32/bfloat16/float16 [..., 2d] (gated) or [..., d], contiguous last dim, any leading strides"});
   return modules;
 }
 
@@ -92,6 +150,9 @@ const family::StandardModules& modules() {
 const TypedOperation<ActivationFn>& silu_and_mul_operation() { return activation::silu_and_mul_declared(); }
 const TypedOperation<ActivationFn>& gelu_and_mul_operation() { return activation::gelu_and_mul_declared(); }
 const TypedOperation<ActivationFn>& gelu_tanh_and_mul_operation() { return activation::gelu_tanh_and_mul_declared(); }
+const TypedOperation<ActivationFn>& gelu_operation() { return activation::gelu_declared(); }
+const TypedOperation<ActivationFn>& gelu_tanh_operation() { return activation::gelu_tanh_declared(); }
+const TypedOperation<ActivationFn>& quick_gelu_operation() { return activation::quick_gelu_declared(); }
 
 const Group& activation_group() {
   static const Group group = activation::modules().group();
@@ -104,6 +165,9 @@ namespace ops {
 at::Tensor silu_and_mul(const at::Tensor& input) { return activation::silu_and_mul_declared()(input); }
 at::Tensor gelu_and_mul(const at::Tensor& input) { return activation::gelu_and_mul_declared()(input); }
 at::Tensor gelu_tanh_and_mul(const at::Tensor& input) { return activation::gelu_tanh_and_mul_declared()(input); }
+at::Tensor gelu(const at::Tensor& input) { return activation::gelu_declared()(input); }
+at::Tensor gelu_tanh(const at::Tensor& input) { return activation::gelu_tanh_declared()(input); }
+at::Tensor quick_gelu(const at::Tensor& input) { return activation::quick_gelu_declared()(input); }
 
 }  // namespace ops
 }  // namespace xllm_kernel

@@ -23,4 +23,11 @@ std::vector<int64_t> output_shape(const at::Tensor& input) {
   return shape;
 }
 
+int64_t check_plain_input(const char* op, const at::Tensor& input, c10::DeviceType device) {
+  bridge::check_floating_tensor(op, "input", input, device);
+  TORCH_CHECK(input.size(-1) >= 1, op, ": input's last dimension must be >= 1 ([..., d] with d >= 1), got ",
+              input.size(-1));
+  return input.size(-1);
+}
+
 }  // namespace xllm_kernel::activation

@@ -15,6 +15,9 @@ namespace xllm_kernel::activation {
 // Returns d.
 int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType device);
 
+// The same for an activation without the gate: input [..., d] with d >= 1. Returns d.
+int64_t check_plain_input(const char* op, const at::Tensor& input, c10::DeviceType device);
+
 // The output's shape for a gated input [..., 2d]: [..., d].
 std::vector<int64_t> output_shape(const at::Tensor& input);
 

@@ -13,11 +13,13 @@ namespace {
 
 using Kernel = kernels::Status (*)(const cpu::ActivationParams&, int64_t, int64_t);
 
-template <Kernel kKernel, const TypedOperation<ActivationFn>& (*kOperation)()>
-at::Tensor native_gated(const at::Tensor& input) {
+// Gated ([..., 2d] -> [..., d]) or not ([..., d] -> [..., d]).
+template <Kernel kKernel, const TypedOperation<ActivationFn>& (*kOperation)(), bool kGated = true>
+at::Tensor native_act(const at::Tensor& input) {
   const char* op = kOperation().name().c_str();
-  const int64_t d = check_input(op, input, c10::DeviceType::CPU);
-  at::Tensor out = detail::empty_cpu_cached(output_shape(input), input.scalar_type());
+  constexpr auto kDevice = c10::DeviceType::CPU;
+  const int64_t d = kGated ? check_input(op, input, kDevice) : check_plain_input(op, input, kDevice);
+  at::Tensor out = detail::empty_cpu_cached(kGated ? output_shape(input) : input.sizes().vec(), input.scalar_type());
   cpu::ActivationParams p;
   p.dtype = bridge::kernel_dtype(input.scalar_type());
   p.d = d;
@@ -32,10 +34,16 @@ at::Tensor native_gated(const at::Tensor& input) {
 }  // namespace
 
 XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, modules().native_cpu, silu_and_mul_operation(),
-                             (native_gated<cpu::silu_and_mul, &silu_and_mul_operation>));
+                             (native_act<cpu::silu_and_mul, &silu_and_mul_operation>));
 XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_and_mul, modules().native_cpu, gelu_and_mul_operation(),
-                             (native_gated<cpu::gelu_and_mul, &gelu_and_mul_operation>));
+                             (native_act<cpu::gelu_and_mul, &gelu_and_mul_operation>));
 XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh_and_mul, modules().native_cpu, gelu_tanh_and_mul_operation(),
-                             (native_gated<cpu::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+                             (native_act<cpu::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu, modules().native_cpu, gelu_operation(),
+                             (native_act<cpu::gelu, &gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh, modules().native_cpu, gelu_tanh_operation(),
+                             (native_act<cpu::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_quick_gelu, modules().native_cpu, quick_gelu_operation(),
+                             (native_act<cpu::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
 
 }  // namespace xllm_kernel::activation

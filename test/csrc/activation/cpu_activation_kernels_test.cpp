@@ -30,13 +30,19 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kU32 = 0x1p-24;  // float32 unit roundoff
 constexpr double kMinNormal = 0x1p-126;
 
-enum class Op { kSilu, kGelu, kGeluTanh };
+// The gated operations, then those without the gate (out = f(a), b = 1).
+enum class Op { kSilu, kGelu, kGeluTanh, kPlainGelu, kPlainGeluTanh, kQuickGelu };
+
+bool Gated(Op op) { return op == Op::kSilu || op == Op::kGelu || op == Op::kGeluTanh; }
 
 const char* Name(Op op) {
   switch (op) {
     case Op::kSilu: return "silu_and_mul";
     case Op::kGelu: return "gelu_and_mul";
     case Op::kGeluTanh: return "gelu_tanh_and_mul";
+    case Op::kPlainGelu: return "gelu";
+    case Op::kPlainGeluTanh: return "gelu_tanh";
+    case Op::kQuickGelu: return "quick_gelu";
   }
   return "?";
 }
@@ -46,12 +52,18 @@ Status RunOp(Op op, const ActivationParams& p, int64_t b, int64_t e) {
     case Op::kSilu: return silu_and_mul(p, b, e);
     case Op::kGelu: return gelu_and_mul(p, b, e);
     case Op::kGeluTanh: return gelu_tanh_and_mul(p, b, e);
+    case Op::kPlainGelu: return gelu(p, b, e);
+    case Op::kPlainGeluTanh: return gelu_tanh(p, b, e);
+    case Op::kQuickGelu: return quick_gelu(p, b, e);
   }
   return Status::invalid("unknown op");
 }
 
 // fast: the cheaper forms of the bfloat16 kernels.
 Math MathOf(Op op, bool fast = false) {
+  if (op == Op::kPlainGelu) op = Op::kGelu;
+  if (op == Op::kPlainGeluTanh) op = Op::kGeluTanh;
+  if (op == Op::kQuickGelu) return fast ? Math::kQuickGeluFast : Math::kQuickGelu;
   if (fast) return op == Op::kSilu ? Math::kSiluFast : op == Op::kGelu ? Math::kGeluFast : Math::kGeluTanhFast;
   return op == Op::kSilu ? Math::kSilu : op == Op::kGelu ? Math::kGelu : Math::kGeluTanh;
 }
@@ -73,7 +85,10 @@ double RefAct(Op op, double a) {
   if (a == kInf) return kInf;
   switch (op) {
     case Op::kSilu: return a / (1.0 + std::exp(-a));
+    case Op::kQuickGelu: return a / (1.0 + std::exp(-1.702 * a));
+    case Op::kPlainGelu:
     case Op::kGelu: return a * Phi(a);  // 0.5 (1 + erf(x)) = 0.5 erfc(-x), without cancellation
+    case Op::kPlainGeluTanh:
     case Op::kGeluTanh: {
       // 0.5 (1 + tanh(z)) with z = u / 2; for z < -1, 1 + tanh(z) cancels in double too, and
       // the same value is e^u / (1 + e^u).
@@ -105,11 +120,17 @@ constexpr double kNormalCdfFastRel = 2.5e-4;
 constexpr double kSiluFastRel = 1.5e-4;
 constexpr double kGeluFastRel = 2.5e-4;
 
+// quick_gelu is a / (1 + e^-u) with u = 1.702 a: as gelu_tanh.
+double QuickGeluRel(double a) { return (8.0 + 4.0 * std::fabs(1.702 * a)) * kU32; }
+
 double Rel(Op op, double a, bool fast = false) {
   switch (op) {
     case Op::kSilu: return fast ? kSiluFastRel : kSiluRel;
+    case Op::kPlainGelu:
     case Op::kGelu: return fast ? kGeluFastRel : kGeluRel;
+    case Op::kPlainGeluTanh:
     case Op::kGeluTanh: return (fast ? kSiluFastRel : 0.0) + GeluTanhRel(a);
+    case Op::kQuickGelu: return (fast ? kSiluFastRel : 0.0) + QuickGeluRel(a);
   }
   return 0.0;
 }
@@ -236,6 +257,8 @@ TEST_P(MathBounds, GeluTanh) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, 
 TEST_P(MathBounds, SiluFast) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam(), true); }
 TEST_P(MathBounds, GeluFast) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam(), true); }
 TEST_P(MathBounds, GeluTanhFast) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam(), true); }
+TEST_P(MathBounds, QuickGelu) { CheckActivationSweep(Op::kQuickGelu, -70.0, 70.0, GetParam()); }
+TEST_P(MathBounds, QuickGeluFast) { CheckActivationSweep(Op::kQuickGelu, -70.0, 70.0, GetParam(), true); }
 
 TEST_P(MathBounds, ExpFast) {
   const auto [s, worst, at] = SweepExp(Math::kExpFast);
@@ -413,7 +436,9 @@ double Tolerance(Op op, DType t, double a, double b, double want) {
 
 // Inputs typical of a gated MLP (a ~ N(0, 3), b ~ N(0, 1)) with some far into the tails of
 // every activation; |a b| stays well inside float16's range.
-void FillInputs(std::mt19937& rng, DType t, Tensor& in, int64_t d, std::vector<double>& a, std::vector<double>& b) {
+// Without the gate (gated = false) b is 1 and only a is stored.
+void FillInputs(std::mt19937& rng, DType t, Tensor& in, int64_t d, std::vector<double>& a, std::vector<double>& b,
+                bool gated = true) {
   std::normal_distribution<float> gate(0.0f, 3.0f), up(0.0f, 1.0f);
   std::uniform_real_distribution<float> tail(-120.0f, 40.0f);
   std::uniform_int_distribution<int> pick(0, 15);
@@ -424,7 +449,7 @@ void FillInputs(std::mt19937& rng, DType t, Tensor& in, int64_t d, std::vector<d
     for (int64_t j = 0; j < d; ++j) {
       const float av = pick(rng) == 0 ? tail(rng) : gate(rng);
       a[r * d + j] = Store(t, in.data(), in.row_offsets[r] + j, av);
-      b[r * d + j] = Store(t, in.data(), in.row_offsets[r] + d + j, std::clamp(up(rng), -4.0f, 4.0f));
+      b[r * d + j] = gated ? Store(t, in.data(), in.row_offsets[r] + d + j, std::clamp(up(rng), -4.0f, 4.0f)) : 1.0;
     }
   }
 }
@@ -440,12 +465,12 @@ void CheckCase(Op op, DType t, Layout layout, int64_t rows, int64_t d, uint32_t 
                " d=" + std::to_string(d) + (opt.stream_out ? " streamed" : ""));
   const RowShape shape = MakeShape(layout, rows);
   // Different padding per tensor, so a kernel using the wrong strides fails.
-  const Tensor in_init = MakeTensor(t, layout, shape, 2 * d, 3, 7);
+  const Tensor in_init = MakeTensor(t, layout, shape, Gated(op) ? 2 * d : d, 3, 7);
   Tensor in = in_init;
   Tensor out = MakeTensor(t, layout, shape, d, 5, 11);
   std::mt19937 rng(seed);
   std::vector<double> a, b;
-  FillInputs(rng, t, in, d, a, b);
+  FillInputs(rng, t, in, d, a, b, Gated(op));
   const auto in_before = in.bytes;
 
   ActivationParams p = MakeParams(t, d, shape, in, out);
@@ -482,6 +507,7 @@ void CheckCase(Op op, DType t, Layout layout, int64_t rows, int64_t d, uint32_t 
 const int64_t kWidths[] = {1, 2, 7, 8, 15, 16, 17, 31, 64, 100, 1000, 4099, 14336};
 const DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 const Op kOps[] = {Op::kSilu, Op::kGelu, Op::kGeluTanh};
+const Op kPlainOps[] = {Op::kPlainGelu, Op::kPlainGeluTanh, Op::kQuickGelu};
 
 // About 60k output elements per case at most.
 int64_t RowsFor(int64_t d) { return std::clamp<int64_t>(60000 / d, 1, 9); }
@@ -526,21 +552,24 @@ TEST_P(ActivationReference, NonTemporalOutputsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOps, ActivationReference, ::testing::Combine(::testing::ValuesIn(kOps), ::testing::ValuesIn(kDTypes)),
-                         [](const ::testing::TestParamInfo<ActivationReference::ParamType>& info) {
-                           return std::string(Name(std::get<0>(info.param))) + "_" + ShortName(std::get<1>(info.param));
-                         });
+std::string ParamName(const ::testing::TestParamInfo<ActivationReference::ParamType>& info) {
+  return std::string(Name(std::get<0>(info.param))) + "_" + ShortName(std::get<1>(info.param));
+}
+INSTANTIATE_TEST_SUITE_P(AllOps, ActivationReference,
+                         ::testing::Combine(::testing::ValuesIn(kOps), ::testing::ValuesIn(kDTypes)), ParamName);
+INSTANTIATE_TEST_SUITE_P(PlainOps, ActivationReference,
+                         ::testing::Combine(::testing::ValuesIn(kPlainOps), ::testing::ValuesIn(kDTypes)), ParamName);
 
 // ---------------------------------------------------------------- exact rounding
 
 // Contiguous params over `rows` rows (pointers set by the caller).
-ActivationParams ContiguousParams(DType t, int64_t rows, int64_t d) {
+ActivationParams ContiguousParams(DType t, int64_t rows, int64_t d, bool gated = true) {
   ActivationParams p;
   p.dtype = t;
   p.d = d;
   p.shape.ndim = 1;
   p.shape.rows = p.shape.sizes[0] = rows;
-  p.input_strides.s[0] = 2 * d;
+  p.input_strides.s[0] = gated ? 2 * d : d;
   p.out_strides.s[0] = d;
   return p;
 }
@@ -549,12 +578,14 @@ ActivationParams ContiguousParams(DType t, int64_t rows, int64_t d) {
 std::vector<uint32_t> RunRow(Op op, DType t, const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
                              bool stream_out = false) {
   const int64_t d = static_cast<int64_t>(a.size());
-  std::vector<unsigned char, LineAligned<unsigned char>> in(2 * d * ElemSize(t)), out(d * ElemSize(t), kSentinel);
+  const bool gated = Gated(op);  // without the gate, b is not read
+  std::vector<unsigned char, LineAligned<unsigned char>> in((gated ? 2 : 1) * d * ElemSize(t)),
+      out(d * ElemSize(t), kSentinel);
   for (int64_t j = 0; j < d; ++j) {
     StoreBits(t, in.data(), j, a[j]);
-    StoreBits(t, in.data(), d + j, b[j]);
+    if (gated) StoreBits(t, in.data(), d + j, b[j]);
   }
-  ActivationParams p = ContiguousParams(t, 1, d);
+  ActivationParams p = ContiguousParams(t, 1, d, gated);
   p.input = in.data();
   p.out = out.data();
   p.stream_out = stream_out;
@@ -699,6 +730,37 @@ TEST(ActivationSpecialValues, NaNAndInfinity) {
               // Exact for these cases (limits, zeros, infinities, f(1000) = 1000), sign included.
               EXPECT_EQ(got[j], EncodeBits(t, static_cast<float>(want))) << "a=" << av << " b=" << bv << " got " << g
                                                                          << " want " << want;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Without the gate: NaN gives NaN, +inf gives +inf, -inf and large negative a give -0, large a
+// gives a, zeros keep their sign; every lane position and the tail.
+TEST(ActivationSpecialValues, NaNAndInfinityWithoutTheGate) {
+  const float cases[] = {NAN, -NAN, INFINITY, -INFINITY, -1000.0f, 1000.0f, 0.0f, -0.0f, -200.0f, 50.0f};
+  constexpr int64_t n = sizeof(cases) / sizeof(cases[0]);
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    for (Op op : kPlainOps) {
+      for (DType t : kDTypes) {
+        SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(op) + " " + ShortName(t));
+        for (int64_t shift = 0; shift < 3; ++shift) {
+          const int64_t d = 37 + shift;
+          std::vector<uint32_t> a(d), b(d, EncodeBits(t, 1.0f));
+          for (int64_t j = 0; j < d; ++j) a[j] = EncodeBits(t, cases[(j + shift) % n]);
+          const std::vector<uint32_t> got = RunRow(op, t, a, b);
+          for (int64_t j = 0; j < d; ++j) {
+            const double av = DecodeBits(t, a[j]);
+            const double want = RefAct(op, av);
+            if (std::isnan(want)) {
+              EXPECT_TRUE(std::isnan(DecodeBits(t, got[j]))) << "a=" << av;
+            } else {
+              EXPECT_EQ(got[j], EncodeBits(t, static_cast<float>(want))) << "a=" << av << " got "
+                                                                         << DecodeBits(t, got[j]) << " want " << want;
             }
           }
         }

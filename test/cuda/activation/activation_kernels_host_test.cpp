@@ -28,11 +28,20 @@ namespace {
 using kernels::Act;
 using kernels::ActivationArgs;
 
-constexpr Act kActs[] = {Act::kSilu, Act::kGelu, Act::kGeluTanh};
+constexpr Act kActs[] = {Act::kSilu,      Act::kGelu,          Act::kGeluTanh,
+                         Act::kPlainGelu, Act::kPlainGeluTanh, Act::kQuickGelu};
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 const char* name_of(Act a) {
-  return a == Act::kSilu ? "silu_and_mul" : a == Act::kGelu ? "gelu_and_mul" : "gelu_tanh_and_mul";
+  switch (a) {
+    case Act::kSilu: return "silu_and_mul";
+    case Act::kGelu: return "gelu_and_mul";
+    case Act::kGeluTanh: return "gelu_tanh_and_mul";
+    case Act::kPlainGelu: return "gelu";
+    case Act::kPlainGeluTanh: return "gelu_tanh";
+    case Act::kQuickGelu: return "quick_gelu";
+  }
+  return "?";
 }
 const char* name_of(DType t) { return t == DType::kFloat32 ? "f32" : t == DType::kBFloat16 ? "bf16" : "f16"; }
 size_t size_of(DType t) { return static_cast<size_t>(::xllm_kernel::kernels::element_size(t)); }
@@ -111,17 +120,24 @@ bool run_plan(Act act, const ActivationArgs& args, int64_t grid = 0) {
     case Act::kSilu: return kernels::dispatch_variant<Act::kSilu>(args, false, run);
     case Act::kGelu: return kernels::dispatch_variant<Act::kGelu>(args, false, run);
     case Act::kGeluTanh: return kernels::dispatch_variant<Act::kGeluTanh>(args, false, run);
+    case Act::kPlainGelu: return kernels::dispatch_variant<Act::kPlainGelu>(args, false, run);
+    case Act::kPlainGeluTanh: return kernels::dispatch_variant<Act::kPlainGeluTanh>(args, false, run);
+    case Act::kQuickGelu: return kernels::dispatch_variant<Act::kQuickGelu>(args, false, run);
   }
   return false;
 }
 
 // ---- the float64 reference and the error bound ----
 
-// act(a) * b in float64, written without the cancellations of 1 + erf and 1 + tanh for a << 0.
+// act(a) * b in float64 (b = 1 without the gate), written without the cancellations of 1 + erf
+// and 1 + tanh for a << 0.
 double reference(Act act, double a, double b) {
   switch (act) {
     case Act::kSilu: return a / (1.0 + std::exp(-a)) * b;
+    case Act::kQuickGelu: return a / (1.0 + std::exp(-1.702 * a)) * b;
+    case Act::kPlainGelu:
     case Act::kGelu: return 0.5 * a * std::erfc(-a / std::sqrt(2.0)) * b;
+    case Act::kPlainGeluTanh:
     case Act::kGeluTanh: {
       const double z = std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
       return a / (1.0 + std::exp(-2.0 * z)) * b;  // 0.5 a (1 + tanh z) = a * sigmoid(2z)
@@ -205,8 +221,9 @@ struct View {
   }
 };
 
-void make_views(Layout l, int64_t tokens, int64_t d, View* in, View* out) {
-  const int64_t w = 2 * d;
+// Input rows of 2d elements (gated) or d.
+void make_views(Layout l, int64_t tokens, int64_t d, View* in, View* out, bool gated = true) {
+  const int64_t w = gated ? 2 * d : d;
   switch (l) {
     case Layout::kContiguous: *in = {0, {tokens}, {w}}, *out = {0, {tokens}, {d}}; break;
     case Layout::kAlignedPadding: *in = {0, {tokens}, {w + 16}}, *out = {0, {tokens}, {d + 16}}; break;
@@ -241,7 +258,8 @@ ActivationParams params_for(DType t, int64_t d, const View& in, const Buffer& in
 
 // Gate values: mostly normal(0, 3), some special ones (zeros, tiny, large of both signs, beyond
 // expf's overflow at -88.7).
-void fill_gate_and_up(const Buffer& b, const View& v, int64_t d, std::mt19937& rng) {
+// Without the gate (gated = false) only the d input elements of a row are written.
+void fill_gate_and_up(const Buffer& b, const View& v, int64_t d, std::mt19937& rng, bool gated = true) {
   static const double kSpecial[] = {0.0, -0.0, 1e-3, -1e-3, 8, -8, 20, -20, 60, -60, 100, -100, 0.5, -0.5};
   std::normal_distribution<double> gate(0.0, 3.0), up(0.0, 2.0);
   std::uniform_int_distribution<int> pick(0, 15), special(0, std::size(kSpecial) - 1);
@@ -249,7 +267,7 @@ void fill_gate_and_up(const Buffer& b, const View& v, int64_t d, std::mt19937& r
     const int64_t o = v.row_offset(row);
     for (int64_t i = 0; i < d; ++i) {
       b.set(o + i, pick(rng) == 0 ? kSpecial[special(rng)] : gate(rng));
-      b.set(o + d + i, up(rng));
+      if (gated) b.set(o + d + i, up(rng));
     }
   }
 }
@@ -300,9 +318,10 @@ testing::AssertionResult coverage(const StoreLog& log, const View& out, int64_t 
 void check_case(const Case& c, std::mt19937& rng) {
   SCOPED_TRACE(c.describe());
   View in_view, out_view;
-  make_views(c.layout, c.tokens, c.d, &in_view, &out_view);
-  Buffer input(c.dtype, in_view.extent(2 * c.d)), output(c.dtype, out_view.extent(c.d));
-  fill_gate_and_up(input, in_view, c.d, rng);
+  const bool is_gated = kernels::gated(c.act);
+  make_views(c.layout, c.tokens, c.d, &in_view, &out_view, is_gated);
+  Buffer input(c.dtype, in_view.extent(is_gated ? 2 * c.d : c.d)), output(c.dtype, out_view.extent(c.d));
+  fill_gate_and_up(input, in_view, c.d, rng, is_gated);
   std::vector<unsigned char> input_before(input.bytes.get(), input.bytes.get() + input.size_bytes());
   const ActivationParams p = params_for(c.dtype, c.d, in_view, input, out_view, output);
 
@@ -332,7 +351,7 @@ void check_case(const Case& c, std::mt19937& rng) {
   for (int64_t row = 0; row < in_view.rows(); ++row) {
     const int64_t io = in_view.row_offset(row), oo = out_view.row_offset(row);
     for (int64_t i = 0; i < c.d; ++i) {
-      const double a = input.get(io + i), b = input.get(io + c.d + i);
+      const double a = input.get(io + i), b = is_gated ? input.get(io + c.d + i) : 1.0;
       const double want = reference(c.act, a, b), got = output.get(oo + i);
       if (!(std::fabs(got - want) <= bound(c.dtype, a, b, want))) {
         FAIL() << "row " << row << " element " << i << ": act(" << a << ") * " << b << " = " << got << ", want "

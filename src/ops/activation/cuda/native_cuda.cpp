@@ -15,13 +15,15 @@ namespace {
 
 using Launcher = cudaError_t (*)(const cuda::ActivationParams&, cudaStream_t);
 
-template <Launcher kLaunch, const TypedOperation<ActivationFn>& (*kOperation)()>
-at::Tensor native_gated(const at::Tensor& input) {
+// Gated ([..., 2d] -> [..., d]) or not ([..., d] -> [..., d]).
+template <Launcher kLaunch, const TypedOperation<ActivationFn>& (*kOperation)(), bool kGated = true>
+at::Tensor native_act(const at::Tensor& input) {
   const char* op = kOperation().name().c_str();
-  const int64_t d = check_input(op, input, c10::DeviceType::CUDA);
+  constexpr auto kDevice = c10::DeviceType::CUDA;
+  const int64_t d = kGated ? check_input(op, input, kDevice) : check_plain_input(op, input, kDevice);
   bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor out = at::empty(output_shape(input), input.options());
+  at::Tensor out = at::empty(kGated ? output_shape(input) : input.sizes().vec(), input.options());
   cuda::ActivationParams p;
   p.dtype = bridge::kernel_dtype(input.scalar_type());
   p.d = d;
@@ -35,10 +37,16 @@ at::Tensor native_gated(const at::Tensor& input) {
 }  // namespace
 
 XLLM_REGISTER_IMPLEMENTATION(cuda_native_silu_and_mul, modules().native_cuda, silu_and_mul_operation(),
-                             (native_gated<cuda::silu_and_mul, &silu_and_mul_operation>));
+                             (native_act<cuda::silu_and_mul, &silu_and_mul_operation>));
 XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_and_mul, modules().native_cuda, gelu_and_mul_operation(),
-                             (native_gated<cuda::gelu_and_mul, &gelu_and_mul_operation>));
+                             (native_act<cuda::gelu_and_mul, &gelu_and_mul_operation>));
 XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh_and_mul, modules().native_cuda, gelu_tanh_and_mul_operation(),
-                             (native_gated<cuda::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+                             (native_act<cuda::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu, modules().native_cuda, gelu_operation(),
+                             (native_act<cuda::gelu, &gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh, modules().native_cuda, gelu_tanh_operation(),
+                             (native_act<cuda::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_quick_gelu, modules().native_cuda, quick_gelu_operation(),
+                             (native_act<cuda::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
 
 }  // namespace xllm_kernel::activation
