@@ -27,6 +27,7 @@ from typing import Iterable
 from xllm_kernel import _C
 from xllm_kernel._extensions import ENTRY_POINT_GROUP, ENVIRONMENT_VARIABLE, extension_modules
 from xllm_kernel.platforms import PlatformEnum, device_name
+from xllm_kernel import registry as _registry
 from xllm_kernel.registry import OpContract, Operation, execution_mode, kernels
 
 
@@ -337,3 +338,8 @@ def describe() -> str:
             f"  {s.name}  device={s.device} solution={s.solution} binding={s.binding} priority={s.priority}"
         )
     return "\n".join(lines)
+
+
+# The registry joins the catalog's Python groups through this before it looks an operation up (it
+# imports nothing above it). Looked up when called, so the catalog's load() is the one called.
+_registry._install("load_catalog", lambda: load())

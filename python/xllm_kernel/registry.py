@@ -10,6 +10,11 @@ native ones.
     @register_kernel(name="cpu.python.rms_norm", contract=RMS_NORM_CONTRACT, device="cpu", priority=30)
     def rms_norm(input, weight, eps):
         ...
+
+The registry is the package's lowest layer: it imports neither the catalog nor the runtime. Where
+it needs them (joining the Python groups before it looks an operation up, the bindings
+initialize() published), it calls what they install here when they are imported (_install below);
+importing xllm_kernel imports both.
 """
 
 from __future__ import annotations
@@ -21,6 +26,32 @@ from xllm_kernel import _C
 from xllm_kernel.platforms import PlatformEnum, device_name
 
 F = TypeVar("F", bound=Callable)
+
+# What the layers above install when they are imported (importing xllm_kernel imports both), so
+# that this module imports neither: "load_catalog" (xllm_kernel.catalog.load: the package's Python
+# groups and the extensions join the catalog) and "prepared" (xllm_kernel.runtime.prepared: the
+# binding initialize() published).
+_above: dict[str, Callable] = {}
+
+
+def _install(name: str, fn: Callable) -> None:
+    """Called by xllm_kernel.catalog and xllm_kernel.runtime when they are imported."""
+    _above[name] = fn
+
+
+def _call_above(name: str, *args):
+    fn = _above.get(name)
+    if fn is None:
+        raise RuntimeError(f"xllm_kernel.registry: {name} is not installed (import xllm_kernel first)")
+    return fn(*args)
+
+
+def _ensure_in_catalog(operation: str) -> None:
+    """Joins the catalog's Python groups and extensions (catalog.load()) unless `operation` is in the
+    catalog already."""
+    if not _known(operation):
+        _call_above("load_catalog")
+
 
 # The C++ core knows two execution modes; the spec names the graph mode after each device's graph
 # API (ACLGraph on Ascend, CUDA graphs), which are all the C++ "graph".
@@ -157,17 +188,12 @@ class Operation:
         """torch.ops.xllm_kernel.<operation>.default, the dispatcher's entry to the same binding."""
         import torch
 
-        if not _known(self.name):
-            from xllm_kernel import catalog
-
-            catalog.load()  # an operation declared in Python joins the catalog (and torch.ops) there
+        _ensure_in_catalog(self.name)  # an operation declared in Python joins the catalog (and torch.ops) there
         return getattr(torch.ops.xllm_kernel, self.name).default
 
     def get_prepared(self, device: object = None) -> PreparedKernel:
         """The binding initialize() published; `device` may be omitted when one device is initialized."""
-        from xllm_kernel import runtime
-
-        return runtime.prepared(self.name, device)
+        return _call_above("prepared", self.name, device)
 
     def __repr__(self) -> str:
         return f"Operation({self.contract.schema!r})"
@@ -179,10 +205,7 @@ def _known(operation: str) -> bool:
 
 def contract(operation: str) -> OpContract:
     """The catalog contract of `operation` (ValueError naming the closest ones if unknown)."""
-    if not _known(operation):
-        from xllm_kernel import catalog
-
-        catalog.load()  # the catalog's Python groups and extensions
+    _ensure_in_catalog(operation)  # the catalog's Python groups and extensions
     return OpContract._from_c(_C.contract(operation))
 
 
@@ -222,10 +245,7 @@ def register_kernel(
     follow <device>.<solution>.<operation>[.<variant>] or is already taken.
     """
     device_ = _one_device(device, platform)
-    if not _known(contract.operation):
-        from xllm_kernel import catalog
-
-        catalog.load()  # the operation may be declared by a Python group or an extension
+    _ensure_in_catalog(contract.operation)  # the operation may be declared by a Python group or an extension
     if isinstance(execution_modes, str):
         execution_modes = (execution_modes,)
     modes = [execution_mode(m) for m in execution_modes]

@@ -18,7 +18,8 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 
-from xllm_kernel import _C
+from xllm_kernel import _C, catalog
+from xllm_kernel import registry as _registry
 from xllm_kernel.platforms import Platform, PlatformEnum, device_name
 from xllm_kernel.registry import KernelSpec, PreparedKernel, execution_mode
 
@@ -94,8 +95,6 @@ def initialize(
     device_ = device_name(Platform.current() if device is None else device)
     if isinstance(operations, str):
         operations = (operations,)
-    from xllm_kernel import catalog
-
     # Discover definitions: the package's Python groups and the extensions join the catalog; the
     # C++ runtime then imports the backend modules of the requested operations, freezes, selects
     # and publishes.
@@ -114,8 +113,6 @@ def _import_front_doors(device: str) -> None:
     recorded for the module's probe, which reports it in explain() and in initialize()'s error. Any
     other error propagates, an ImportError of the package's own code included (a typo, a name that
     moved): that is a broken installation, not an absent dependency."""
-    from xllm_kernel import catalog
-
     for group in catalog.groups():
         for module in group.modules:
             if module.device != device or module.language != "c++" or module.name.count(".") != 1:
@@ -228,9 +225,12 @@ def explain(device: object, operation: str) -> Explanation:
     Uses the device's initialized configuration, or the defaults (eager, environment overrides)
     when it is not initialized yet.
     """
-    from xllm_kernel import catalog
-
     catalog.load()
     _import_front_doors(device_name(device))
     d = _C.explain(device_name(device), operation)
     return Explanation(**{**d, "candidates": tuple(Candidate(**c) for c in d["candidates"])})
+
+
+# Operation.get_prepared() reads the published bindings through this (the registry imports nothing
+# above it). Looked up when called, so the runtime's prepared() is the one called.
+_registry._install("prepared", lambda operation, device: prepared(operation, device))

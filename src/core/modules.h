@@ -1,5 +1,5 @@
 // Loading backend modules: probing their dependencies (once), loading device plugins, and
-// checking each implementation's own `supports` probe. Selection (src/core/runtime.cpp) reads
+// checking each implementation's own `supports` probe. Selection (src/core/selection.cpp) reads
 // the results and never loads anything itself.
 #pragma once
 

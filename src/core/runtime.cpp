@@ -9,11 +9,14 @@
 #include <stdexcept>
 
 #include "src/core/modules.h"
+#include "src/core/selection.h"
 #include "src/core/strings.h"
 
 namespace xllm_kernel {
 
+using detail::Config;
 using detail::join;
+using detail::ResolvedOverride;
 
 const char* to_string(Rejection rejection) {
   switch (rejection) {
@@ -80,18 +83,6 @@ std::string Explanation::to_string() const {
 }
 
 namespace {
-
-struct ResolvedOverride {
-  std::string target;
-  std::string source;
-  bool operator==(const ResolvedOverride& o) const { return target == o.target && source == o.source; }
-};
-
-struct Config {
-  std::vector<std::string> operations;  // sorted
-  std::map<std::string, ResolvedOverride> overrides;
-  ExecutionMode mode = ExecutionMode::kEager;
-};
 
 std::string describe_overrides(const std::map<std::string, ResolvedOverride>& overrides) {
   std::vector<std::string> parts;
@@ -222,205 +213,9 @@ Config resolve(Device device, const InitializeOptions& options, const std::vecto
   return config;
 }
 
-struct Selection {
-  Explanation explanation;
-  std::shared_ptr<const RegisteredKernel> kernel;  // null when selection failed
-};
-
-// Pure: from the registered kernels, the declarations, what loading the modules found and the
-// configuration to the explanation (and the chosen kernel). Loads nothing.
 }  // namespace
 
 std::vector<const Operation*> Runtime::operations() const { return operations_of(groups_()); }
-
-namespace {
-
-Selection select(Device device, const Operation& operation, const Config& config,
-                 const std::vector<std::shared_ptr<const RegisteredKernel>>& kernels,
-                 const std::vector<const Group*>& groups, const detail::ModuleLoader& modules) {
-  Selection result;
-  Explanation& ex = result.explanation;
-  ex.device = device;
-  ex.operation = operation.name();
-  ex.mode = config.mode;
-  const ResolvedOverride* override_target = nullptr;
-  if (auto it = config.overrides.find(operation.name()); it != config.overrides.end()) {
-    override_target = &it->second;
-    ex.override_target = it->second.target;
-    ex.override_source = it->second.source;
-  }
-
-  // Every implementation of this operation that a module of this device declares.
-  struct Declared {
-    const BackendModule* module;
-    const Implementation* implementation;
-  };
-  std::map<std::string, Declared> declared;
-  for (const Group* group : groups) {
-    for (const BackendModule* module : group->modules) {
-      if (module->device != device) continue;
-      for (const Implementation& impl : module->implementations) {
-        if (impl.operation->name() != operation.name()) continue;
-        declared[module->implementation_name(impl)] = {module, &impl};
-      }
-    }
-  }
-  // Why a declared implementation cannot run here, from its module's and its own probe.
-  auto availability = [&](const BackendModule* module, const Implementation* impl, Candidate& c) {
-    const ProbeResult* probe = module == nullptr ? nullptr : modules.probe(*module);
-    if (probe != nullptr && !probe->available) {
-      c.rejection = Rejection::kMissingDependency;
-      c.reason = "missing dependency: " + probe->detail;
-      return false;
-    }
-    if (probe != nullptr) c.detail = probe->detail;
-    const ProbeResult* own = impl == nullptr ? nullptr : modules.supports(*impl);
-    if (own != nullptr && !own->available) {
-      c.rejection = Rejection::kUnsupported;
-      c.reason = "unsupported here: " + own->detail;
-      return false;
-    }
-    if (own != nullptr && !own->detail.empty()) c.detail += (c.detail.empty() ? "" : ", ") + own->detail;
-    return true;
-  };
-
-  struct Entry {
-    Candidate candidate;
-    std::shared_ptr<const RegisteredKernel> kernel;
-    bool eligible = false;
-  };
-  std::vector<Entry> entries;
-  std::vector<std::string> registered_here;
-  for (const auto& kernel : kernels) {
-    if (kernel->operation->name() != operation.name() || kernel->spec.device != device) continue;
-    const KernelSpec& spec = kernel->spec;
-    registered_here.push_back(spec.name);
-    Entry e;
-    e.kernel = kernel;
-    e.candidate = {.name = spec.name, .solution = spec.solution, .variant = spec.variant, .binding = spec.binding,
-                   .priority = spec.priority};
-    auto where = declared.find(spec.name);
-    const Implementation* impl = where == declared.end() ? nullptr : where->second.implementation;
-    if (!availability(spec.module, impl, e.candidate)) {
-      // excluded with the reason availability() gave
-    } else if (spec.contract->version != operation.contract().version ||
-               spec.contract->schema != operation.contract().schema) {
-      e.candidate.rejection = Rejection::kContractMismatch;
-      e.candidate.reason = "contract mismatch: implements version " + std::to_string(spec.contract->version) +
-                           " '" + spec.contract->schema + "', the operation is version " +
-                           std::to_string(operation.contract().version);
-    } else if (!spec.supports(config.mode)) {
-      std::vector<std::string> modes;
-      for (ExecutionMode m : spec.execution_modes) modes.push_back(to_string(m));
-      e.candidate.rejection = Rejection::kUnsupportedMode;
-      e.candidate.reason = std::string("unsupported mode ") + to_string(config.mode) + " (supports " + join(modes, ", ") + ")";
-    } else {
-      e.eligible = true;
-    }
-    entries.push_back(std::move(e));
-  }
-  // Declared by a module whose dependency is missing (or whose plugin was not loaded), so never
-  // registered.
-  for (const auto& [name, where] : declared) {
-    if (std::find(registered_here.begin(), registered_here.end(), name) != registered_here.end()) continue;
-    Entry e;
-    e.candidate = {.name = name, .solution = where.module->solution, .variant = where.implementation->variant,
-                   .binding = where.module->binding, .priority = where.implementation->priority};
-    if (availability(where.module, where.implementation, e.candidate)) {
-      e.candidate.rejection = Rejection::kNotRegistered;
-      e.candidate.reason = modules.probe(*where.module) == nullptr
-                               ? "module " + where.module->name + " was not loaded"
-                               : "declared by module " + where.module->name + " but not registered";
-    }
-    entries.push_back(std::move(e));
-  }
-
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    if (a.eligible != b.eligible) return a.eligible;
-    if (a.candidate.priority != b.candidate.priority) return a.candidate.priority > b.candidate.priority;
-    return a.candidate.name < b.candidate.name;
-  });
-
-  auto fail = [&](const std::string& message) {
-    ex.error = message;
-    for (auto& e : entries) ex.candidates.push_back(e.candidate);
-    return result;
-  };
-
-  Entry* chosen = nullptr;
-  if (override_target != nullptr) {
-    const std::string& target = override_target->target;
-    const std::string who = operation.name() + ": override '" + target + "' (" + override_target->source + ")";
-    bool by_name = false;
-    for (auto& e : entries) {
-      if (e.candidate.name == target) {
-        by_name = true;
-        if (!e.eligible) return fail(who + " names an excluded implementation: " + e.candidate.reason);
-        chosen = &e;
-      }
-    }
-    if (!by_name) {
-      bool solution_known = false;
-      std::vector<std::string> reasons;
-      for (auto& e : entries) {
-        if (e.candidate.solution != target) continue;
-        solution_known = true;
-        if (e.eligible && chosen == nullptr) chosen = &e;
-        if (!e.eligible) reasons.push_back(e.candidate.name + ": " + e.candidate.reason);
-      }
-      if (!solution_known) {
-        auto other = std::find_if(kernels.begin(), kernels.end(), [&](const auto& k) { return k->spec.name == target; });
-        if (other != kernels.end()) {
-          return fail(who + " names " + target + ", an implementation for device " + to_string((*other)->spec.device) +
-                      " and operation " + (*other)->operation->name() + ", not " + operation.name() + " on " +
-                      to_string(device));
-        }
-        std::vector<std::string> names;
-        for (auto& e : entries) {
-          names.push_back(e.candidate.name);
-          names.push_back(e.candidate.solution);
-        }
-        return fail(who + " is neither an implementation nor a solution of " + operation.name() + " on " +
-                    to_string(device) + "; closest: " + join(detail::closest(target, names), ", "));
-      }
-      if (chosen == nullptr) return fail(who + ": every implementation of that solution is excluded: " + join(reasons, "; "));
-    }
-  } else {
-    for (auto& e : entries) {
-      if (e.eligible) {
-        chosen = &e;
-        break;
-      }
-    }
-    if (chosen == nullptr) {
-      return fail(operation.name() + ": no eligible implementation on " + to_string(device) + " in " +
-                  to_string(config.mode) + " mode");
-    }
-  }
-
-  chosen->candidate.verdict = Verdict::kSelected;
-  ex.candidates.push_back(chosen->candidate);
-  for (auto& e : entries) {
-    if (&e == chosen) continue;
-    if (e.eligible) {
-      if (override_target != nullptr) {
-        e.candidate.verdict = Verdict::kNotOverridden;
-        e.candidate.reason = "override selects " + chosen->candidate.name + " (" + override_target->source + ")";
-      } else {
-        e.candidate.verdict = Verdict::kLowerPriority;
-        e.candidate.reason = e.candidate.priority < chosen->candidate.priority
-                                 ? "priority " + std::to_string(e.candidate.priority) + " < " +
-                                       std::to_string(chosen->candidate.priority)
-                                 : "same priority, name orders after " + chosen->candidate.name;
-      }
-    }
-    ex.candidates.push_back(e.candidate);
-  }
-  result.kernel = chosen->kernel;
-  return result;
-}
-
-}  // namespace
 
 std::shared_ptr<const Bindings> Runtime::initialize(Device device, const InitializeOptions& options) {
   std::lock_guard<std::mutex> lock(state_->mutex);
@@ -452,7 +247,7 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
   const auto registered = registry_.kernels();
   for (const auto& name : config.operations) {
     const Operation* op = find_operation(catalog, name);
-    Selection selection = select(device, *op, config, registered, groups, state_->modules);
+    detail::Selection selection = detail::select(device, *op, config, registered, groups, state_->modules);
     if (!selection.kernel) {
       throw std::runtime_error(who + ": " + selection.explanation.error + "\n" + selection.explanation.to_string());
     }
@@ -508,7 +303,7 @@ Explanation Runtime::explain(Device device, const std::string& operation, const 
   Config config = resolve(device, scoped, catalog);
   // Loads only the modules that declare this operation.
   state_->load_modules(registry_, device, groups, {operation});
-  return select(device, *op, config, registry_.kernels(), groups, state_->modules).explanation;
+  return detail::select(device, *op, config, registry_.kernels(), groups, state_->modules).explanation;
 }
 
 std::shared_ptr<const Bindings> Runtime::bindings(Device device) const {

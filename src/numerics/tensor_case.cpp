@@ -21,22 +21,12 @@ at::Device torch_device(const Plan& plan) {
   return at::Device(at::kCPU);
 }
 
-at::Tensor whole_storage(const at::Tensor& t) {
-  return t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
-}
-
 int64_t storage_bytes(at::ArrayRef<at::Tensor> tensors) {
   int64_t bytes = 0;
   for (const auto& t : tensors) {
     if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
   }
   return bytes;
-}
-
-at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
-  if (!t.defined()) return t;
-  at::Tensor copy = whole_storage(t).to(device, /*non_blocking=*/false, /*copy=*/true);
-  return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
 }
 
 void restore(const std::vector<std::pair<at::Tensor, at::Tensor>>& mutated_and_pristine) {
@@ -72,16 +62,6 @@ std::string make_case_id(const std::string& operation, const json& parameters) {
     id += "/" + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
   }
   return id;
-}
-
-// Do two tensors share any byte of storage?
-bool overlaps(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
-  if (!a.has_storage() || !b.has_storage()) return false;
-  const auto* a0 = static_cast<const char*>(a.storage().data());
-  const auto* b0 = static_cast<const char*>(b.storage().data());
-  if (a0 == nullptr || b0 == nullptr) return false;
-  return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
 }
 
 struct State {
@@ -173,76 +153,6 @@ PreparedCase TensorCase::prepare(const Plan& plan) const {
                                      state->inputs, state->pristine, state->outputs, state->expected});
   };
   return prepared;
-}
-
-Validation check_tensors(const TensorCheck& c) {
-  if (c.names.size() != c.inputs.size() || c.pristine.size() != c.inputs.size()) {
-    throw std::invalid_argument("check_tensors: " + std::to_string(c.names.size()) + " names, " +
-                                std::to_string(c.inputs.size()) + " inputs and " + std::to_string(c.pristine.size()) +
-                                " pristine copies; expected one of each per argument");
-  }
-  Validation v;
-  auto tolerance = [&](const std::string& name) {
-    auto it = c.tolerance_overrides.find(name);
-    return it == c.tolerance_overrides.end() ? c.tolerance : it->second;
-  };
-  if (c.outputs.size() != c.expected.outputs.size()) {
-    v.passed = false;
-    v.failures.push_back("returned " + std::to_string(c.outputs.size()) + " outputs, expected " +
-                         std::to_string(c.expected.outputs.size()));
-    return v;
-  }
-  for (size_t k = 0; k < c.outputs.size(); ++k) {
-    const std::string name = "out" + std::to_string(k);
-    compare(v, name, "output", c.outputs[k], c.expected.outputs[k], tolerance(name));
-    if (!c.aliases_inputs) {
-      for (size_t i = 0; i < c.inputs.size(); ++i) {
-        if (overlaps(c.outputs[k], c.inputs[i])) {
-          v.passed = false;
-          v.failures.push_back("output " + name + " aliases input " + c.names[i] + ", which the contract does not allow");
-          v.checks.push_back({{"name", name}, {"kind", "alias"}, {"passed", false}, {"aliases", c.names[i]}});
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const std::string& name = c.names[i];
-    if (!c.inputs[i].defined()) continue;
-    if (std::find(c.mutates.begin(), c.mutates.end(), name) != c.mutates.end()) {
-      auto want = c.expected.mutated.find(name);
-      if (want == c.expected.mutated.end()) {
-        v.passed = false;
-        v.failures.push_back("reference gives no value for mutated argument " + name);
-        continue;
-      }
-      compare(v, name, "mutation", c.inputs[i], want->second, tolerance(name));
-    } else {
-      // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
-      const at::Tensor& now = c.inputs[i];
-      const at::Tensor& before = c.pristine[i];
-      const bool same = bitwise_equal(whole_storage(now), whole_storage(before));
-      v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
-      if (!same) {
-        v.passed = false;
-        v.failures.push_back("input " + name + " was modified, but the contract does not declare it mutated");
-      }
-    }
-  }
-  // Declared mutations must not spill outside the viewed elements either.
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const std::string& name = c.names[i];
-    if (!c.inputs[i].defined() || std::find(c.mutates.begin(), c.mutates.end(), name) == c.mutates.end()) continue;
-    at::Tensor now = c.inputs[i].to(at::kCPU);
-    at::Tensor expected_storage = copy_with_layout(c.pristine[i], at::kCPU);
-    expected_storage.copy_(now);  // the view's elements as written; the rest as before
-    const bool same = bitwise_equal(whole_storage(copy_with_layout(c.inputs[i], at::kCPU)), whole_storage(expected_storage));
-    if (!same) {
-      v.passed = false;
-      v.failures.push_back("mutated argument " + name + " was written outside its elements");
-      v.checks.push_back({{"name", name}, {"kind", "bounds"}, {"passed", false}});
-    }
-  }
-  return v;
 }
 
 std::optional<std::string> prepare_suite(const OperationSuite& suite, const Plan& plan, const tools::Target& target) {

@@ -1,7 +1,7 @@
 // Tensor-tree cases: a suite describes one example (CPU inputs from a fixed seed, how to call an
 // implementation, a float64 reference) and TensorCase does the rest: moves the inputs to the
 // device with their layout, runs, and validates outputs, declared mutations, undeclared
-// mutations (bitwise) and aliasing.
+// mutations (bitwise) and aliasing (check_tensors, src/numerics/verify.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -11,12 +11,6 @@
 #include "src/tools/targets.h"
 
 namespace xllm_kernel::numerics {
-
-// Float64 CPU values the implementation must produce.
-struct Expected {
-  std::vector<at::Tensor> outputs;
-  std::map<std::string, at::Tensor> mutated;  // final value of each mutated argument
-};
 
 struct Example {
   std::vector<std::string> names;   // argument names, in schema order
@@ -31,26 +25,6 @@ struct Example {
 };
 
 using ExampleBuilder = std::function<Example(const json& parameters, at::Generator& generator)>;
-
-// What a tensor case's validation looks at after a call: the arguments as the implementation saw
-// them (undefined: not a tensor), their values before any call, what it returned, and what the
-// float64 reference expects. TensorCase and the Python package's tensor_case.TensorCase both
-// validate through check_tensors.
-struct TensorCheck {
-  std::vector<std::string> names;  // argument names, in schema order
-  std::vector<std::string> mutates;
-  bool aliases_inputs = false;
-  Tolerance tolerance;
-  std::map<std::string, Tolerance> tolerance_overrides;
-  std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> pristine;
-  std::vector<at::Tensor> outputs;
-  Expected expected;
-};
-
-// Outputs against the reference, declared mutations against it (and within their elements),
-// every other input bitwise unchanged (padding included), aliasing only where declared.
-Validation check_tensors(const TensorCheck& check);
 
 // Why no case can run with this plan, whatever its inputs: graph mode on a device without a graph
 // API, or an implementation that does not declare the plan's mode. Nothing when it can.
@@ -90,13 +64,6 @@ std::vector<json> cartesian(const std::vector<Dimension>& dimensions);
 std::vector<std::shared_ptr<const KernelCase>> tensor_cases(const std::string& operation,
                                                             const std::vector<Dimension>& dimensions,
                                                             const std::vector<json>& extra, ExampleBuilder builder);
-
-// A copy of `t` on `device` with the same sizes, strides and storage offset (the whole storage is
-// copied, so padding between rows is defined and checkable).
-at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device);
-
-// The whole storage of t as a flat tensor of t's dtype.
-at::Tensor whole_storage(const at::Tensor& t);
 
 // Bytes of the storages of the defined tensors (a storage shared by two counted twice).
 int64_t storage_bytes(at::ArrayRef<at::Tensor> tensors);

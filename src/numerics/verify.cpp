@@ -1,9 +1,11 @@
 #include "src/numerics/verify.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace xllm_kernel::numerics {
 namespace {
@@ -93,6 +95,121 @@ bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0) return true;
   at::Tensor x = a.to(at::kCPU).contiguous(), y = b.to(at::kCPU).contiguous();
   return std::memcmp(x.const_data_ptr(), y.const_data_ptr(), x.nbytes()) == 0;
+}
+
+at::Tensor whole_storage(const at::Tensor& t) {
+  return t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.element_size())}, {1}, 0);
+}
+
+at::Tensor copy_with_layout(const at::Tensor& t, const at::Device& device) {
+  if (!t.defined()) return t;
+  at::Tensor copy = whole_storage(t).to(device, /*non_blocking=*/false, /*copy=*/true);
+  return copy.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+namespace {
+
+// Do two tensors share any byte of storage?
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (!a.has_storage() || !b.has_storage()) return false;
+  const auto* a0 = static_cast<const char*>(a.storage().data());
+  const auto* b0 = static_cast<const char*>(b.storage().data());
+  if (a0 == nullptr || b0 == nullptr) return false;
+  return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
+}
+
+Tolerance tolerance_of(const TensorCheck& c, const std::string& name) {
+  auto it = c.tolerance_overrides.find(name);
+  return it == c.tolerance_overrides.end() ? c.tolerance : it->second;
+}
+
+bool declared_mutated(const TensorCheck& c, const std::string& name) {
+  return std::find(c.mutates.begin(), c.mutates.end(), name) != c.mutates.end();
+}
+
+// The outputs: as many as the reference's (false when not: nothing else is checked then), each
+// against the reference, none aliasing an input unless the contract says so.
+bool check_outputs(const TensorCheck& c, Validation& v) {
+  if (c.outputs.size() != c.expected.outputs.size()) {
+    v.passed = false;
+    v.failures.push_back("returned " + std::to_string(c.outputs.size()) + " outputs, expected " +
+                         std::to_string(c.expected.outputs.size()));
+    return false;
+  }
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const std::string name = "out" + std::to_string(k);
+    compare(v, name, "output", c.outputs[k], c.expected.outputs[k], tolerance_of(c, name));
+    if (!c.aliases_inputs) {
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        if (overlaps(c.outputs[k], c.inputs[i])) {
+          v.passed = false;
+          v.failures.push_back("output " + name + " aliases input " + c.names[i] + ", which the contract does not allow");
+          v.checks.push_back({{"name", name}, {"kind", "alias"}, {"passed", false}, {"aliases", c.names[i]}});
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// Each tensor argument: a declared mutation against the reference; any other bitwise unchanged.
+void check_arguments(const TensorCheck& c, Validation& v) {
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const std::string& name = c.names[i];
+    if (!c.inputs[i].defined()) continue;
+    if (declared_mutated(c, name)) {
+      auto want = c.expected.mutated.find(name);
+      if (want == c.expected.mutated.end()) {
+        v.passed = false;
+        v.failures.push_back("reference gives no value for mutated argument " + name);
+        continue;
+      }
+      compare(v, name, "mutation", c.inputs[i], want->second, tolerance_of(c, name));
+    } else {
+      // Undeclared mutation: the whole storage (padding included) must be bitwise unchanged.
+      const at::Tensor& now = c.inputs[i];
+      const at::Tensor& before = c.pristine[i];
+      const bool same = bitwise_equal(whole_storage(now), whole_storage(before));
+      v.checks.push_back({{"name", name}, {"kind", "unchanged"}, {"passed", same}});
+      if (!same) {
+        v.passed = false;
+        v.failures.push_back("input " + name + " was modified, but the contract does not declare it mutated");
+      }
+    }
+  }
+}
+
+// Declared mutations must not spill outside the viewed elements either.
+void check_bounds(const TensorCheck& c, Validation& v) {
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const std::string& name = c.names[i];
+    if (!c.inputs[i].defined() || !declared_mutated(c, name)) continue;
+    at::Tensor now = c.inputs[i].to(at::kCPU);
+    at::Tensor expected_storage = copy_with_layout(c.pristine[i], at::kCPU);
+    expected_storage.copy_(now);  // the view's elements as written; the rest as before
+    const bool same = bitwise_equal(whole_storage(copy_with_layout(c.inputs[i], at::kCPU)), whole_storage(expected_storage));
+    if (!same) {
+      v.passed = false;
+      v.failures.push_back("mutated argument " + name + " was written outside its elements");
+      v.checks.push_back({{"name", name}, {"kind", "bounds"}, {"passed", false}});
+    }
+  }
+}
+
+}  // namespace
+
+Validation check_tensors(const TensorCheck& c) {
+  if (c.names.size() != c.inputs.size() || c.pristine.size() != c.inputs.size()) {
+    throw std::invalid_argument("check_tensors: " + std::to_string(c.names.size()) + " names, " +
+                                std::to_string(c.inputs.size()) + " inputs and " + std::to_string(c.pristine.size()) +
+                                " pristine copies; expected one of each per argument");
+  }
+  Validation v;
+  if (!check_outputs(c, v)) return v;
+  check_arguments(c, v);
+  check_bounds(c, v);
+  return v;
 }
 
 }  // namespace xllm_kernel::numerics
