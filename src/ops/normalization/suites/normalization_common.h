@@ -1,9 +1,11 @@
-// What the three normalization suites share: options, input layouts, float64 references.
+// What the three normalization suites share: options, input layouts; the float64 references are
+// in reference.h.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include "src/numerics/tensor_case.h"
+#include "src/ops/normalization/suites/reference.h"
 
 namespace xllm_kernel::numerics::normalization {
 
@@ -30,8 +32,5 @@ SuiteOptions benchmark_defaults();
 //   leading dimensions cannot merge into one stride.
 at::Tensor make_input(const json& p, at::Generator& g, double offset);
 at::Tensor make_weight(const json& p, at::Generator& g);
-
-at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps);
-at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 }  // namespace xllm_kernel::numerics::normalization

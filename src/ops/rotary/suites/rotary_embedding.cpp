@@ -33,6 +33,7 @@
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
+#include "src/ops/rotary/suites/reference.h"
 #include "xllm_kernel/ops/rotary.h"
 
 namespace xllm_kernel::numerics {
@@ -76,13 +77,6 @@ struct Built {
   bool neox = true;
 };
 
-// A real cos/sin table: row pos holds cos(pos f_i), then sin(pos f_i), f_i = 10000^(-2i / rot_dim).
-at::Tensor cos_sin_cache(int64_t max_position, int64_t rot_dim, at::ScalarType dtype) {
-  const at::Tensor freq = at::pow(10000.0, at::arange(0, rot_dim, 2, at::kDouble) / -static_cast<double>(rot_dim));
-  const at::Tensor angle = at::arange(max_position, at::kDouble).unsqueeze(1) * freq.unsqueeze(0);
-  return at::cat({angle.cos(), angle.sin()}, 1).to(dtype);
-}
-
 Built build(const json& p, at::Generator& g) {
   Built b;
   const int64_t tokens = p.at("tokens");
@@ -96,7 +90,7 @@ Built build(const json& p, at::Generator& g) {
   const std::string layout = p.at("layout");
   const int64_t q = b.heads.query * b.head_size, k = b.heads.key * b.head_size;
   b.positions = at::randint(0, max_position, {tokens}, g, at::kLong);
-  b.cache = cos_sin_cache(max_position, b.rot_dim, cache_dtype);
+  b.cache = rotary::cos_sin_cache(max_position, b.rot_dim, cache_dtype);
   if (layout == "qkv") {
     const at::Tensor qkv = at::randn({tokens, q + 2 * k}, g, at::kDouble).to(dtype);
     b.query = qkv.narrow(1, 0, q);
@@ -114,39 +108,6 @@ Built build(const json& p, at::Generator& g) {
 // t as [tokens, heads, head_size] (same memory).
 at::Tensor heads_view(const at::Tensor& t, int64_t heads, int64_t head_size) {
   return t.dim() == 3 ? t : t.unflatten(1, {heads, head_size});
-}
-
-// ---------------------------------------------------------------- the reference
-
-// Float64 [tokens, heads, head_size]: x with its first rot_dim elements of each head rotated.
-at::Tensor reference(const at::Tensor& x, const Built& b, int64_t heads, double& max_terms) {
-  const int64_t half = b.rot_dim / 2;
-  at::Tensor out = heads_view(x, heads, b.head_size).to(at::kDouble).contiguous();
-  const at::Tensor rows = b.cache.to(at::kDouble).index_select(0, b.positions);  // [tokens, rot_dim]
-  const at::Tensor c = rows.narrow(1, 0, half).unsqueeze(1), s = rows.narrow(1, half, half).unsqueeze(1);
-  at::Tensor rot = out.narrow(2, 0, b.rot_dim);
-  at::Tensor x1, x2;
-  if (b.neox) {
-    x1 = rot.narrow(2, 0, half).clone();
-    x2 = rot.narrow(2, half, half).clone();
-  } else {
-    const at::Tensor pairs = rot.unflatten(2, {half, 2});
-    x1 = pairs.select(3, 0).clone();
-    x2 = pairs.select(3, 1).clone();
-  }
-  const at::Tensor o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
-  if (b.neox) {
-    rot.narrow(2, 0, half).copy_(o1);
-    rot.narrow(2, half, half).copy_(o2);
-  } else {
-    rot.copy_(at::stack({o1, o2}, 3).flatten(2));
-  }
-  if (x1.numel() > 0) {
-    const at::Tensor terms = x1.abs() * c.abs() + x2.abs() * s.abs();  // |x1 c| + |x2 s| (and its twin)
-    max_terms = std::max(max_terms, std::max(terms.max().item<double>(),
-                                             (x2.abs() * c.abs() + x1.abs() * s.abs()).max().item<double>()));
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------- the case
@@ -191,8 +152,10 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
   st->built = build(parameters(), generator);
   const Built& b = st->built;
   double max_terms = 0;
-  st->want_query = reference(b.query, b, b.heads.query, max_terms);
-  if (b.key.defined()) st->want_key = reference(b.key, b, b.heads.key, max_terms);
+  st->want_query = rotary::reference_rotary_embedding(b.positions, b.query, b.head_size, b.cache, b.neox, max_terms);
+  if (b.key.defined()) {
+    st->want_key = rotary::reference_rotary_embedding(b.positions, b.key, b.head_size, b.cache, b.neox, max_terms);
+  }
   const double u = unit_roundoff(b.query.scalar_type());
   st->tolerance = Tolerance{4 * std::ldexp(1.0, -24) * max_terms, 2 * u};
 
