@@ -81,6 +81,13 @@ SuiteOptions benchmark_defaults() {
           {"layout", {"contiguous"}}};
 }
 
+// The rows the kernel walks (tokens, twice as many in the 3d layout) and their width: d, the
+// output's (the gate and the up halves are walked side by side).
+RowShape row_shape(const json& p) {
+  const int64_t tokens = p.at("tokens"), d = p.at("hidden");
+  return {p.at("layout") == "3d" ? 2 * tokens : tokens, d};
+}
+
 OperationSuite make_suite(const activation::GatedActivation& entry) {
   const std::string operation = entry.contract().operation;
   const activation::ActivationFunction act = entry.act;
@@ -107,7 +114,11 @@ OperationSuite make_suite(const activation::GatedActivation& entry) {
                                 [act](const json& p, at::Generator& g) { return build(act, p, g); });
           },
       .has_reference = true,
-      .benchmark_defaults = benchmark_defaults()};
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      // "any strides for the leading dimensions"; "zero rows allowed".
+      .accepted_bad_inputs = {{"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
+                              {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}}};
 }
 
 // The suite of kGatedActivations[I].

@@ -185,7 +185,9 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
     }
   }
   std::vector<std::shared_ptr<const KernelCase>> out;
-  for (const json& point : points) out.push_back(std::make_shared<TensorCase>("reshape_and_cache", point, build));
+  for (const json& point : points) {
+    out.push_back(std::make_shared<TensorCase>(reshape_and_cache_contract().operation, point, build));
+  }
   return out;
 }
 
@@ -195,16 +197,26 @@ SuiteOptions benchmark_defaults() {
           {"slots", {"prefill", "random"}}};
 }
 
+// The rows the kernels copy (each head of each token) and their width (head_size).
+RowShape row_shape(const json& p) {
+  return {p.at("tokens").get<int64_t>() * p.at("kv_heads").get<int64_t>(), p.at("head_size").get<int64_t>()};
+}
+
 }  // namespace
 
 const OperationSuite& reshape_and_cache_suite() {
   static const OperationSuite suite{
-      .operation = "reshape_and_cache",
+      .operation = reshape_and_cache_contract().operation,
       .description = "Paged KV-cache write (NHD): key/value rows into their slots, -1 skipped",
       .add_arguments = add_arguments,
       .cases = cases,
       .has_reference = true,
-      .benchmark_defaults = benchmark_defaults()};
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      // slot_mapping is read through its stride. (A cache one block larger is rejected: value_cache
+      // must have key_cache's shape.)
+      .accepted_bad_inputs = {{"slot_mapping", "non-contiguous last dimension", AcceptedAs::kSameResults,
+                               "slot_mapping is read through its stride"}}};
   return suite;
 }
 

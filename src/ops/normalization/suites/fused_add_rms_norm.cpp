@@ -35,14 +35,17 @@ Example build(const json& p, at::Generator& g) {
 
 const OperationSuite& fused_add_rms_norm_suite() {
   static const OperationSuite suite{
-      "fused_add_rms_norm", "Residual add, then RMSNorm of the rounded sum, both in place",
-      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
-      [](const SuiteOptions& o) {
-        auto g = normalization::grid(o, false);
-        return tensor_cases("fused_add_rms_norm", g.dimensions, g.extra, build);
-      },
-      true,
-      normalization::benchmark_defaults()};
+      .operation = fused_add_rms_norm_contract().operation,
+      .description = "Residual add, then RMSNorm of the rounded sum, both in place",
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      .cases =
+          [](const SuiteOptions& o) {
+            auto g = normalization::grid(o, false);
+            return tensor_cases(fused_add_rms_norm_contract().operation, g.dimensions, g.extra, build);
+          },
+      .has_reference = true,
+      .benchmark_defaults = normalization::benchmark_defaults(),
+      .row_shape = normalization::row_shape};  // accepts no bad input: residual must match input
   return suite;
 }
 

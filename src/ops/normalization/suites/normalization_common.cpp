@@ -108,4 +108,14 @@ at::Tensor make_weight(const json& p, at::Generator& g) {
   return (at::randn({hidden}, g, at::kDouble) * 0.5 + 1).to(dtype);
 }
 
+RowShape row_shape(const json& p) {
+  const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
+  return {p.at("layout") == "3d" ? 2 * tokens : tokens, hidden};
+}
+
+std::vector<AcceptedBadInput> accepted_row_variants() {
+  return {{"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
+          {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}};
+}
+
 }  // namespace xllm_kernel::numerics::normalization

@@ -39,8 +39,6 @@
 namespace xllm_kernel::numerics {
 namespace {
 
-constexpr const char* kOperation = "rotary_embedding";
-
 // ---------------------------------------------------------------- parameters
 
 struct HeadCounts {
@@ -134,7 +132,8 @@ struct State {
 
 class RotaryCase final : public KernelCase {
  public:
-  explicit RotaryCase(json parameters) : shape_(kOperation, std::move(parameters), nullptr) {}
+  explicit RotaryCase(json parameters)
+      : shape_(rotary_embedding_contract().operation, std::move(parameters), nullptr) {}
   std::string case_id() const override { return shape_.case_id(); }
   json parameters() const override { return shape_.parameters(); }
   std::optional<std::string> unsupported_reason(const Plan& plan) const override {
@@ -313,11 +312,18 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
+// The rows the kernels walk (each head of each token) and their width: rot_dim / 2, the pairs
+// they rotate.
+RowShape row_shape(const json& p) {
+  const HeadCounts heads = parse_heads(p.at("heads"));
+  return {p.at("tokens").get<int64_t>() * (heads.query + heads.key), rot_dim_of(p) / 2};
+}
+
 }  // namespace
 
 const OperationSuite& rotary_embedding_suite() {
   static const OperationSuite suite{
-      .operation = kOperation,
+      .operation = rotary_embedding_contract().operation,
       .description = "Rotary position embedding of query and key in place (NeoX and GPT-J, partial rotary)",
       .add_arguments = add_arguments,
       .cases = cases,
@@ -325,7 +331,13 @@ const OperationSuite& rotary_embedding_suite() {
       // The target shape: 32 query and 8 key heads of 128, bfloat16, float32 cache.
       .benchmark_defaults = {{"tokens", {"1", "128", "8192"}}, {"head-size", {"128"}}, {"rot", {"full"}},
                              {"heads", {"32/8"}}, {"is-neox", {"true"}}, {"dtype", {"bfloat16"}},
-                             {"cache-dtype", {"float32"}}, {"layout", {"contiguous"}}}};
+                             {"cache-dtype", {"float32"}}, {"layout", {"contiguous"}}},
+      .row_shape = row_shape,
+      .accepted_bad_inputs = {
+          {"positions", "non-contiguous last dimension", AcceptedAs::kSameResults,
+           "positions are read through their stride"},
+          {"cos_sin_cache", "dim 0 + 1", AcceptedAs::kValidPrefix,
+           "max_position is the cache's length; one more position is unused"}}};
   return suite;
 }
 
