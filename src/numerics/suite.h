@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,6 +77,41 @@ class KernelCase {
 // Values of a suite's own options after parsing.
 using SuiteOptions = std::map<std::string, std::vector<std::string>>;
 
+// The rows a case's kernels walk and the elements of each they walk, from its parameters: the
+// generic tests check that a suite's default cases include an empty call (no rows) and a tail (a
+// width above 16 that no SIMD width, 8 or more elements, divides).
+struct RowShape {
+  int64_t rows = 0;
+  int64_t width = 0;
+};
+
+// What an implementation does with a bad argument it accepts instead of rejecting.
+enum class AcceptedAs {
+  // The same results as the valid call, bit for bit (the operation reads the argument through its
+  // strides, so another layout of the same values changes nothing).
+  kSameResults,
+  // More rows, blocks or positions than the valid call: the results over the valid call's
+  // elements are the valid call's, bit for bit (each result has the valid shape, or one dimension
+  // one larger, and its leading part is compared).
+  kValidPrefix,
+  // Zero rows: every returned tensor has no elements, and every other argument is unchanged.
+  kEmptyResults,
+};
+
+// One variant of a valid call that the contract accepts. The bad-input test (test/ops/
+// bad_input_test.cpp) makes each argument of the schema wrong in turn and expects an error naming
+// the operation and the argument, unless the suite lists the variant here; a listed variant must be
+// accepted and behave as `as` says. Variants, as that test names them: "dtype int32",
+// "dtype float64", "device meta", "device cpu", "non-contiguous last dimension", "dim D + 1" (one
+// dimension one larger), "empty" (the first dimension 0), "0-dim", "None"; for float scalars "NaN",
+// "+inf", "-inf", "negative"; for int scalars "negative", "0".
+struct AcceptedBadInput {
+  std::string argument;  // as the schema names it
+  std::string variant;
+  AcceptedAs as = AcceptedAs::kSameResults;
+  std::string why;  // the contract's words
+};
+
 struct OperationSuite {
   std::string operation;
   std::string description;
@@ -95,6 +131,13 @@ struct OperationSuite {
   std::vector<std::string> implementations{};
   // Where the suite comes from, for messages ("" for a C++ suite: XLLM_REGISTER_SUITE).
   std::string origin{};
+
+  // What the generic tests (test/numerics, test/ops/bad_input_test.cpp) read, so that they name no
+  // family, operation or parameter. Required of a C++ suite: the rows and row width of a case,
+  // from its parameters (the JSON a KernelCase reports).
+  std::function<RowShape(const json& parameters)> row_shape{};
+  // The bad-input variants the contract accepts, with the reason; everything else is an error.
+  std::vector<AcceptedBadInput> accepted_bad_inputs{};
 };
 
 // Suite discovery: metadata only; nothing touches a device. C++ suites register themselves while

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "src/numerics/suite.h"
 #include "xllm_kernel/xllm_kernel.h"
@@ -90,12 +91,17 @@ std::string failures_of(const json& report) {
 
 // Every implementation the library declares and registers on the CPU, of every family, passes its
 // operation's suite over the default grid (no list of operations here: a new family is covered).
+// What a case's rows are the suite says (row_shape); the test names no family, operation or
+// parameter.
 TEST(Numerics, RealSuitesPassForEveryCpuImplementation) {
-  int tested = 0;
+  std::set<std::string> tested;
   for (const auto& k : registry().kernels()) {
     if (k->spec.device != Device::kCpu || k->spec.module == nullptr) continue;
     const std::string op = k->operation->name(), impl = k->spec.name;
     SCOPED_TRACE(impl);
+    const numerics::OperationSuite* suite = numerics::find_suite(op);
+    ASSERT_NE(suite, nullptr) << "no numerics suite";
+    ASSERT_TRUE(suite->row_shape) << "the suite declares no row_shape";
     ToolRun r = numerics({"--operation", op, "--implementation", impl, "--revision", "test"}, "real");
     ASSERT_EQ(r.code, 0) << failures_of(r.report);
     ASSERT_EQ(r.report["implementations"].size(), 1u);
@@ -109,21 +115,30 @@ TEST(Numerics, RealSuitesPassForEveryCpuImplementation) {
     // Errors are measured, not zero by accident (an exact operation's errors are zero).
     if (k->spec.contract->numerical_mode != NumericalMode::kExact) EXPECT_GT(i["worst_headroom"].get<double>(), 0.0);
     EXPECT_EQ(r.report["environment"]["revision"], "test");
-    // Zero tokens and tails (a last dimension no SIMD width divides) are covered.
+    // Empty calls (no rows) and tails (a row width above 16 that no SIMD width divides) are covered.
     bool zero = false, tail = false;
     for (const auto& c : i["results"]) {
-      zero |= c["parameters"]["tokens"] == 0;
-      // The row width the kernels walk: hidden, head_size (the KV-cache write), or for rotary the
-      // rotated half of head_size (rot: full or half).
-      const json& p = c["parameters"];
-      int64_t width = p.value("hidden", p.value("head_size", int64_t{0}));
-      if (p.contains("rot")) width = (p["rot"] == "half" ? width / 2 : width) / 2;
-      tail |= width > 16 && width % 8 != 0;
+      const numerics::RowShape shape = suite->row_shape(c["parameters"]);
+      zero |= shape.rows == 0;
+      tail |= shape.width > 16 && shape.width % 8 != 0;
     }
-    EXPECT_TRUE(zero && tail);
-    ++tested;
+    EXPECT_TRUE(zero) << "no case without rows";
+    EXPECT_TRUE(tail) << "no case with a tail";
+    tested.insert(impl);
   }
-  EXPECT_GE(tested, 16);  // normalization, activation, rotary, kv_cache; torch and native
+  // Every CPU implementation the catalog declares is registered, and so was tested above.
+  size_t declared = 0;
+  for (const Group* group : builtin_groups()) {
+    for (const BackendModule* module : group->modules) {
+      if (module->device != Device::kCpu) continue;
+      for (const Implementation& implementation : module->implementations) {
+        ++declared;
+        EXPECT_TRUE(tested.count(module->implementation_name(implementation)))
+            << module->implementation_name(implementation) << " is declared but was not tested";
+      }
+    }
+  }
+  EXPECT_GT(declared, 0u);
 }
 
 TEST(Numerics, CatchesWrongValue) {
@@ -271,6 +286,7 @@ TEST(Checklist, EveryOperationHasFakeSuiteAndReference) {
     const numerics::OperationSuite* suite = numerics::find_suite(op->name());
     ASSERT_NE(suite, nullptr) << "no numerics suite";
     EXPECT_TRUE(suite->has_reference) << "suite without an independent reference";
+    EXPECT_TRUE(suite->row_shape) << "suite without row_shape (the generic tests' view of a case)";
     EXPECT_FALSE(suite->cases({}).empty()) << "suite without default cases";
   }
 }

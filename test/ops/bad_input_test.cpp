@@ -1,8 +1,9 @@
 // Bad input, from the contracts: every catalog operation, every implementation the library
 // registers for it, and for each argument of its schema the ways a caller gets it wrong. Each
 // variant of a valid call (the first small case of the operation's suite) must throw an error
-// naming the operation and the argument, leaving the other arguments untouched, or be on the
-// allow-list below, whose entries say what the operation does instead and are checked.
+// naming the operation and the argument, leaving the other arguments untouched, or be one its
+// suite declares accepted (OperationSuite::accepted_bad_inputs, in src/ops/<family>/suites/), with
+// what the operation does instead, which is checked. Nothing here names a family or an operation.
 //
 // Tensor arguments: an integer dtype (int32) and float64; another device (a meta tensor stands in
 // for it); a non-contiguous last dimension; one dimension one larger, each dimension in turn;
@@ -12,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -24,56 +26,16 @@ namespace {
 
 using numerics::bitwise_equal;
 
-// What an accepted variant does instead of failing.
-enum class Accepted {
-  // The same results as the valid call, bit for bit (the operation reads the argument through
-  // its strides, so another layout of the same values changes nothing).
-  kSameResults,
-  // More rows, blocks or positions than the valid call: the results over the valid call's
-  // elements are the valid call's, bit for bit (each result has the valid shape, or one
-  // dimension one larger, and its leading part is compared).
-  kValidPrefix,
-  // Zero rows: every returned tensor has no elements, and every other argument is unchanged.
-  kEmptyResults,
-};
+using numerics::AcceptedAs;
+using numerics::AcceptedBadInput;
 
-struct AllowedVariant {
-  const char* operation;
-  const char* argument;
-  const char* variant;
-  Accepted accepted;
-  const char* why;  // the contract's words
-};
-
-// The documented accepted variants. Everything not listed here must be an error naming the
-// operation and the argument.
-constexpr AllowedVariant kAllowed[] = {
-    // Normalization and activation: "any strides for the leading dimensions"; "zero rows allowed".
-    {"rms_norm", "input", "dim 0 + 1", Accepted::kValidPrefix, "one more row; rows are independent"},
-    {"rms_norm", "input", "empty", Accepted::kEmptyResults, "zero rows allowed"},
-    {"layer_norm", "input", "dim 0 + 1", Accepted::kValidPrefix, "one more row; rows are independent"},
-    {"layer_norm", "input", "empty", Accepted::kEmptyResults, "zero rows allowed"},
-    {"silu_and_mul", "input", "dim 0 + 1", Accepted::kValidPrefix, "one more row; rows are independent"},
-    {"silu_and_mul", "input", "empty", Accepted::kEmptyResults, "zero rows allowed"},
-    {"gelu_and_mul", "input", "dim 0 + 1", Accepted::kValidPrefix, "one more row; rows are independent"},
-    {"gelu_and_mul", "input", "empty", Accepted::kEmptyResults, "zero rows allowed"},
-    {"gelu_tanh_and_mul", "input", "dim 0 + 1", Accepted::kValidPrefix, "one more row; rows are independent"},
-    {"gelu_tanh_and_mul", "input", "empty", Accepted::kEmptyResults, "zero rows allowed"},
-    // reshape_and_cache: "any block stride of at least one block" -- a cache with one more block
-    // than the slots address; slot_mapping is read through its stride.
-    {"reshape_and_cache", "slot_mapping", "non-contiguous last dimension", Accepted::kSameResults,
-     "slot_mapping is read through its stride"},
-    // rotary_embedding: positions are read through their stride; a cache with one more position
-    // than the positions use.
-    {"rotary_embedding", "positions", "non-contiguous last dimension", Accepted::kSameResults,
-     "positions are read through their stride"},
-    {"rotary_embedding", "cos_sin_cache", "dim 0 + 1", Accepted::kValidPrefix,
-     "max_position is the cache's length; one more position is unused"},
-};
-
-const AllowedVariant* allowed(const std::string& operation, const std::string& argument, const std::string& variant) {
-  for (const auto& a : kAllowed) {
-    if (operation == a.operation && argument == a.argument && variant == a.variant) return &a;
+// The variant of `operation`'s argument its suite accepts, or null: everything else must be an
+// error naming the operation and the argument.
+const AcceptedBadInput* allowed(const std::string& operation, const std::string& argument, const std::string& variant) {
+  const numerics::OperationSuite* suite = numerics::find_suite(operation);
+  if (suite == nullptr) return nullptr;
+  for (const auto& a : suite->accepted_bad_inputs) {
+    if (argument == a.argument && variant == a.variant) return &a;
   }
   return nullptr;
 }
@@ -165,10 +127,10 @@ std::string message_of(const std::function<void()>& fn, bool& threw) {
 }
 
 // Checks the accepted variant's documented behaviour; empty when it holds.
-std::string check_accepted(Accepted accepted, const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& valid,
+std::string check_accepted(AcceptedAs accepted, const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& valid,
                            const torch::jit::Stack& before, const torch::jit::Stack& after, size_t varied,
                            size_t returned) {
-  if (accepted == Accepted::kEmptyResults) {
+  if (accepted == AcceptedAs::kEmptyResults) {
     for (size_t k = 0; k < returned && k < got.size(); ++k) {
       if (got[k].numel() != 0) return "result " + std::to_string(k) + " has elements";
     }
@@ -186,7 +148,7 @@ std::string check_accepted(Accepted accepted, const std::vector<at::Tensor>& got
     const at::Tensor& g = got[k];
     const at::Tensor& w = valid[k];
     at::Tensor part = g;
-    if (accepted == Accepted::kValidPrefix && g.dim() == w.dim() && g.sizes() != w.sizes()) {
+    if (accepted == AcceptedAs::kValidPrefix && g.dim() == w.dim() && g.sizes() != w.sizes()) {
       for (int64_t d = 0; d < g.dim(); ++d) {
         if (g.size(d) == w.size(d) + 1) part = g.narrow(d, 0, w.size(d));
       }
@@ -246,7 +208,7 @@ std::vector<std::string> check_device(Device device, const at::Device& torch_dev
               results = call_results(*op, stack, call);
             },
             threw);
-        const AllowedVariant* allow = allowed(op->name(), v.argument, v.variant);
+        const AcceptedBadInput* allow = allowed(op->name(), v.argument, v.variant);
         if (threw) {
           if (allow != nullptr) {
             failures.push_back(what + "on the allow-list (" + allow->why + ") but rejected: " + message);
@@ -266,7 +228,7 @@ std::vector<std::string> check_device(Device device, const at::Device& torch_dev
           failures.push_back(what + "accepted, and not on the allow-list");
           continue;
         }
-        const std::string wrong = check_accepted(allow->accepted, results, valid_results, before, stack, v.index, returned);
+        const std::string wrong = check_accepted(allow->as, results, valid_results, before, stack, v.index, returned);
         if (!wrong.empty()) failures.push_back(what + "accepted (" + allow->why + ") but " + wrong);
       }
     }
@@ -285,17 +247,36 @@ TEST(BadInput, EveryCpuImplementationRejectsBadArgumentsNamingOperationAndArgume
   EXPECT_TRUE(failures.empty()) << failures.size() << " variant(s) failed:\n" << lines(failures);
 }
 
-// Every allow-list entry names a catalog operation and one of its arguments, so the list cannot
-// go stale silently.
+// Every accepted variant a suite declares names a catalog operation, an argument of its schema and
+// a variant this test makes of that argument, once, with a reason: the lists cannot go stale
+// silently.
 TEST(BadInput, AllowListNamesCatalogArguments) {
-  for (const auto& a : kAllowed) {
-    const Operation* found = nullptr;
-    for (const Operation* op : builtin_operations()) {
-      if (op->name() == a.operation) found = op;
+  for (const numerics::OperationSuite* suite : numerics::builtin_suites()) {
+    if (suite->accepted_bad_inputs.empty()) continue;
+    const Operation* op = nullptr;
+    for (const Operation* o : builtin_operations()) {
+      if (o->name() == suite->operation) op = o;
     }
-    ASSERT_NE(found, nullptr) << a.operation;
-    const c10::FunctionSchema schema = parsed_schema(*found);
-    EXPECT_TRUE(schema.argumentIndexWithName(a.argument).has_value()) << a.operation << " has no argument " << a.argument;
+    ASSERT_NE(op, nullptr) << suite->operation << " declares accepted bad inputs but is no catalog operation";
+    const auto arguments = suite_arguments(*op);
+    ASSERT_TRUE(arguments.has_value()) << op->name() << ": its suite has no small case to start from";
+    const c10::FunctionSchema schema = parsed_schema(*op);
+    // The variants made on the CPU, and the one more made on a GPU ("device cpu"; no GPU is needed
+    // to name it).
+    auto variants = variants_of(schema, arguments->stack, at::Device(at::kCPU));
+    for (auto& v : variants_of(schema, arguments->stack, at::Device(at::kCUDA, 0))) variants.push_back(std::move(v));
+    for (const auto& a : suite->accepted_bad_inputs) {
+      EXPECT_TRUE(schema.argumentIndexWithName(a.argument).has_value()) << op->name() << " has no argument " << a.argument;
+      EXPECT_FALSE(a.why.empty()) << op->name() << ", " << a.argument << ", " << a.variant << ": no reason given";
+      const bool made = std::any_of(variants.begin(), variants.end(), [&](const Variant& v) {
+        return v.argument == a.argument && v.variant == a.variant;
+      });
+      EXPECT_TRUE(made) << op->name() << ": this test makes no variant '" << a.variant << "' of " << a.argument;
+      const auto same = std::count_if(
+          suite->accepted_bad_inputs.begin(), suite->accepted_bad_inputs.end(),
+          [&](const AcceptedBadInput& b) { return b.argument == a.argument && b.variant == a.variant; });
+      EXPECT_EQ(same, 1) << op->name() << ", " << a.argument << ", " << a.variant << ": declared twice";
+    }
   }
 }
 

@@ -22,7 +22,7 @@ const at::Device kGpu(at::kCUDA, 0);
 
 std::vector<std::string> implementations() {
   std::vector<std::string> out;
-  for (const char* op : kOperations) {
+  for (const std::string& op : operations()) {
     for (const auto& name : cuda_implementations_of(op)) out.push_back(name);
   }
   return out;

@@ -79,8 +79,8 @@ TEST_F(CudaKvCacheSelection, InitializePicksNativeAndThePublicApiReachesIt) {
   const at::Tensor slots = at::tensor({3, -1, 17, 0, 31}, at::kLong);
   at::Tensor kc = random_bits({2, 16, 2, 64}, at::kHalf), vc = random_bits({2, 16, 2, 64}, at::kHalf);
   at::Tensor want_k = kc.clone(), want_v = vc.clone();
-  reference_write(want_k, key.to(at::kCPU), slots);
-  reference_write(want_v, value.to(at::kCPU), slots);
+  reference_reshape_and_cache(want_k, key.to(at::kCPU), slots);
+  reference_reshape_and_cache(want_v, value.to(at::kCPU), slots);
   at::Tensor gk = kc.to(kGpu), gv = vc.to(kGpu);
   ops::reshape_and_cache(key, value, gk, gv, slots.to(kGpu));
   EXPECT_TRUE(at::equal(storage_bits(gk), storage_bits(want_k)));

@@ -44,7 +44,7 @@ TEST_P(CudaRotaryImpl, RunsOnTheInputsDevice) {
   const at::Tensor query = at::randn({7, 4 * 128}).to(at::kHalf).to(second), q0 = query.clone();
   call(GetParam(), positions, query, std::nullopt, 128, cache, true);
   double terms = 0;
-  EXPECT_LE(headroom(query, reference(positions, q0, 128, cache, true, terms), terms), 1.0);
+  EXPECT_LE(headroom(query, reference_rotary_embedding(positions, q0, 128, cache, true, terms), terms), 1.0);
 }
 
 // A call captured into a CUDA graph replays to the bits of an eager call.

@@ -20,17 +20,17 @@ const at::Device kCpu(at::kCPU);
 
 std::vector<std::string> implementations() {
   std::vector<std::string> out;
-  for (const char* op : kOperations) {
+  for (const std::string& op : operations()) {
     for (const auto& name : registered_implementations(op, Device::kCpu)) out.push_back(name);
   }
   return out;
 }
 
 TEST(Activation, EveryCpuImplementationIsRegistered) {
-  for (const char* op : kOperations) {
+  for (const std::string& op : operations()) {
     const auto names = registered_implementations(op, Device::kCpu);
-    EXPECT_NE(std::find(names.begin(), names.end(), std::string("cpu.torch.") + op), names.end()) << op;
-    EXPECT_NE(std::find(names.begin(), names.end(), std::string("cpu.native.") + op), names.end()) << op;
+    EXPECT_NE(std::find(names.begin(), names.end(), "cpu.torch." + op), names.end()) << op;
+    EXPECT_NE(std::find(names.begin(), names.end(), "cpu.native." + op), names.end()) << op;
   }
 }
 

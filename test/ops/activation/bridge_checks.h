@@ -1,8 +1,8 @@
 // One body per check of an activation bridge, for every device: the CPU tests (test/ops) and the
 // CUDA tests (test/cuda) call the same functions with their device. Inputs are drawn on the CPU
-// and moved; references are float64 on the CPU, with the suites' tolerance model. Values over the
-// full grid are the numerics suites' job (test/numerics and test/cuda run them for every
-// implementation).
+// and moved; the references are the suites' (src/ops/activation/suites/reference.h), float64 on
+// the CPU, with the suites' tolerance model. Values over the full grid are the numerics suites'
+// job (test/numerics and test/cuda run them for every implementation).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,29 +12,24 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/activation/suites/reference.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing::activation {
 
-inline const char* const kOperations[] = {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"};
+// The family's operations, from the table its suites are made from (kGatedActivations).
+inline std::vector<std::string> operations() {
+  std::vector<std::string> out;
+  for (const auto& a : numerics::activation::kGatedActivations) out.push_back(a.contract().operation);
+  return out;
+}
 
 inline std::string operation_of(const std::string& impl) { return registry().find(impl)->operation->name(); }
 
-inline double act(const std::string& op, double a) {
-  if (op == "silu_and_mul") return a / (1 + std::exp(-a));
-  if (op == "gelu_and_mul") return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
-  return 0.5 * a * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)));
-}
-
-// float64 [..., d] on the CPU from [..., 2d] on any device.
+// float64 [..., d] on the CPU from [..., 2d] on any device: the suites' reference.
 inline at::Tensor reference(const std::string& op, const at::Tensor& input) {
-  const int64_t d = input.size(-1) / 2;
-  at::Tensor x = input.to(at::kCPU).to(at::kDouble);
-  at::Tensor a = x.narrow(-1, 0, d).contiguous(), up = x.narrow(-1, d, d);
-  double* p = a.data_ptr<double>();
-  for (int64_t i = 0; i < a.numel(); ++i) p[i] = act(op, p[i]);
-  return a * up;
+  return numerics::activation::reference_gated(numerics::activation::gated_activation(op).act, input);
 }
 
 inline double max_product(const at::Tensor& input) {

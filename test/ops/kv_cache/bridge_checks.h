@@ -1,8 +1,9 @@
 // One body per check of a reshape_and_cache bridge, for every device: the CPU tests (test/ops) and
 // the CUDA tests (test/cuda) call the same functions with their device. Inputs and old caches are
 // random bits (NaN payloads, infinities, signed zeros, subnormals included), drawn on the CPU and
-// moved; the expected caches are built on the CPU row by row, and compared bit for bit over the
-// caches' whole storage. The numerics suite covers the full shape grid.
+// moved; the expected caches are built on the CPU row by row by the suite's reference
+// (src/ops/kv_cache/suites/reference.h), and compared bit for bit over the caches' whole storage.
+// The numerics suite covers the full shape grid.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "src/ops/kv_cache/suites/reference.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/xllm_kernel.h"
 
@@ -40,15 +42,8 @@ inline at::Tensor storage_bits(const at::Tensor& t) {
   return t.as_strided({n}, {1}, 0).to(at::kCPU).view(bits_type(t.scalar_type())).clone();
 }
 
-// Writes the rows of `rows` (CPU) into `cache` (CPU) at `slots`, row by row.
-inline void reference_write(at::Tensor cache, const at::Tensor& rows, const at::Tensor& slots) {
-  const at::Tensor s = slots.to(at::kCPU);
-  for (int64_t t = 0; t < rows.size(0); ++t) {
-    const int64_t slot = s[t].item<int64_t>();
-    if (slot < 0 || slot >= cache.size(0) * cache.size(1)) continue;
-    cache[slot / cache.size(1)][slot % cache.size(1)].copy_(rows[t]);
-  }
-}
+// The suite's reference: writes the rows of `rows` into `cache` (CPU) at `slots`, row by row.
+using numerics::kv_cache::reference_reshape_and_cache;
 
 // Distinct slots in random order with some -1.
 inline at::Tensor random_slots(int64_t tokens, int64_t slots) {
@@ -112,7 +107,7 @@ inline void check_values_and_layouts(const std::string& impl, at::Device device)
           const int64_t n = static_cast<int64_t>(cache.storage().nbytes() / cache.element_size());
           at::Tensor whole = cache.as_strided({n}, {1}, 0).to(at::kCPU).clone();
           at::Tensor view = whole.as_strided(cache.sizes(), cache.strides(), cache.storage_offset());
-          reference_write(view, rows.to(at::kCPU), slots);
+          reference_reshape_and_cache(view, rows.to(at::kCPU), slots);
           return whole.view(bits_type(dtype));
         };
         at::Tensor want_key = expected(key_cache, key);
@@ -120,7 +115,7 @@ inline void check_values_and_layouts(const std::string& impl, at::Device device)
         at::Tensor want_value = layout.fused_caches ? want_key : expected(value_cache, value);
         if (layout.fused_caches) {
           at::Tensor whole = want_key.view(dtype);
-          reference_write(whole.as_strided(value_cache.sizes(), value_cache.strides(), value_cache.storage_offset()),
+          reference_reshape_and_cache(whole.as_strided(value_cache.sizes(), value_cache.strides(), value_cache.storage_offset()),
                           value.to(at::kCPU), slots);
         }
         call(impl, key, value, key_cache, value_cache, slots);
@@ -186,8 +181,8 @@ inline void check_bad_slots(const std::string& impl, at::Device device) {
     at::Tensor want_k = kc.to(at::kCPU), want_v = vc.to(at::kCPU);
     want_k.copy_(kb.view({2, 16, 2, 64}).view(at::kHalf));
     want_v.copy_(vb.view({2, 16, 2, 64}).view(at::kHalf));
-    reference_write(want_k, key.to(at::kCPU), out_of_range);
-    reference_write(want_v, value.to(at::kCPU), out_of_range);
+    reference_reshape_and_cache(want_k, key.to(at::kCPU), out_of_range);
+    reference_reshape_and_cache(want_v, value.to(at::kCPU), out_of_range);
     EXPECT_TRUE(at::equal(storage_bits(kc), storage_bits(want_k)));
     EXPECT_TRUE(at::equal(storage_bits(vc), storage_bits(want_v)));
 

@@ -37,8 +37,8 @@ TEST_P(KvCacheImpl, ManyTokensOnEveryThread) {
   at::Tensor vc = random_bits({blocks, block_size, heads, head_size}, at::kBFloat16);
   const at::Tensor slots = random_slots(tokens, blocks * block_size);
   at::Tensor want_k = kc.clone(), want_v = vc.clone();
-  reference_write(want_k, key, slots);
-  reference_write(want_v, value, slots);
+  reference_reshape_and_cache(want_k, key, slots);
+  reference_reshape_and_cache(want_v, value, slots);
   call(GetParam(), key, value, kc, vc, slots);
   EXPECT_TRUE(at::equal(storage_bits(kc), storage_bits(want_k)));
   EXPECT_TRUE(at::equal(storage_bits(vc), storage_bits(want_v)));
@@ -65,8 +65,8 @@ TEST_F(KvCacheApi, SelectsNativeAndPublicApiAndDispatcherWriteTheCaches) {
   const at::Tensor slots = at::tensor({7, -1, 0, 31, 12, 3}, at::kLong);
   at::Tensor kc = random_bits({2, 16, 2, 64}, at::kHalf), vc = random_bits({2, 16, 2, 64}, at::kHalf);
   at::Tensor want_k = kc.clone(), want_v = vc.clone();
-  reference_write(want_k, key, slots);
-  reference_write(want_v, value, slots);
+  reference_reshape_and_cache(want_k, key, slots);
+  reference_reshape_and_cache(want_v, value, slots);
   at::Tensor kc2 = kc.clone(), vc2 = vc.clone();
   ops::reshape_and_cache(key, value, kc, vc, slots);
   EXPECT_TRUE(at::equal(storage_bits(kc), storage_bits(want_k)));

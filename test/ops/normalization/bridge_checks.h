@@ -113,12 +113,11 @@ inline void check_fused_add_rms_norm_grid(const std::string& impl, at::ScalarTyp
           Input res = make_input(tokens, hidden, dtype, res_layout, /*offset=*/3, /*pad=*/3, device);
           at::Tensor in_buffer = in.buffer.clone(), res_buffer = res.buffer.clone();
           const at::Tensor w = make_weight(hidden, wdtype, device);
-          // The sum of two values of this dtype is exact in float64: one rounding is bitwise.
-          const at::Tensor want_residual = (host(in.view).to(at::kDouble) + host(res.view).to(at::kDouble)).to(dtype);
-          const at::Tensor want_input = reference_rms_norm(want_residual, host(w), 1e-5);
+          // The residual is the correctly rounded sum: bitwise.
+          const FusedAddRmsNormReference want = reference_fused_add_rms_norm(in.view, res.view, w, 1e-5);
           fn(in.view, res.view, w, 1e-5);
-          EXPECT_TRUE(at::equal(host(res.view), want_residual)) << "residual is not the rounded sum";
-          EXPECT_LE(headroom(host(in.view), want_input, tol), 1.0);
+          EXPECT_TRUE(at::equal(host(res.view), want.residual)) << "residual is not the rounded sum";
+          EXPECT_LE(headroom(host(in.view), want.input, tol), 1.0);
           // Nothing outside the views was written.
           view_of(in_buffer, layout, tokens, hidden).copy_(in.view);
           view_of(res_buffer, res_layout, tokens, hidden).copy_(res.view);
@@ -186,10 +185,10 @@ inline bool check_row_stride_beyond_2_to_31(at::Device device,
     at::Tensor xi = x.clone();  // contiguous input, huge-stride residual
     at::Tensor r = r_storage.as_strided({2, hidden}, {stride, 1});
     r.copy_(at::randn({2, hidden}));
-    const at::Tensor want_r = (host(xi).to(at::kDouble) + host(r).to(at::kDouble)).to(at::kBFloat16);
+    const FusedAddRmsNormReference want = reference_fused_add_rms_norm(xi, r, w, 1e-6);
     function_of<FusedAddRmsNormFn>(impl)(xi, r, w, 1e-6);
-    EXPECT_TRUE(at::equal(host(r), want_r));
-    EXPECT_LE(headroom(host(xi), reference_rms_norm(want_r, host(w), 1e-6), tol), 1.0);
+    EXPECT_TRUE(at::equal(host(r), want.residual));
+    EXPECT_LE(headroom(host(xi), want.input, tol), 1.0);
   }
   return true;
 }

@@ -1,57 +1,17 @@
-// Float64 references for the normalization group: plain loops, independent of every registered
-// implementation.
+// The normalization bridge checks' float64 references, the suites' own (one reference per
+// operation: src/ops/normalization/suites/reference.h), and the tolerance the checks allow.
 #pragma once
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-#include <optional>
+#include "src/ops/normalization/suites/reference.h"
 
 namespace xllm_kernel::testing {
 
-// [rows, hidden] float64 copies of any [..., hidden] tensor.
-inline at::Tensor rows_f64(const at::Tensor& t) {
-  return t.to(at::kDouble).contiguous().reshape({-1, t.size(-1)});
-}
-
-inline at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  at::Tensor x = rows_f64(input), w = weight.to(at::kDouble).contiguous();
-  at::Tensor out = at::empty_like(x);
-  const int64_t rows = x.size(0), hidden = x.size(1);
-  const double* xp = x.const_data_ptr<double>();
-  const double* wp = w.const_data_ptr<double>();
-  double* op = out.mutable_data_ptr<double>();
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int64_t i = 0; i < hidden; ++i) sum += xp[r * hidden + i] * xp[r * hidden + i];
-    const double inv = 1.0 / std::sqrt(sum / hidden + eps);
-    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = xp[r * hidden + i] * inv * wp[i];
-  }
-  return out.reshape(input.sizes());
-}
-
-inline at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight,
-                                       const std::optional<at::Tensor>& bias, double eps) {
-  at::Tensor x = rows_f64(input), w = weight.to(at::kDouble).contiguous();
-  at::Tensor b = bias ? bias->to(at::kDouble).contiguous() : at::zeros_like(w);
-  at::Tensor out = at::empty_like(x);
-  const int64_t rows = x.size(0), hidden = x.size(1);
-  const double* xp = x.const_data_ptr<double>();
-  const double* wp = w.const_data_ptr<double>();
-  const double* bp = b.const_data_ptr<double>();
-  double* op = out.mutable_data_ptr<double>();
-  for (int64_t r = 0; r < rows; ++r) {
-    double mean = 0;
-    for (int64_t i = 0; i < hidden; ++i) mean += xp[r * hidden + i];
-    mean /= hidden;
-    double var = 0;
-    for (int64_t i = 0; i < hidden; ++i) var += (xp[r * hidden + i] - mean) * (xp[r * hidden + i] - mean);
-    var /= hidden;  // biased
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = (xp[r * hidden + i] - mean) * inv * wp[i] + bp[i];
-  }
-  return out.reshape(input.sizes());
-}
+using numerics::normalization::FusedAddRmsNormReference;
+using numerics::normalization::reference_fused_add_rms_norm;
+using numerics::normalization::reference_layer_norm;
+using numerics::normalization::reference_rms_norm;
 
 // Tolerance of one rounding to `dtype` plus float32 accumulation over the hidden size.
 struct Tolerance {

@@ -1,8 +1,8 @@
 // One body per check of a rotary_embedding bridge, for every device: the CPU tests (test/ops) and
 // the CUDA tests (test/cuda) call the same functions with their device. Inputs are drawn on the
-// CPU and moved; references are float64 on the CPU, with the suite's tolerance model. Values over
-// the full grid are the numerics suite's job (test/numerics and test/cuda run it for every
-// implementation).
+// CPU and moved; the reference is the suite's (src/ops/rotary/suites/reference.h), float64 on the
+// CPU, with its tolerance model. Values over the full grid are the numerics suite's job
+// (test/numerics and test/cuda run it for every implementation).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/rotary/suites/reference.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/xllm_kernel.h"
 
@@ -25,42 +26,14 @@ inline void call(const std::string& impl, const at::Tensor& positions, at::Tenso
   function_of<RotaryEmbeddingFn>(impl)(positions, query, key, head_size, cache, neox);
 }
 
-// [max_position, rot_dim]: cos(pos f_i), then sin(pos f_i), f_i = 10000^(-2i / rot_dim).
-inline at::Tensor cos_sin_cache(int64_t max_position, int64_t rot_dim, at::ScalarType dtype) {
-  const at::Tensor freq = at::pow(10000.0, at::arange(0, rot_dim, 2, at::kDouble) / -static_cast<double>(rot_dim));
-  const at::Tensor angle = at::arange(max_position, at::kDouble).unsqueeze(1) * freq.unsqueeze(0);
-  return at::cat({angle.cos(), angle.sin()}, 1).to(dtype);
-}
-
-// Float64 [tokens, heads, head_size] on the CPU: x (any device, [tokens, heads(, )head_size]) with
-// each head's first rot_dim elements rotated; `terms` gets the largest |x1 c| + |x2 s|.
-inline at::Tensor reference(const at::Tensor& positions, const at::Tensor& x, int64_t head_size,
-                            const at::Tensor& cache, bool neox, double& terms) {
-  const int64_t rot = cache.size(1), half = rot / 2;
-  at::Tensor out = x.to(at::kCPU).to(at::kDouble).reshape({x.size(0), -1, head_size}).clone();
-  const at::Tensor rows = cache.to(at::kCPU).to(at::kDouble).index_select(0, positions.to(at::kCPU));
-  const at::Tensor c = rows.narrow(1, 0, half).unsqueeze(1), s = rows.narrow(1, half, half).unsqueeze(1);
-  at::Tensor r = out.narrow(2, 0, rot);
-  const at::Tensor pairs = neox ? at::Tensor() : r.unflatten(2, {half, 2});
-  const at::Tensor x1 = (neox ? r.narrow(2, 0, half) : pairs.select(3, 0)).clone();
-  const at::Tensor x2 = (neox ? r.narrow(2, half, half) : pairs.select(3, 1)).clone();
-  const at::Tensor o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
-  if (neox) {
-    r.narrow(2, 0, half).copy_(o1);
-    r.narrow(2, half, half).copy_(o2);
-  } else {
-    r.copy_(at::stack({o1, o2}, 3).flatten(2));
-  }
-  if (x1.numel() > 0) {
-    terms = std::max({terms, (x1.abs() * c.abs() + x2.abs() * s.abs()).max().item<double>(),
-                      (x2.abs() * c.abs() + x1.abs() * s.abs()).max().item<double>()});
-  }
-  return out;
-}
+// The suite's cos/sin table and float64 reference.
+using numerics::rotary::cos_sin_cache;
+using numerics::rotary::reference_rotary_embedding;
 
 // max |got - want| / (atol + rtol |want|), the suite's model: 4 u32 (|x1 c| + |x2 s|) for the
 // float32 evaluation, 2 u of the dtype for the rounding. `terms` by reference: read after every
-// argument is evaluated, so headroom(got, reference(..., terms), terms) sees reference's value.
+// argument is evaluated, so headroom(got, reference_rotary_embedding(..., terms), terms) sees the
+// reference's value.
 inline double headroom(const at::Tensor& got, const at::Tensor& want, const double& terms) {
   const at::ScalarType dtype = got.scalar_type();
   const double u = dtype == at::kFloat ? std::ldexp(1.0, -24) : dtype == at::kBFloat16 ? std::ldexp(1.0, -8)
@@ -89,8 +62,10 @@ inline void check_fused_qkv(const std::string& impl, at::Device device) {
         const at::Tensor cache_before = cache.clone(), positions_before = positions.clone();
         call(impl, positions, qkv.narrow(1, 0, q), qkv.narrow(1, q, k), head_size, cache, neox);
         double terms = 0;
-        const at::Tensor want_q = reference(positions, before.narrow(1, 0, q), head_size, cache, neox, terms);
-        const at::Tensor want_k = reference(positions, before.narrow(1, q, k), head_size, cache, neox, terms);
+        const at::Tensor want_q =
+            reference_rotary_embedding(positions, before.narrow(1, 0, q), head_size, cache, neox, terms);
+        const at::Tensor want_k =
+            reference_rotary_embedding(positions, before.narrow(1, q, k), head_size, cache, neox, terms);
         EXPECT_LE(headroom(qkv.narrow(1, 0, q), want_q, terms), 1.0);
         EXPECT_LE(headroom(qkv.narrow(1, q, k), want_k, terms), 1.0);
         // Everything but the rotated elements, bitwise.
@@ -119,7 +94,8 @@ inline void check_layouts(const std::string& impl, at::Device device) {
       const at::Tensor query = padded.narrow(2, 0, 128);
       call(impl, positions, query, std::nullopt, 128, cache, neox);
       double terms = 0;
-      EXPECT_LE(headroom(query, reference(positions, before.narrow(2, 0, 128), 128, cache, neox, terms), terms), 1.0);
+      const at::Tensor want = reference_rotary_embedding(positions, before.narrow(2, 0, 128), 128, cache, neox, terms);
+      EXPECT_LE(headroom(query, want, terms), 1.0);
       EXPECT_TRUE(at::equal(padded.narrow(2, 128, 8), before.narrow(2, 128, 8)));
       // Misaligned: the query starts one element into its buffer.
       const at::Tensor buffer = at::randn({5 * 256 + 1}).to(dtype).to(device);
@@ -129,8 +105,8 @@ inline void check_layouts(const std::string& impl, at::Device device) {
       const at::Tensor k0 = key.clone();
       call(impl, positions, misaligned, key, 128, cache, neox);
       terms = 0;
-      const at::Tensor want_q = reference(positions, m0, 128, cache, neox, terms);
-      const at::Tensor want_k = reference(positions, k0, 128, cache, neox, terms);
+      const at::Tensor want_q = reference_rotary_embedding(positions, m0, 128, cache, neox, terms);
+      const at::Tensor want_k = reference_rotary_embedding(positions, k0, 128, cache, neox, terms);
       EXPECT_LE(headroom(misaligned, want_q, terms), 1.0);
       EXPECT_LE(headroom(key, want_k, terms), 1.0);
       EXPECT_TRUE(at::equal(buffer.narrow(0, 0, 1), buffer0.narrow(0, 0, 1)));
@@ -140,7 +116,7 @@ inline void check_layouts(const std::string& impl, at::Device device) {
       const at::Tensor pos1 = at::full({1}, 63, at::kLong).to(device);
       call(impl, pos1, one, std::nullopt, 128, cache, neox);
       terms = 0;
-      EXPECT_LE(headroom(one, reference(pos1, o0, 128, cache, neox, terms), terms), 1.0);
+      EXPECT_LE(headroom(one, reference_rotary_embedding(pos1, o0, 128, cache, neox, terms), terms), 1.0);
       const at::Tensor none = at::empty({0, 256}, at::TensorOptions().dtype(dtype).device(device));
       call(impl, at::empty({0}, at::TensorOptions().dtype(at::kLong).device(device)), none,
            at::empty({0, 128}, none.options()), 128, cache, neox);
@@ -172,9 +148,8 @@ inline void check_out_of_range_positions(const std::string& impl, at::Device dev
       const at::Tensor good = at::tensor({int64_t{3}, int64_t{15}}, at::kLong);
       double terms = 0;
       const at::Tensor rows = at::tensor({int64_t{0}, int64_t{2}}, at::kLong).to(device);
-      EXPECT_LE(headroom(query.index_select(0, rows), reference(good, q0.index_select(0, rows), 64, cache, true, terms),
-                         terms),
-                1.0);
+      const at::Tensor want = reference_rotary_embedding(good, q0.index_select(0, rows), 64, cache, true, terms);
+      EXPECT_LE(headroom(query.index_select(0, rows), want, terms), 1.0);
     }
   }
 }
@@ -196,7 +171,7 @@ inline bool check_token_stride_beyond_2_to_31(const std::string& impl, at::Devic
   const at::Tensor cache = cos_sin_cache(10, 128, at::kFloat).to(device);
   call(impl, positions, query, std::nullopt, 128, cache, false);
   double terms = 0;
-  EXPECT_LE(headroom(query, reference(positions, q0, 128, cache, false, terms), terms), 1.0);
+  EXPECT_LE(headroom(query, reference_rotary_embedding(positions, q0, 128, cache, false, terms), terms), 1.0);
   return true;
 }
 

@@ -42,8 +42,8 @@ TEST_P(RotaryImpl, ModelShapeAgainstTheReference) {
     const at::Tensor cache = cos_sin_cache(4096, 128, at::kFloat);
     call(GetParam(), positions, qkv.narrow(1, 0, q), qkv.narrow(1, q, k), 128, cache, neox);
     double terms = 0;
-    const at::Tensor want_q = reference(positions, before.narrow(1, 0, q), 128, cache, neox, terms);
-    const at::Tensor want_k = reference(positions, before.narrow(1, q, k), 128, cache, neox, terms);
+    const at::Tensor want_q = reference_rotary_embedding(positions, before.narrow(1, 0, q), 128, cache, neox, terms);
+    const at::Tensor want_k = reference_rotary_embedding(positions, before.narrow(1, q, k), 128, cache, neox, terms);
     EXPECT_LE(headroom(qkv.narrow(1, 0, q), want_q, terms), 1.0);
     EXPECT_LE(headroom(qkv.narrow(1, q, k), want_k, terms), 1.0);
     EXPECT_TRUE(at::equal(qkv.narrow(1, q + k, k), before.narrow(1, q + k, k)));

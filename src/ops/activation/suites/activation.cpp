@@ -1,4 +1,5 @@
-// Suites of the gated activations: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul.
+// Suites of the gated activations, one per entry of kGatedActivations (reference.h: silu_and_mul,
+// gelu_and_mul, gelu_tanh_and_mul).
 //
 // Options: --tokens, --hidden (d, the output width: the input is [tokens, 2d]), --dtype, --layout.
 // Tolerance: out = act(a) * b is computed in float32 and rounded once to the dtype. An
@@ -11,45 +12,19 @@
 // bfloat16 results may come from cheaper float32 forms (cpu.native: relative error below 2^-10 =
 // u / 4, csrc/cpu/activation/activation.h): u for the rounding plus u / 4 stays within 2 u.
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
+#include "src/ops/activation/suites/reference.h"
 #include "xllm_kernel/ops/activation.h"
 
 namespace xllm_kernel::numerics {
 namespace {
 
 constexpr double kComputeUlps = 32;
-
-enum class Act { kSilu, kGelu, kGeluTanh };
-
-double act_reference(Act act, double a) {
-  switch (act) {
-    case Act::kSilu: return a / (1 + std::exp(-a));
-    case Act::kGelu: return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
-    case Act::kGeluTanh: {
-      const double k = std::sqrt(2.0 / M_PI);
-      return 0.5 * a * (1 + std::tanh(k * (a + 0.044715 * a * a * a)));
-    }
-  }
-  return 0;
-}
-
-// [..., 2d] float64 -> [..., d] float64.
-at::Tensor reference(Act act, const at::Tensor& input) {
-  const int64_t width = input.size(-1), d = width / 2;
-  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, width});
-  at::Tensor out = at::empty({x.size(0), d}, at::kDouble);
-  const double* xp = x.const_data_ptr<double>();
-  double* op = out.mutable_data_ptr<double>();
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    for (int64_t i = 0; i < d; ++i) op[r * d + i] = act_reference(act, xp[r * width + i]) * xp[r * width + d + i];
-  }
-  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
-  shape.back() = d;
-  return out.reshape(shape);
-}
 
 void add_arguments(CLI::App& app, SuiteOptions& o) {
   app.add_option("--tokens", o["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
@@ -77,8 +52,7 @@ at::Tensor make_input(const json& p, at::Generator& g) {
   return base.narrow(1, 0, 2).narrow(2, 0, 2 * d);
 }
 
-template <Act kAct>
-Example build(const json& p, at::Generator& g) {
+Example build(activation::ActivationFunction act, const json& p, at::Generator& g) {
   Example ex;
   at::Tensor input = make_input(p, g);
   ex.names = {"input"};
@@ -86,7 +60,9 @@ Example build(const json& p, at::Generator& g) {
   ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
     return std::vector<at::Tensor>{k.function<ActivationFn>()(t[0])};
   };
-  ex.reference = [](const std::vector<at::Tensor>& t) { return Expected{{reference(kAct, t[0])}, {}}; };
+  ex.reference = [act](const std::vector<at::Tensor>& t) {
+    return Expected{{activation::reference_gated(act, t[0])}, {}};
+  };
   const int64_t d = input.size(-1) / 2;
   double max_product = 0;
   if (input.numel() > 0) {
@@ -105,14 +81,22 @@ SuiteOptions benchmark_defaults() {
           {"layout", {"contiguous"}}};
 }
 
-template <Act kAct>
-OperationSuite make_suite(const char* operation, const char* description) {
+// The rows the kernel walks (tokens, twice as many in the 3d layout) and their width: d, the
+// output's (the gate and the up halves are walked side by side).
+RowShape row_shape(const json& p) {
+  const int64_t tokens = p.at("tokens"), d = p.at("hidden");
+  return {p.at("layout") == "3d" ? 2 * tokens : tokens, d};
+}
+
+OperationSuite make_suite(const activation::GatedActivation& entry) {
+  const std::string operation = entry.contract().operation;
+  const activation::ActivationFunction act = entry.act;
   return OperationSuite{
       .operation = operation,
-      .description = description,
+      .description = entry.description,
       .add_arguments = add_arguments,
       .cases =
-          [operation = std::string(operation)](const SuiteOptions& o) {
+          [operation, act](const SuiteOptions& o) {
             std::vector<Dimension> dims = {
                 {"tokens", options::integers(o, "tokens", {1, 7, 257}, 0)},
                 {"hidden", options::integers(o, "hidden", {1, 7, 64, 4099}, 1)},
@@ -126,33 +110,33 @@ OperationSuite make_suite(const char* operation, const char* description) {
                 extra.push_back({{"tokens", 0}, {"hidden", 64}, {"dtype", dtype}, {"layout", "contiguous"}});
               }
             }
-            return tensor_cases(operation, dims, extra, build<kAct>);
+            return tensor_cases(operation, dims, extra,
+                                [act](const json& p, at::Generator& g) { return build(act, p, g); });
           },
       .has_reference = true,
-      .benchmark_defaults = benchmark_defaults()};
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      // "any strides for the leading dimensions"; "zero rows allowed".
+      .accepted_bad_inputs = {{"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
+                              {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}}};
 }
+
+// The suite of kGatedActivations[I].
+template <size_t I>
+const OperationSuite& gated_suite() {
+  static const OperationSuite suite = make_suite(activation::kGatedActivations[I]);
+  return suite;
+}
+
+// Registers one suite per entry (XLLM_REGISTER_SUITE, for each index).
+template <size_t... I>
+bool register_gated_suites(std::index_sequence<I...>) {
+  (registration::SuiteRegistrar(&gated_suite<I>), ...);
+  return true;
+}
+
+[[maybe_unused]] const bool registered =
+    register_gated_suites(std::make_index_sequence<std::size(activation::kGatedActivations)>());
 
 }  // namespace
-
-const OperationSuite& silu_and_mul_suite() {
-  static const OperationSuite suite = make_suite<Act::kSilu>("silu_and_mul", "silu(x[..., :d]) * x[..., d:]");
-  return suite;
-}
-
-const OperationSuite& gelu_and_mul_suite() {
-  static const OperationSuite suite =
-      make_suite<Act::kGelu>("gelu_and_mul", "gelu(x[..., :d]) * x[..., d:], exact (erf) GELU");
-  return suite;
-}
-
-const OperationSuite& gelu_tanh_and_mul_suite() {
-  static const OperationSuite suite =
-      make_suite<Act::kGeluTanh>("gelu_tanh_and_mul", "gelu_tanh(x[..., :d]) * x[..., d:], tanh approximation");
-  return suite;
-}
-
-XLLM_REGISTER_SUITE(silu_and_mul_suite);
-XLLM_REGISTER_SUITE(gelu_and_mul_suite);
-XLLM_REGISTER_SUITE(gelu_tanh_and_mul_suite);
-
 }  // namespace xllm_kernel::numerics

@@ -11,12 +11,12 @@
 // [num_blocks, 2, block_size, kv_heads, head_size] KV tensor: strided rows, interleaved blocks).
 //
 // Reference and tolerance: the operator copies, so the expected caches are their old values with
-// each addressed slot replaced by its token's row, built here in float64 row by row (no kernel,
-// no index op). Tolerance is zero: every value is finite and non-zero (inputs and old caches from
-// randn, caches offset away from 0), and for such values equality in float64 is equality of the
-// bits. The whole storage of both caches is checked: the addressed rows, every other slot
-// unchanged, and (layout fused) the other half of the KV tensor unchanged (the runner compares the
-// rest of a mutated argument's storage bitwise).
+// each addressed slot replaced by its token's row, built in float64 row by row (reference.h: no
+// kernel, no index op). Tolerance is zero: every value is finite and non-zero (inputs and old
+// caches from randn, caches offset away from 0), and for such values equality in float64 is
+// equality of the bits. The whole storage of both caches is checked: the addressed rows, every
+// other slot unchanged, and (layout fused) the other half of the KV tensor unchanged (the runner
+// compares the rest of a mutated argument's storage bitwise).
 //
 // Bytes, as the performance targets count them: the key and value rows of the tokens with a
 // slot, read and written into the caches; slot_mapping (8 bytes a token) is not counted.
@@ -26,6 +26,7 @@
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
+#include "src/ops/kv_cache/suites/reference.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
 namespace xllm_kernel::numerics {
@@ -90,20 +91,10 @@ at::Tensor cache_values(at::IntArrayRef shape, at::ScalarType dtype, at::Generat
   return (at::randn(shape, g, at::kDouble) + 4).to(dtype);
 }
 
-// The expected cache: the old values with each addressed slot's row replaced, in float64.
+// The expected cache in float64: the old values with each addressed slot's row replaced.
 at::Tensor expected_cache(const at::Tensor& cache, const at::Tensor& rows, const at::Tensor& slots) {
-  at::Tensor want = cache.to(at::kDouble).contiguous();
-  const at::Tensor src = rows.to(at::kDouble).contiguous();
-  const int64_t block_size = cache.size(1), row = cache.size(2) * cache.size(3);
-  double* w = want.mutable_data_ptr<double>();
-  const double* s = src.const_data_ptr<double>();
-  const at::Tensor sl = slots.contiguous();
-  const int64_t* slot = sl.const_data_ptr<int64_t>();
-  for (int64_t t = 0; t < src.size(0); ++t) {
-    if (slot[t] < 0) continue;
-    const int64_t block = slot[t] / block_size, offset = slot[t] % block_size;
-    std::copy(s + t * row, s + (t + 1) * row, w + (block * block_size + offset) * row);
-  }
+  at::Tensor want = cache.to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  kv_cache::reference_reshape_and_cache(want, rows, slots);
   return want;
 }
 
@@ -194,7 +185,9 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
     }
   }
   std::vector<std::shared_ptr<const KernelCase>> out;
-  for (const json& point : points) out.push_back(std::make_shared<TensorCase>("reshape_and_cache", point, build));
+  for (const json& point : points) {
+    out.push_back(std::make_shared<TensorCase>(reshape_and_cache_contract().operation, point, build));
+  }
   return out;
 }
 
@@ -204,16 +197,26 @@ SuiteOptions benchmark_defaults() {
           {"slots", {"prefill", "random"}}};
 }
 
+// The rows the kernels copy (each head of each token) and their width (head_size).
+RowShape row_shape(const json& p) {
+  return {p.at("tokens").get<int64_t>() * p.at("kv_heads").get<int64_t>(), p.at("head_size").get<int64_t>()};
+}
+
 }  // namespace
 
 const OperationSuite& reshape_and_cache_suite() {
   static const OperationSuite suite{
-      .operation = "reshape_and_cache",
+      .operation = reshape_and_cache_contract().operation,
       .description = "Paged KV-cache write (NHD): key/value rows into their slots, -1 skipped",
       .add_arguments = add_arguments,
       .cases = cases,
       .has_reference = true,
-      .benchmark_defaults = benchmark_defaults()};
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      // slot_mapping is read through its stride. (A cache one block larger is rejected: value_cache
+      // must have key_cache's shape.)
+      .accepted_bad_inputs = {{"slot_mapping", "non-contiguous last dimension", AcceptedAs::kSameResults,
+                               "slot_mapping is read through its stride"}}};
   return suite;
 }
 

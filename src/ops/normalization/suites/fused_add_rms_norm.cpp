@@ -21,9 +21,8 @@ Example build(const json& p, at::Generator& g) {
     return std::vector<at::Tensor>{};
   };
   ex.reference = [](const std::vector<at::Tensor>& t) {
-    // The sum of two values of one dtype is exact in float64; rounding it once gives the residual.
-    at::Tensor rounded = (t[0].to(at::kDouble) + t[1].to(at::kDouble)).to(t[1].scalar_type());
-    return Expected{{}, {{"residual", rounded.to(at::kDouble)}, {"input", reference_rms_norm(rounded, t[2], kEps)}}};
+    const FusedAddRmsNormReference want = reference_fused_add_rms_norm(t[0], t[1], t[2], kEps);
+    return Expected{{}, {{"residual", want.residual.to(at::kDouble)}, {"input", want.input}}};
   };
   ex.tolerance = accumulate_tolerance(input.scalar_type(), input.size(-1));
   ex.tolerance_overrides["residual"] = Tolerance{0, 0};  // one correctly rounded addition: exact
@@ -36,14 +35,17 @@ Example build(const json& p, at::Generator& g) {
 
 const OperationSuite& fused_add_rms_norm_suite() {
   static const OperationSuite suite{
-      "fused_add_rms_norm", "Residual add, then RMSNorm of the rounded sum, both in place",
-      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
-      [](const SuiteOptions& o) {
-        auto g = normalization::grid(o, false);
-        return tensor_cases("fused_add_rms_norm", g.dimensions, g.extra, build);
-      },
-      true,
-      normalization::benchmark_defaults()};
+      .operation = fused_add_rms_norm_contract().operation,
+      .description = "Residual add, then RMSNorm of the rounded sum, both in place",
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      .cases =
+          [](const SuiteOptions& o) {
+            auto g = normalization::grid(o, false);
+            return tensor_cases(fused_add_rms_norm_contract().operation, g.dimensions, g.extra, build);
+          },
+      .has_reference = true,
+      .benchmark_defaults = normalization::benchmark_defaults(),
+      .row_shape = normalization::row_shape};  // accepts no bad input: residual must match input
   return suite;
 }
 

@@ -47,14 +47,18 @@ Example build(const json& p, at::Generator& g) {
 
 const OperationSuite& layer_norm_suite() {
   static const OperationSuite suite{
-      "layer_norm", "LayerNorm over the last dimension (biased variance, optional bias)",
-      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, true); },
-      [](const SuiteOptions& o) {
-        auto g = normalization::grid(o, true);
-        return tensor_cases("layer_norm", g.dimensions, g.extra, build);
-      },
-      true,
-      normalization::benchmark_defaults()};
+      .operation = layer_norm_contract().operation,
+      .description = "LayerNorm over the last dimension (biased variance, optional bias)",
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, true); },
+      .cases =
+          [](const SuiteOptions& o) {
+            auto g = normalization::grid(o, true);
+            return tensor_cases(layer_norm_contract().operation, g.dimensions, g.extra, build);
+          },
+      .has_reference = true,
+      .benchmark_defaults = normalization::benchmark_defaults(),
+      .row_shape = normalization::row_shape,
+      .accepted_bad_inputs = normalization::accepted_row_variants()};
   return suite;
 }
 

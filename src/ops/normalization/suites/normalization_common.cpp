@@ -108,45 +108,14 @@ at::Tensor make_weight(const json& p, at::Generator& g) {
   return (at::randn({hidden}, g, at::kDouble) * 0.5 + 1).to(dtype);
 }
 
-at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  const int64_t hidden = input.size(-1);
-  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, hidden});
-  at::Tensor w = weight.to(at::kDouble).contiguous();
-  at::Tensor out = at::empty_like(x);
-  const double* xp = x.const_data_ptr<double>();
-  const double* wp = w.const_data_ptr<double>();
-  double* op = out.mutable_data_ptr<double>();
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    const double* row = xp + r * hidden;
-    double sum = 0;
-    for (int64_t i = 0; i < hidden; ++i) sum += row[i] * row[i];
-    const double inv = 1.0 / std::sqrt(sum / hidden + eps);
-    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = row[i] * inv * wp[i];
-  }
-  return out.reshape(input.sizes());
+RowShape row_shape(const json& p) {
+  const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
+  return {p.at("layout") == "3d" ? 2 * tokens : tokens, hidden};
 }
 
-at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  const int64_t hidden = input.size(-1);
-  at::Tensor x = input.to(at::kDouble).contiguous().reshape({-1, hidden});
-  at::Tensor w = weight.to(at::kDouble).contiguous();
-  at::Tensor b = bias.defined() ? bias.to(at::kDouble).contiguous() : at::zeros({hidden}, at::kDouble);
-  at::Tensor out = at::empty_like(x);
-  const double* xp = x.const_data_ptr<double>();
-  const double* wp = w.const_data_ptr<double>();
-  const double* bp = b.const_data_ptr<double>();
-  double* op = out.mutable_data_ptr<double>();
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    const double* row = xp + r * hidden;
-    double mean = 0;
-    for (int64_t i = 0; i < hidden; ++i) mean += row[i];
-    mean /= hidden;
-    double var = 0;
-    for (int64_t i = 0; i < hidden; ++i) var += (row[i] - mean) * (row[i] - mean);
-    const double inv = 1.0 / std::sqrt(var / hidden + eps);
-    for (int64_t i = 0; i < hidden; ++i) op[r * hidden + i] = (row[i] - mean) * inv * wp[i] + bp[i];
-  }
-  return out.reshape(input.sizes());
+std::vector<AcceptedBadInput> accepted_row_variants() {
+  return {{"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
+          {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}};
 }
 
 }  // namespace xllm_kernel::numerics::normalization

@@ -1,9 +1,13 @@
-// What the three normalization suites share: options, input layouts, float64 references.
+// What the three normalization suites share: options, input layouts, the shape of a case, the
+// bad inputs they accept; the float64 references are in reference.h.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "src/numerics/tensor_case.h"
+#include "src/ops/normalization/suites/reference.h"
 
 namespace xllm_kernel::numerics::normalization {
 
@@ -31,7 +35,12 @@ SuiteOptions benchmark_defaults();
 at::Tensor make_input(const json& p, at::Generator& g, double offset);
 at::Tensor make_weight(const json& p, at::Generator& g);
 
-at::Tensor reference_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps);
-at::Tensor reference_layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps);
+// The rows the kernels walk (tokens, twice as many in the 3d layout) and their width (hidden).
+RowShape row_shape(const json& parameters);
+
+// "any strides for the leading dimensions", "zero rows allowed": one more row, or none, of an
+// input whose rows are independent (rms_norm, layer_norm; fused_add_rms_norm's residual must have
+// the input's shape, so it accepts neither).
+std::vector<AcceptedBadInput> accepted_row_variants();
 
 }  // namespace xllm_kernel::numerics::normalization

@@ -32,14 +32,18 @@ Example build(const json& p, at::Generator& g) {
 
 const OperationSuite& rms_norm_suite() {
   static const OperationSuite suite{
-      "rms_norm", "RMSNorm over the last dimension",
-      [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
-      [](const SuiteOptions& o) {
-        auto g = normalization::grid(o, false);
-        return tensor_cases("rms_norm", g.dimensions, g.extra, build);
-      },
-      true,
-      normalization::benchmark_defaults()};
+      .operation = rms_norm_contract().operation,
+      .description = "RMSNorm over the last dimension",
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      .cases =
+          [](const SuiteOptions& o) {
+            auto g = normalization::grid(o, false);
+            return tensor_cases(rms_norm_contract().operation, g.dimensions, g.extra, build);
+          },
+      .has_reference = true,
+      .benchmark_defaults = normalization::benchmark_defaults(),
+      .row_shape = normalization::row_shape,
+      .accepted_bad_inputs = normalization::accepted_row_variants()};
   return suite;
 }
 

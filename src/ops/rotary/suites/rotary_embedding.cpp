@@ -33,12 +33,11 @@
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
+#include "src/ops/rotary/suites/reference.h"
 #include "xllm_kernel/ops/rotary.h"
 
 namespace xllm_kernel::numerics {
 namespace {
-
-constexpr const char* kOperation = "rotary_embedding";
 
 // ---------------------------------------------------------------- parameters
 
@@ -76,13 +75,6 @@ struct Built {
   bool neox = true;
 };
 
-// A real cos/sin table: row pos holds cos(pos f_i), then sin(pos f_i), f_i = 10000^(-2i / rot_dim).
-at::Tensor cos_sin_cache(int64_t max_position, int64_t rot_dim, at::ScalarType dtype) {
-  const at::Tensor freq = at::pow(10000.0, at::arange(0, rot_dim, 2, at::kDouble) / -static_cast<double>(rot_dim));
-  const at::Tensor angle = at::arange(max_position, at::kDouble).unsqueeze(1) * freq.unsqueeze(0);
-  return at::cat({angle.cos(), angle.sin()}, 1).to(dtype);
-}
-
 Built build(const json& p, at::Generator& g) {
   Built b;
   const int64_t tokens = p.at("tokens");
@@ -96,7 +88,7 @@ Built build(const json& p, at::Generator& g) {
   const std::string layout = p.at("layout");
   const int64_t q = b.heads.query * b.head_size, k = b.heads.key * b.head_size;
   b.positions = at::randint(0, max_position, {tokens}, g, at::kLong);
-  b.cache = cos_sin_cache(max_position, b.rot_dim, cache_dtype);
+  b.cache = rotary::cos_sin_cache(max_position, b.rot_dim, cache_dtype);
   if (layout == "qkv") {
     const at::Tensor qkv = at::randn({tokens, q + 2 * k}, g, at::kDouble).to(dtype);
     b.query = qkv.narrow(1, 0, q);
@@ -114,39 +106,6 @@ Built build(const json& p, at::Generator& g) {
 // t as [tokens, heads, head_size] (same memory).
 at::Tensor heads_view(const at::Tensor& t, int64_t heads, int64_t head_size) {
   return t.dim() == 3 ? t : t.unflatten(1, {heads, head_size});
-}
-
-// ---------------------------------------------------------------- the reference
-
-// Float64 [tokens, heads, head_size]: x with its first rot_dim elements of each head rotated.
-at::Tensor reference(const at::Tensor& x, const Built& b, int64_t heads, double& max_terms) {
-  const int64_t half = b.rot_dim / 2;
-  at::Tensor out = heads_view(x, heads, b.head_size).to(at::kDouble).contiguous();
-  const at::Tensor rows = b.cache.to(at::kDouble).index_select(0, b.positions);  // [tokens, rot_dim]
-  const at::Tensor c = rows.narrow(1, 0, half).unsqueeze(1), s = rows.narrow(1, half, half).unsqueeze(1);
-  at::Tensor rot = out.narrow(2, 0, b.rot_dim);
-  at::Tensor x1, x2;
-  if (b.neox) {
-    x1 = rot.narrow(2, 0, half).clone();
-    x2 = rot.narrow(2, half, half).clone();
-  } else {
-    const at::Tensor pairs = rot.unflatten(2, {half, 2});
-    x1 = pairs.select(3, 0).clone();
-    x2 = pairs.select(3, 1).clone();
-  }
-  const at::Tensor o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
-  if (b.neox) {
-    rot.narrow(2, 0, half).copy_(o1);
-    rot.narrow(2, half, half).copy_(o2);
-  } else {
-    rot.copy_(at::stack({o1, o2}, 3).flatten(2));
-  }
-  if (x1.numel() > 0) {
-    const at::Tensor terms = x1.abs() * c.abs() + x2.abs() * s.abs();  // |x1 c| + |x2 s| (and its twin)
-    max_terms = std::max(max_terms, std::max(terms.max().item<double>(),
-                                             (x2.abs() * c.abs() + x1.abs() * s.abs()).max().item<double>()));
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------- the case
@@ -173,7 +132,8 @@ struct State {
 
 class RotaryCase final : public KernelCase {
  public:
-  explicit RotaryCase(json parameters) : shape_(kOperation, std::move(parameters), nullptr) {}
+  explicit RotaryCase(json parameters)
+      : shape_(rotary_embedding_contract().operation, std::move(parameters), nullptr) {}
   std::string case_id() const override { return shape_.case_id(); }
   json parameters() const override { return shape_.parameters(); }
   std::optional<std::string> unsupported_reason(const Plan& plan) const override {
@@ -191,8 +151,10 @@ PreparedCase RotaryCase::prepare(const Plan& plan) const {
   st->built = build(parameters(), generator);
   const Built& b = st->built;
   double max_terms = 0;
-  st->want_query = reference(b.query, b, b.heads.query, max_terms);
-  if (b.key.defined()) st->want_key = reference(b.key, b, b.heads.key, max_terms);
+  st->want_query = rotary::reference_rotary_embedding(b.positions, b.query, b.head_size, b.cache, b.neox, max_terms);
+  if (b.key.defined()) {
+    st->want_key = rotary::reference_rotary_embedding(b.positions, b.key, b.head_size, b.cache, b.neox, max_terms);
+  }
   const double u = unit_roundoff(b.query.scalar_type());
   st->tolerance = Tolerance{4 * std::ldexp(1.0, -24) * max_terms, 2 * u};
 
@@ -350,11 +312,18 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
+// The rows the kernels walk (each head of each token) and their width: rot_dim / 2, the pairs
+// they rotate.
+RowShape row_shape(const json& p) {
+  const HeadCounts heads = parse_heads(p.at("heads"));
+  return {p.at("tokens").get<int64_t>() * (heads.query + heads.key), rot_dim_of(p) / 2};
+}
+
 }  // namespace
 
 const OperationSuite& rotary_embedding_suite() {
   static const OperationSuite suite{
-      .operation = kOperation,
+      .operation = rotary_embedding_contract().operation,
       .description = "Rotary position embedding of query and key in place (NeoX and GPT-J, partial rotary)",
       .add_arguments = add_arguments,
       .cases = cases,
@@ -362,7 +331,13 @@ const OperationSuite& rotary_embedding_suite() {
       // The target shape: 32 query and 8 key heads of 128, bfloat16, float32 cache.
       .benchmark_defaults = {{"tokens", {"1", "128", "8192"}}, {"head-size", {"128"}}, {"rot", {"full"}},
                              {"heads", {"32/8"}}, {"is-neox", {"true"}}, {"dtype", {"bfloat16"}},
-                             {"cache-dtype", {"float32"}}, {"layout", {"contiguous"}}}};
+                             {"cache-dtype", {"float32"}}, {"layout", {"contiguous"}}},
+      .row_shape = row_shape,
+      .accepted_bad_inputs = {
+          {"positions", "non-contiguous last dimension", AcceptedAs::kSameResults,
+           "positions are read through their stride"},
+          {"cos_sin_cache", "dim 0 + 1", AcceptedAs::kValidPrefix,
+           "max_position is the cache's length; one more position is unused"}}};
   return suite;
 }
 
