@@ -1,7 +1,9 @@
-// Suites of the gated activations, one per entry of kGatedActivations (reference.h: silu_and_mul,
-// gelu_and_mul, gelu_tanh_and_mul).
+// Suites of the activations, one per entry of kGatedActivations (reference.h: silu_and_mul,
+// gelu_and_mul, gelu_tanh_and_mul) and of kPlainActivations (gelu, gelu_tanh, quick_gelu: out =
+// act(x), the same with b = 1 below).
 //
-// Options: --tokens, --hidden (d, the output width: the input is [tokens, 2d]), --dtype, --layout.
+// Options: --tokens, --hidden (d, the output width: the input is [tokens, 2d], or [tokens, d]
+// without the gate), --dtype, --layout.
 // Tolerance: out = act(a) * b is computed in float32 and rounded once to the dtype. An
 // implementation's float32 evaluation of act (exp, erf or tanh, a division, the product) may err by
 // a few float32 ulps relative, and where 1 + erf or 1 + tanh cancels (a < 0) that error is
@@ -12,6 +14,7 @@
 // bfloat16 results may come from cheaper float32 forms (cpu.native: relative error below 2^-10 =
 // u / 4, csrc/cpu/activation/activation.h): u for the rounding plus u / 4 stays within 2 u.
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <utility>
 
@@ -26,53 +29,58 @@ namespace {
 
 constexpr double kComputeUlps = 32;
 
-void add_arguments(CLI::App& app, SuiteOptions& o) {
-  app.add_option("--tokens", o["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
-  app.add_option("--hidden", o["hidden"], "Output widths d (comma list, >= 1; the input is [..., 2d]) "
-                                          "[default: 1,7,64,4099]")
-      ->delimiter(',');
-  app.add_option("--dtype", o["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
-  app.add_option("--layout", o["layout"], "Input layout: contiguous,strided,3d [default: contiguous,strided]")
-      ->delimiter(',');
+// The suite's options; the input is [tokens, 2d] (gated) or [tokens, d].
+std::function<void(CLI::App&, SuiteOptions&)> arguments(bool gated) {
+  return [gated](CLI::App& app, SuiteOptions& o) {
+    app.add_option("--tokens", o["tokens"], "Rows (comma list; 0 allowed) [default: 1,7,257 and 0]")->delimiter(',');
+    app.add_option("--hidden", o["hidden"],
+                   gated ? "Output widths d (comma list, >= 1; the input is [..., 2d]) [default: 1,7,64,4099]"
+                         : "Widths d (comma list, >= 1; input and output are [..., d]) [default: 1,7,64,4099]")
+        ->delimiter(',');
+    app.add_option("--dtype", o["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+    app.add_option("--layout", o["layout"], "Input layout: contiguous,strided,3d [default: contiguous,strided]")
+        ->delimiter(',');
+  };
 }
 
-// [tokens, 2d] in the case's layout: gate values randn * 3 (silu and gelu bend over [-6, 6]), up
-// values randn.
-at::Tensor make_input(const json& p, at::Generator& g) {
+// [tokens, 2d] (gated) or [tokens, d] in the case's layout: gate values randn * 3 (silu and gelu
+// bend over [-6, 6]), up values randn.
+at::Tensor make_input(const json& p, at::Generator& g, bool gated) {
   const int64_t tokens = p.at("tokens"), d = p.at("hidden");
   const std::string layout = p.at("layout");
   const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
-  const int64_t pad = layout == "contiguous" ? 0 : 8;
-  at::Tensor base = layout == "3d" ? at::randn({tokens, 3, 2 * d + pad}, g, at::kDouble)
-                                   : at::randn({tokens, 2 * d + pad}, g, at::kDouble);
+  const int64_t pad = layout == "contiguous" ? 0 : 8, width = gated ? 2 * d : d;
+  at::Tensor base = layout == "3d" ? at::randn({tokens, 3, width + pad}, g, at::kDouble)
+                                   : at::randn({tokens, width + pad}, g, at::kDouble);
   base.narrow(-1, 0, d).mul_(3);
   base = base.to(dtype);
   if (layout == "contiguous") return base;
-  if (layout == "strided") return base.narrow(1, 0, 2 * d);
-  return base.narrow(1, 0, 2).narrow(2, 0, 2 * d);
+  if (layout == "strided") return base.narrow(1, 0, width);
+  return base.narrow(1, 0, 2).narrow(2, 0, width);
 }
 
-Example build(activation::ActivationFunction act, const json& p, at::Generator& g) {
+Example build(activation::ActivationFunction act, bool gated, const json& p, at::Generator& g) {
   Example ex;
-  at::Tensor input = make_input(p, g);
+  at::Tensor input = make_input(p, g, gated);
   ex.names = {"input"};
   ex.tensors = {input};
   ex.call = [](const PreparedKernel& k, std::vector<at::Tensor>& t) {
     return std::vector<at::Tensor>{k.function<ActivationFn>()(t[0])};
   };
-  ex.reference = [act](const std::vector<at::Tensor>& t) {
-    return Expected{{activation::reference_gated(act, t[0])}, {}};
+  ex.reference = [act, gated](const std::vector<at::Tensor>& t) {
+    return Expected{{gated ? activation::reference_gated(act, t[0]) : activation::reference_plain(act, t[0])}, {}};
   };
-  const int64_t d = input.size(-1) / 2;
+  // |a b| bounds the float32 evaluation's absolute error (b = 1 without the gate).
   double max_product = 0;
   if (input.numel() > 0) {
     at::Tensor x = input.to(at::kDouble);
-    max_product = (x.narrow(-1, 0, d) * x.narrow(-1, d, d)).abs().max().item<double>();
+    const int64_t d = gated ? input.size(-1) / 2 : input.size(-1);
+    max_product = (gated ? x.narrow(-1, 0, d) * x.narrow(-1, d, d) : x).abs().max().item<double>();
   }
   const double u = unit_roundoff(input.scalar_type());
   ex.tolerance = Tolerance{kComputeUlps * std::ldexp(1.0, -24) * std::max(max_product, 1.0), 2 * u};
-  const int64_t n = input.numel() / 2;  // output elements
-  ex.metadata = {2 * n * input.element_size(), n * input.element_size(), 10.0 * n};
+  const int64_t n = gated ? input.numel() / 2 : input.numel();  // output elements
+  ex.metadata = {(gated ? 2 : 1) * n * input.element_size(), n * input.element_size(), 10.0 * n};
   return ex;
 }
 
@@ -88,15 +96,24 @@ RowShape row_shape(const json& p) {
   return {p.at("layout") == "3d" ? 2 * tokens : tokens, d};
 }
 
-OperationSuite make_suite(const activation::GatedActivation& entry) {
+// "any strides for the leading dimensions"; "zero rows allowed"; without the gate, any width.
+std::vector<AcceptedBadInput> accepted_bad_inputs(bool gated) {
+  std::vector<AcceptedBadInput> out = {
+      {"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
+      {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}};
+  if (!gated) out.push_back({"input", "dim 1 + 1", AcceptedAs::kValidPrefix, "one more column; any d >= 1, elementwise"});
+  return out;
+}
+
+OperationSuite make_suite(const activation::GatedActivation& entry, bool gated) {
   const std::string operation = entry.contract().operation;
   const activation::ActivationFunction act = entry.act;
   return OperationSuite{
       .operation = operation,
       .description = entry.description,
-      .add_arguments = add_arguments,
+      .add_arguments = arguments(gated),
       .cases =
-          [operation, act](const SuiteOptions& o) {
+          [operation, act, gated](const SuiteOptions& o) {
             std::vector<Dimension> dims = {
                 {"tokens", options::integers(o, "tokens", {1, 7, 257}, 0)},
                 {"hidden", options::integers(o, "hidden", {1, 7, 64, 4099}, 1)},
@@ -111,32 +128,34 @@ OperationSuite make_suite(const activation::GatedActivation& entry) {
               }
             }
             return tensor_cases(operation, dims, extra,
-                                [act](const json& p, at::Generator& g) { return build(act, p, g); });
+                                [act, gated](const json& p, at::Generator& g) { return build(act, gated, p, g); });
           },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
       .row_shape = row_shape,
       // "any strides for the leading dimensions"; "zero rows allowed".
-      .accepted_bad_inputs = {{"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"},
-                              {"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"}}};
+      .accepted_bad_inputs = accepted_bad_inputs(gated)};
 }
 
-// The suite of kGatedActivations[I].
-template <size_t I>
-const OperationSuite& gated_suite() {
-  static const OperationSuite suite = make_suite(activation::kGatedActivations[I]);
+// The suite of kGatedActivations[I], or of kPlainActivations[I] without the gate.
+template <bool kGated, size_t I>
+const OperationSuite& activation_suite() {
+  static const OperationSuite suite =
+      make_suite(kGated ? activation::kGatedActivations[I] : activation::kPlainActivations[I], kGated);
   return suite;
 }
 
 // Registers one suite per entry (XLLM_REGISTER_SUITE, for each index).
-template <size_t... I>
-bool register_gated_suites(std::index_sequence<I...>) {
-  (registration::SuiteRegistrar(&gated_suite<I>), ...);
+template <bool kGated, size_t... I>
+bool register_suites(std::index_sequence<I...>) {
+  (registration::SuiteRegistrar(&activation_suite<kGated, I>), ...);
   return true;
 }
 
-[[maybe_unused]] const bool registered =
-    register_gated_suites(std::make_index_sequence<std::size(activation::kGatedActivations)>());
+[[maybe_unused]] const bool registered_gated =
+    register_suites<true>(std::make_index_sequence<std::size(activation::kGatedActivations)>());
+[[maybe_unused]] const bool registered_plain =
+    register_suites<false>(std::make_index_sequence<std::size(activation::kPlainActivations)>());
 
 }  // namespace
 }  // namespace xllm_kernel::numerics

@@ -3,11 +3,11 @@
 // bridge checks (test/ops/activation/bridge_checks.h, on every device). Plain float64 on the CPU,
 // independent of every registered implementation.
 //
-// Adding a gated activation: its float64 function here and one entry in kGatedActivations; its
-// suite and its bridge checks follow. (A non-gated one, out = act(x), needs a reference of that
-// shape beside reference_gated.)
+// Adding an activation: its float64 function here and one entry in kGatedActivations or, without
+// the gate (out = act(x)), in kPlainActivations; its suite and its bridge checks follow.
 //
 //   const at::Tensor want = reference_gated(silu, input);  // [..., 2d] -> float64 [..., d]
+//   const at::Tensor got = reference_plain(gelu, input);   // [..., d] -> float64 [..., d]
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,8 +28,10 @@ inline double gelu_tanh(double a) {
   const double k = std::sqrt(2.0 / M_PI);
   return 0.5 * a * (1 + std::tanh(k * (a + 0.044715 * a * a * a)));
 }
+inline double quick_gelu(double a) { return a / (1 + std::exp(-1.702 * a)); }
 
-// A gated operation: out = act(x[..., :d]) * x[..., d:].
+// An activation operation: out = act(x[..., :d]) * x[..., d:] (kGatedActivations) or act(x)
+// (kPlainActivations).
 struct GatedActivation {
   const OpContract& (*contract)();
   ActivationFunction act;
@@ -40,6 +42,13 @@ inline constexpr GatedActivation kGatedActivations[] = {
     {&silu_and_mul_contract, &silu, "silu(x[..., :d]) * x[..., d:]"},
     {&gelu_and_mul_contract, &gelu, "gelu(x[..., :d]) * x[..., d:], exact (erf) GELU"},
     {&gelu_tanh_and_mul_contract, &gelu_tanh, "gelu_tanh(x[..., :d]) * x[..., d:], tanh approximation"},
+};
+
+// Without the gate (GPT-NeoX, Falcon, BERT; GPT-2's gelu_new, GPT-J, Phi-2, StarCoder; CLIP).
+inline constexpr GatedActivation kPlainActivations[] = {
+    {&gelu_contract, &gelu, "gelu(x), exact (erf) GELU, elementwise"},
+    {&gelu_tanh_contract, &gelu_tanh, "gelu_tanh(x), tanh approximation (gelu_new), elementwise"},
+    {&quick_gelu_contract, &quick_gelu, "x * sigmoid(1.702 x), elementwise"},
 };
 
 // The entry of `operation`; std::invalid_argument for an operation the table lacks.
@@ -63,6 +72,16 @@ inline at::Tensor reference_gated(ActivationFunction act, const at::Tensor& inpu
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
   shape.back() = d;
   return out.reshape(shape);
+}
+
+// [..., d] on any device -> float64 [..., d] on the CPU: act(x).
+inline at::Tensor reference_plain(ActivationFunction act, const at::Tensor& input) {
+  const at::Tensor x = input.to(at::kCPU).to(at::kDouble).contiguous();
+  at::Tensor out = at::empty(x.sizes(), at::kDouble);
+  const double* xp = x.const_data_ptr<double>();
+  double* op = out.mutable_data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) op[i] = act(xp[i]);
+  return out;
 }
 
 }  // namespace xllm_kernel::numerics::activation
