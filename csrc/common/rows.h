@@ -23,6 +23,12 @@ constexpr const char* dtype_name(DType t) {
   return t == DType::kFloat32 ? "float32" : t == DType::kBFloat16 ? "bfloat16" : "float16";
 }
 
+// Whether t is one of the DTypes (a value cast from another integer is not), for kernels'
+// defensive checks.
+constexpr bool valid_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
 // The shape of the rows: sizes[0, ndim) with their product in rows (0 rows when any size is 0).
 struct RowShape {
   int64_t rows = 0;

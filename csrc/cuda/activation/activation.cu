@@ -13,16 +13,10 @@ namespace {
 using kernels::Act;
 using kernels::ActivationArgs;
 
-// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most.
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-// The grid holds at most this many full waves; blocks loop over the remaining items, which also
-// keeps gridDim.x far below its 2^31 - 1 limit.
-constexpr int64_t kMaxWaves = 16;
 // Fewer items than this many per SM: the plan trades block size for blocks.
 constexpr int64_t kItemsPerSm = 2;
 
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
+using ::xllm_kernel::kernels::valid_dtype;
 
 // What the kernels assume (a bridge checked the tensors; this guards the torch-free API).
 bool valid(const ActivationParams& p) {

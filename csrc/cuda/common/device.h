@@ -1,5 +1,5 @@
 // Host-side helpers the CUDA launchers share: the current device's SM count (cached, for launch
-// shapes on the serving path) and integer arithmetic of launch shapes.
+// shapes on the serving path), what an SM holds, and integer arithmetic of launch shapes.
 //
 //   int sm_count = 0;
 //   if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
@@ -11,6 +11,13 @@
 #include <cstdint>
 
 namespace xllm_kernel::cuda {
+
+// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most.
+inline constexpr int64_t kResidentThreadsPerSm = 2048;
+inline constexpr int64_t kResidentBlocksPerSm = 32;
+// A grid holds at most this many full waves of resident blocks; blocks loop over the remaining
+// work, which also keeps gridDim.x far below its 2^31 - 1 limit.
+inline constexpr int64_t kMaxWaves = 16;
 
 // SM count of the current device. Cached per device after the first query (thread-safe), so a
 // launcher may call it on every launch.

@@ -10,15 +10,11 @@
 namespace xllm_kernel::cuda {
 namespace {
 
+using ::xllm_kernel::kernels::valid_dtype;
 using kernels::KvCacheArgs;
 
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-constexpr int64_t kMaxWaves = 16;
 constexpr int64_t kMaxThreads = kernels::kKvCacheMaxThreads;
 constexpr int64_t kWarp = 32;
-
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
 // What the kernel assumes (a bridge checked the tensors; this guards the torch-free API).
 bool valid(const KvCacheParams& p) {

@@ -14,14 +14,11 @@ using kernels::KernelArgs;
 using kernels::kWarp;
 using kernels::Op;
 
+using ::xllm_kernel::kernels::valid_dtype;
+
 constexpr int kMaxThreads = 1024;
 // Blocks a warp-per-row launch puts in one block (256 threads).
 constexpr int kRowsPerWarpBlock = 8;
-// The grid holds at most this many full waves (at 2048 resident threads per SM); blocks loop
-// over the remaining rows, which also keeps gridDim.x far below its 2^31 - 1 limit.
-constexpr int64_t kMaxWaves = 16;
-
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
 // What the kernels assume (the bridge checked the tensors; this guards the torch-free API).
 bool valid(const NormParams& p, Op op) {
@@ -106,7 +103,7 @@ LaunchPlan plan_launch(int64_t rows, int64_t hidden, size_t element_bytes, int s
     // Two alternating slots per warp (see kernels::block_sum).
     plan.shared_bytes = 2 * static_cast<size_t>(plan.threads / kWarp) * sizeof(float);
   }
-  const int64_t max_blocks = int64_t{sm_count} * std::max(1, 2048 / plan.threads) * kMaxWaves;
+  const int64_t max_blocks = int64_t{sm_count} * std::max<int64_t>(1, kResidentThreadsPerSm / plan.threads) * kMaxWaves;
   plan.blocks = std::min(plan.blocks, max_blocks);
   return plan;
 }

@@ -10,15 +10,10 @@
 namespace xllm_kernel::cuda {
 namespace {
 
-// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most; the grid holds at most
-// this many waves and blocks loop over the remaining tokens.
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-constexpr int64_t kMaxWaves = 16;
+using ::xllm_kernel::kernels::valid_dtype;
+
 // Pieces of one token at most (int arithmetic in the kernel).
 constexpr int64_t kMaxPiecesPerToken = int64_t{1} << 30;
-
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
 // What the kernel assumes (a bridge checked the tensors; this guards the torch-free API).
 bool valid(const RotaryParams& p) {
