@@ -3,6 +3,7 @@
 // every group's operations pass when the group registers.
 #include "src/ops/common/family.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
