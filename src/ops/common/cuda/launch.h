@@ -19,12 +19,6 @@ inline void check_capability(const char* op, const at::Tensor& input) {
               driver.capability_shortfall(input.get_device(), detail::kCudaPluginMinCapability));
 }
 
-// A launch error (cudaGetLastError) as an error naming the operation.
-inline void check_launch(const char* op, cudaError_t status) {
-  TORCH_CHECK(status == cudaSuccess, op, ": cuda.native kernel failed to launch: ", cudaGetErrorName(status), " (",
-              cudaGetErrorString(status), ")");
-}
-
 // A launcher's status as an error naming the operation: parameters the launcher rejected (a bug in
 // the bridge, which checks every argument first), or the CUDA runtime's error and the step it
 // failed at.
