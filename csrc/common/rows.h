@@ -23,6 +23,12 @@ constexpr const char* dtype_name(DType t) {
   return t == DType::kFloat32 ? "float32" : t == DType::kBFloat16 ? "bfloat16" : "float16";
 }
 
+// Whether t is one of the DTypes (a value cast from another integer is not), for kernels'
+// defensive checks.
+constexpr bool valid_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
 // The shape of the rows: sizes[0, ndim) with their product in rows (0 rows when any size is 0).
 struct RowShape {
   int64_t rows = 0;
@@ -35,14 +41,22 @@ struct RowStrides {
   int64_t s[kMaxRowDims] = {};
 };
 
-// What a kernel or launcher reports. `reason` is a static string naming what was wrong; kernels
-// assume their bridge checked the arguments, so a non-kOk status is a bug in the bridge.
+// What a kernel or launcher reports. `reason` is a static string naming what was wrong.
+//   kInvalidArgument: parameters the kernel cannot take. Kernels assume their bridge checked the
+//                     arguments, so this is a bug in the bridge.
+//   kDeviceError:     (CUDA launchers) the device runtime failed: `device_error` holds its error
+//                     code (a cudaError_t, never cudaSuccess), `reason` the step that failed.
+//
+//   const Status s = cuda::rms_norm(p, stream);
+//   if (s == Status::kDeviceError) print(cudaGetErrorName(static_cast<cudaError_t>(s.device_error)));
 struct Status {
-  enum Code : int { kOk = 0, kInvalidArgument = 1 } code = kOk;
+  enum Code : int { kOk = 0, kInvalidArgument = 1, kDeviceError = 2 } code = kOk;
   const char* reason = "";
+  int device_error = 0;  // kDeviceError only
 
   static constexpr Status ok() { return {}; }
   static constexpr Status invalid(const char* why) { return {kInvalidArgument, why}; }
+  static constexpr Status device(int error, const char* step) { return {kDeviceError, step, error}; }
   constexpr bool is_ok() const { return code == kOk; }
 
   // `status == Status::kOk` compares the code only (the reason is for people).

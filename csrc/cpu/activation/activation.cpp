@@ -223,9 +223,7 @@ namespace {
 
 // Defence only: the bridge validates dtypes, shapes and pointers before calling.
 Status Check(const ActivationParams& p, int64_t row_begin, int64_t row_end) {
-  if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
-    return Status::invalid("activation: unknown dtype");
-  }
+  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("activation: unknown dtype");
   // 2 * d elements per input row (gated) must be addressable.
   if (p.d < 1 || p.d > (INT64_MAX >> 3)) return Status::invalid("activation: d must be in [1, 2^60)");
   if (const char* why = kernels::invalid_rows(p.shape, row_begin, row_end)) return Status::invalid(why);

@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "csrc/common/activation.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::cpu {
@@ -63,21 +64,8 @@ using kernels::RowShape;
 using kernels::RowStrides;
 using kernels::Status;
 
-struct ActivationParams {
-  DType dtype = DType::kFloat32;  // input and out
-  int64_t d = 0;                  // >= 1: out rows hold d elements, input rows 2 * d (gated) or d
-  RowShape shape;                 // the leading dimensions (rows), shared by input and out
-
-  const void* input = nullptr;  // [..., 2 * d] (gated) or [..., d], last dim contiguous
-  RowStrides input_strides;     // over shape's dims, in elements
-  void* out = nullptr;          // [..., d], last dim contiguous; must not overlap input
-  RowStrides out_strides;
-
-  // Write out with non-temporal stores where a row allows it (rows aligned to the SIMD width).
-  // Saves reading each output line before writing it, but leaves out in memory rather than
-  // cache: for outputs much larger than the last-level cache.
-  bool stream_out = false;
-};
+// The parameters, shared with the CUDA launchers (csrc/common/activation.h).
+using kernels::ActivationParams;
 
 // Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges. Pointers
 // may be null when the range is empty.

@@ -145,9 +145,7 @@ namespace {
 
 // Defence only: the bridge validates shapes, layouts and slots before calling.
 Status Check(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
-  if (p.dtype != DType::kFloat32 && p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
-    return Status::invalid("reshape_and_cache: unknown dtype");
-  }
+  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("reshape_and_cache: unknown dtype");
   if (p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1 || p.num_slots < 0) {
     return Status::invalid("reshape_and_cache: kv_heads, head_size and block_size must be >= 1");
   }

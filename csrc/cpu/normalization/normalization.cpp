@@ -492,13 +492,9 @@ HWY_EXPORT(LayerNormRows);
 
 namespace {
 
-bool ValidDType(DType t) {
-  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
-}
-
 // Defence only: the bridge validates shapes, dtypes and pointers before calling.
 Status CheckCommon(const NormParams& p, int64_t row_begin, int64_t row_end) {
-  if (!ValidDType(p.dtype)) return Status::invalid("normalization: unknown dtype");
+  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("normalization: unknown dtype");
   if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
     return Status::invalid("normalization: weight_dtype must be float32 or dtype");
   }

@@ -269,11 +269,9 @@ HWY_EXPORT(RotaryTokens);
 
 namespace {
 
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
-
 // Defence only: the bridge validates dtypes, shapes, positions and pointers before calling.
 Status Check(const RotaryParams& p, int64_t begin, int64_t end) {
-  if (!valid_dtype(p.dtype)) return Status::invalid("rotary_embedding: unknown dtype");
+  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("rotary_embedding: unknown dtype");
   if (p.cache_dtype != DType::kFloat32 && p.cache_dtype != p.dtype) {
     return Status::invalid("rotary_embedding: cache dtype must be float32 or the query's dtype");
   }

@@ -9,17 +9,10 @@
 // Elements rot_dim <= j < head_size are neither read nor written.
 //
 // The at::Tensor side (a bridge) checks every argument (positions in range included), fills a
-// RotaryParams and splits the tokens over threads. Kernels assume valid arguments; a status other
-// than ok names what a buggy bridge got wrong.
+// RotaryParams (csrc/common/rotary.h) and splits the tokens over threads. Kernels assume valid
+// arguments; a status other than ok names what a buggy bridge got wrong.
 //
-//   xllm_kernel::cpu::RotaryParams p;
-//   p.dtype = DType::kBFloat16; p.cache_dtype = DType::kFloat32;
-//   p.tokens = tokens; p.head_size = 128; p.rot_dim = 128; p.is_neox = true;
-//   p.positions = pos; p.position_stride = 1;
-//   p.cache = cache; p.cache_stride = 128; p.max_position = 4096;     // [4096, 128]
-//   p.query = q; p.query_heads = 32; p.query_token_stride = 32 * 128 + 2 * 8 * 128;
-//   p.query_head_stride = 128;                                        // a slice of a fused qkv
-//   p.key = k; p.key_heads = 8; p.key_token_stride = p.query_token_stride; p.key_head_stride = 128;
+//   xllm_kernel::cpu::RotaryParams p;  // the fields as in csrc/common/rotary.h
 //   xllm_kernel::cpu::rotary_embedding(p, 0, tokens);
 //
 // Numerics. query and key share the dtype (float32, bfloat16 or float16); the cache is float32
@@ -35,6 +28,7 @@
 
 #include <cstdint>
 
+#include "csrc/common/rotary.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::cpu {
@@ -42,32 +36,8 @@ namespace xllm_kernel::cpu {
 using kernels::DType;
 using kernels::Status;
 
-struct RotaryParams {
-  DType dtype = DType::kFloat32;        // query and key
-  DType cache_dtype = DType::kFloat32;  // float32 or dtype
-  int64_t tokens = 0;
-  int64_t head_size = 0;  // >= rot_dim
-  int64_t rot_dim = 0;    // even, >= 2: the rotated leading part of each head
-  bool is_neox = true;    // halves (NeoX) or interleaved pairs (GPT-J)
-
-  const int64_t* positions = nullptr;  // [tokens]
-  int64_t position_stride = 1;         // in elements
-
-  const void* cos_sin_cache = nullptr;  // [max_position, rot_dim], last dim contiguous
-  int64_t cache_stride = 0;             // row stride, in elements
-  int64_t max_position = 0;
-
-  void* query = nullptr;  // [tokens, query_heads, head_size], last dim contiguous
-  int64_t query_heads = 0;  // >= 1
-  int64_t query_token_stride = 0;
-  int64_t query_head_stride = 0;
-
-  void* key = nullptr;   // [tokens, key_heads, head_size] or null (key_heads 0)
-  int64_t key_heads = 0;
-  int64_t key_token_stride = 0;
-  int64_t key_head_stride = 0;
-  // The rotated elements of query and key must not overlap (each is written once, in place).
-};
+// The parameters, shared with the CUDA launcher (csrc/common/rotary.h).
+using kernels::RotaryParams;
 
 // Rotates tokens [token_begin, token_end); may run concurrently on disjoint ranges. Pointers may be
 // null when the range is empty.

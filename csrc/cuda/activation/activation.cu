@@ -13,25 +13,23 @@ namespace {
 using kernels::Act;
 using kernels::ActivationArgs;
 
-// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most.
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-// The grid holds at most this many full waves; blocks loop over the remaining items, which also
-// keeps gridDim.x far below its 2^31 - 1 limit.
-constexpr int64_t kMaxWaves = 16;
 // Fewer items than this many per SM: the plan trades block size for blocks.
 constexpr int64_t kItemsPerSm = 2;
 
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
+using ::xllm_kernel::kernels::valid_dtype;
 
 // What the kernels assume (a bridge checked the tensors; this guards the torch-free API).
-bool valid(const ActivationParams& p) {
-  if (!valid_dtype(p.dtype) || p.d < 1) return false;
-  if (::xllm_kernel::kernels::invalid_rows(p.shape, 0, p.shape.rows) != nullptr) return false;
-  if (p.shape.rows == 0) return true;
-  if (p.input == nullptr || p.out == nullptr) return false;
+Status check(const ActivationParams& p) {
+  if (!valid_dtype(p.dtype)) return Status::invalid("activation: unknown dtype");
+  if (p.d < 1) return Status::invalid("activation: d must be >= 1");
+  if (const char* why = ::xllm_kernel::kernels::invalid_rows(p.shape, 0, p.shape.rows)) return Status::invalid(why);
+  if (p.shape.rows == 0) return Status::ok();
+  if (p.input == nullptr || p.out == nullptr) return Status::invalid("activation: null input or out");
   // Element offsets within the launch (rows * 2d) stay far inside int64.
-  return p.d <= std::numeric_limits<int64_t>::max() / 4 / p.shape.rows;
+  if (p.d > std::numeric_limits<int64_t>::max() / 4 / p.shape.rows) {
+    return Status::invalid("activation: rows * 2d beyond int64");
+  }
+  return Status::ok();
 }
 
 int64_t pow2_ceil(int64_t n) {
@@ -41,19 +39,22 @@ int64_t pow2_ceil(int64_t n) {
 }
 
 template <Act kAct>
-cudaError_t launch(const ActivationParams& p, cudaStream_t stream) {
-  if (!valid(p)) return cudaErrorInvalidValue;
-  if (p.shape.rows == 0) return cudaSuccess;
+Status launch(const ActivationParams& p, cudaStream_t stream) {
+  if (const Status s = check(p); !s.is_ok()) return s;
+  if (p.shape.rows == 0) return Status::ok();
   int sm_count = 0;
-  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) {
+    return cuda_status(e, "querying the device's SM count");
+  }
   ActivationArgs args;
   args.p = p;
   args.plan = plan_activation(p, sm_count);
   const dim3 grid(static_cast<unsigned>(args.plan.blocks)), block(static_cast<unsigned>(args.plan.threads));
-  return kernels::dispatch_variant<kAct>(args, cudaErrorInvalidValue, [&](auto variant) {
+  const Status no_variant = Status::invalid("activation: no kernel variant for the dtype and plan");
+  return kernels::dispatch_variant<kAct>(args, no_variant, [&](auto variant) {
     using V = decltype(variant);
     kernels::act_and_mul<V::act, typename V::type, V::piece, V::per_thread><<<grid, block, 0, stream>>>(args);
-    return cudaGetLastError();
+    return cuda_status(cudaGetLastError(), "launching the kernel");
   });
 }
 
@@ -87,7 +88,7 @@ bool vector_access(const ActivationParams& p) {
 //   4. blocks = min(items, 16 waves of resident blocks); blocks loop over the rest.
 ActivationPlan plan_activation(const ActivationParams& p, int sm_count) {
   ActivationPlan plan;
-  if (!valid(p) || p.shape.rows == 0) return plan;
+  if (!check(p).is_ok() || p.shape.rows == 0) return plan;
   const int64_t sms = std::clamp(sm_count, 1, 1 << 16);
   const int64_t rows = p.shape.rows;
   plan.vector = vector_access(p);
@@ -127,18 +128,18 @@ ActivationPlan plan_activation(const ActivationParams& p, int sm_count) {
   return plan;
 }
 
-cudaError_t silu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kSilu>(p, stream); }
+Status silu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kSilu>(p, stream); }
 
-cudaError_t gelu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kGelu>(p, stream); }
+Status gelu_and_mul(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kGelu>(p, stream); }
 
-cudaError_t gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream) {
+Status gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream) {
   return launch<Act::kGeluTanh>(p, stream);
 }
 
-cudaError_t gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGelu>(p, stream); }
+Status gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGelu>(p, stream); }
 
-cudaError_t gelu_tanh(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGeluTanh>(p, stream); }
+Status gelu_tanh(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kPlainGeluTanh>(p, stream); }
 
-cudaError_t quick_gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kQuickGelu>(p, stream); }
+Status quick_gelu(const ActivationParams& p, cudaStream_t stream) { return launch<Act::kQuickGelu>(p, stream); }
 
 }  // namespace xllm_kernel::cuda

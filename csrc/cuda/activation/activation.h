@@ -14,13 +14,14 @@
 //   p.shape.rows = tokens; p.shape.ndim = 1; p.shape.sizes[0] = tokens;
 //   p.input = x; p.input_strides.s[0] = 2 * 14336;  // [tokens, 2d]
 //   p.out = y; p.out_strides.s[0] = 14336;          // [tokens, d]
-//   cudaError_t e = xllm_kernel::cuda::silu_and_mul(p, stream);  // device pointers, current device
+//   Status s = xllm_kernel::cuda::silu_and_mul(p, stream);  // device pointers, current device
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "csrc/common/activation.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::cuda {
@@ -29,19 +30,10 @@ using ::xllm_kernel::kernels::DType;
 using ::xllm_kernel::kernels::kMaxRowDims;
 using ::xllm_kernel::kernels::RowShape;
 using ::xllm_kernel::kernels::RowStrides;
+using ::xllm_kernel::kernels::Status;
 
-// The leading dimensions (rows) are described by `shape`; each tensor has its own strides over
-// them (in elements, any values, also beyond 2^31; strides of size-1 dimensions are ignored). The
-// last dimension is contiguous: 2d elements per input row, d per output row.
-struct ActivationParams {
-  DType dtype = DType::kFloat32;  // input and out
-  int64_t d = 0;                  // >= 1: output columns; input rows hold 2d (gated) or d
-  RowShape shape;                 // rows = product of sizes; 0 rows launch nothing
-  const void* input = nullptr;    // [rows..., 2d] (gated) or [rows..., d]
-  RowStrides input_strides;
-  void* out = nullptr;            // [rows..., d]; must not overlap input
-  RowStrides out_strides;
-};
+// The parameters, shared with the CPU kernels (csrc/common/activation.h; stream_out is ignored).
+using ::xllm_kernel::kernels::ActivationParams;
 
 // The launchers. Every pointer is device memory of the current device. Arithmetic in float32 and
 // one rounding to the dtype (round to nearest even):
@@ -52,17 +44,17 @@ struct ActivationParams {
 // "Mathematical Functions") and IEEE division; the float32 result is within 8 * 2^-24 * |a * up|
 // of the exact value (cancellation in 1 + erf, 1 + tanh for negative a is absolute, not relative),
 // plus half an ulp of the dtype for the final rounding.
-// Returns cudaErrorInvalidValue for parameters the kernels cannot handle (unknown dtype, d < 1,
-// an invalid row shape, a null pointer with rows > 0, rows * 2d beyond int64), cudaSuccess without
-// launching for zero rows, otherwise the launch's cudaGetLastError().
-cudaError_t silu_and_mul(const ActivationParams& p, cudaStream_t stream);
-cudaError_t gelu_and_mul(const ActivationParams& p, cudaStream_t stream);
-cudaError_t gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream);
+// Returns kInvalidArgument with the reason for parameters the kernels cannot handle (unknown dtype,
+// d < 1, an invalid row shape, a null pointer with rows > 0, rows * 2d beyond int64), ok without
+// launching for zero rows, kDeviceError for a failing SM-count query or launch, otherwise ok.
+Status silu_and_mul(const ActivationParams& p, cudaStream_t stream);
+Status gelu_and_mul(const ActivationParams& p, cudaStream_t stream);
+Status gelu_tanh_and_mul(const ActivationParams& p, cudaStream_t stream);
 // Without the gate, the same math with up = 1:
 //   gelu: act(a) = gelu(a); gelu_tanh: act(a) = gelu_tanh(a); quick_gelu: act(a) = a / (1 + exp(-1.702 a))
-cudaError_t gelu(const ActivationParams& p, cudaStream_t stream);
-cudaError_t gelu_tanh(const ActivationParams& p, cudaStream_t stream);
-cudaError_t quick_gelu(const ActivationParams& p, cudaStream_t stream);
+Status gelu(const ActivationParams& p, cudaStream_t stream);
+Status gelu_tanh(const ActivationParams& p, cudaStream_t stream);
+Status quick_gelu(const ActivationParams& p, cudaStream_t stream);
 
 // How a launch is shaped; exposed so that tests and benchmarks can see (and host-check) it.
 // A work item is `rows_per_block` rows times one column chunk of `chunk` output elements; block b

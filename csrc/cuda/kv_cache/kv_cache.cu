@@ -10,44 +10,44 @@
 namespace xllm_kernel::cuda {
 namespace {
 
+using ::xllm_kernel::kernels::valid_dtype;
 using kernels::KvCacheArgs;
 
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-constexpr int64_t kMaxWaves = 16;
 constexpr int64_t kMaxThreads = kernels::kKvCacheMaxThreads;
 constexpr int64_t kWarp = 32;
 
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
-
 // What the kernel assumes (a bridge checked the tensors; this guards the torch-free API).
-bool valid(const KvCacheParams& p) {
-  if (!valid_dtype(p.dtype) || p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1) return false;
-  if (p.tokens < 0 || p.num_slots < 0) return false;
+Status check(const KvCacheParams& p) {
+  if (!valid_dtype(p.dtype)) return Status::invalid("reshape_and_cache: unknown dtype");
+  if (p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1) {
+    return Status::invalid("reshape_and_cache: kv_heads, head_size and block_size must be >= 1");
+  }
+  if (p.tokens < 0 || p.num_slots < 0) return Status::invalid("reshape_and_cache: tokens and num_slots must be >= 0");
   if (p.key_strides.token < 0 || p.key_strides.head < 0 || p.value_strides.token < 0 || p.value_strides.head < 0 ||
       p.key_cache_block_stride < 0 || p.value_cache_block_stride < 0 || p.slot_stride < 0) {
-    return false;
+    return Status::invalid("reshape_and_cache: negative stride");
   }
-  if (p.tokens == 0 || p.num_slots == 0) return true;
+  if (p.tokens == 0 || p.num_slots == 0) return Status::ok();
   if (p.key == nullptr || p.value == nullptr || p.key_cache == nullptr || p.value_cache == nullptr ||
       p.slot_mapping == nullptr) {
-    return false;
+    return Status::invalid("reshape_and_cache: null pointer");
   }
   // Byte offsets (token * stride, block * block stride, a row) stay inside int64.
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 8;
+  const Status beyond = Status::invalid("reshape_and_cache: byte offsets beyond int64");
   const int64_t row = p.kv_heads * p.head_size;
-  if (p.head_size > kMax / p.kv_heads || row > kMax / p.block_size) return false;
+  if (p.head_size > kMax / p.kv_heads || row > kMax / p.block_size) return beyond;
   const int64_t num_blocks = (p.num_slots + p.block_size - 1) / p.block_size;
   const int64_t strides[] = {p.key_strides.token, p.value_strides.token, p.slot_stride};
   for (int64_t s : strides) {
-    if (s > 0 && p.tokens > kMax / s) return false;
+    if (s > 0 && p.tokens > kMax / s) return beyond;
   }
-  if (p.key_strides.head > 0 && p.kv_heads > kMax / p.key_strides.head) return false;
-  if (p.value_strides.head > 0 && p.kv_heads > kMax / p.value_strides.head) return false;
+  if (p.key_strides.head > 0 && p.kv_heads > kMax / p.key_strides.head) return beyond;
+  if (p.value_strides.head > 0 && p.kv_heads > kMax / p.value_strides.head) return beyond;
   for (int64_t s : {p.key_cache_block_stride, p.value_cache_block_stride}) {
-    if (s > 0 && num_blocks > kMax / s) return false;
+    if (s > 0 && num_blocks > kMax / s) return beyond;
   }
-  return true;
+  return Status::ok();
 }
 
 int64_t pow2_ceil(int64_t n) {
@@ -85,7 +85,7 @@ bool kv_cache_vector_access(const KvCacheParams& p) {
 // of resident blocks; blocks loop over the rest.
 KvCachePlan plan_kv_cache(const KvCacheParams& p, int sm_count) {
   KvCachePlan plan;
-  if (!valid(p) || p.tokens == 0 || p.num_slots == 0) return plan;
+  if (!check(p).is_ok() || p.tokens == 0 || p.num_slots == 0) return plan;
   const int64_t sms = std::clamp(sm_count, 1, 1 << 16);
   plan.vector = kv_cache_vector_access(p);
   const int64_t es = ::xllm_kernel::kernels::element_size(p.dtype);
@@ -105,18 +105,21 @@ KvCachePlan plan_kv_cache(const KvCacheParams& p, int sm_count) {
   return plan;
 }
 
-cudaError_t reshape_and_cache(const KvCacheParams& p, cudaStream_t stream) {
-  if (!valid(p)) return cudaErrorInvalidValue;
-  if (p.tokens == 0 || p.num_slots == 0) return cudaSuccess;
+Status reshape_and_cache(const KvCacheParams& p, cudaStream_t stream) {
+  if (const Status s = check(p); !s.is_ok()) return s;
+  if (p.tokens == 0 || p.num_slots == 0) return Status::ok();
   int sm_count = 0;
-  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) {
+    return cuda_status(e, "querying the device's SM count");
+  }
   KvCacheArgs args;
   args.p = p;
   args.plan = plan_kv_cache(p, sm_count);
   const dim3 grid(static_cast<unsigned>(args.plan.blocks)), block(static_cast<unsigned>(args.plan.threads));
-  return kernels::dispatch_piece(args.plan, cudaErrorInvalidValue, [&](auto bytes) {
+  const Status no_variant = Status::invalid("reshape_and_cache: no kernel variant for the plan's piece size");
+  return kernels::dispatch_piece(args.plan, no_variant, [&](auto bytes) {
     kernels::reshape_and_cache_kernel<decltype(bytes)::value><<<grid, block, 0, stream>>>(args);
-    return cudaGetLastError();
+    return cuda_status(cudaGetLastError(), "launching the kernel");
   });
 }
 

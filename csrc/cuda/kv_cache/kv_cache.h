@@ -5,62 +5,36 @@
 // kernel never writes out of bounds instead. Tokens with the same slot race (each 16-byte piece
 // from one of them).
 //
-// The at::Tensor side (a bridge) checks every argument, fills a KvCacheParams and passes the
-// current stream. The launcher validates only what it relies on, enqueues one kernel on `stream`,
-// checks the launch, and never synchronizes.
+// The at::Tensor side (a bridge) checks every argument, fills a KvCacheParams
+// (csrc/common/kv_cache.h) and passes the current stream. The launcher validates only what it
+// relies on, enqueues one kernel on `stream`, checks the launch, and never synchronizes.
 //
-//   xllm_kernel::cuda::KvCacheParams p;
-//   p.dtype = DType::kBFloat16; p.tokens = t; p.kv_heads = 8; p.head_size = 128;
-//   p.block_size = 16; p.num_slots = num_blocks * 16;
-//   p.key = k; p.key_strides = {3 * 8 * 128, 128};            // a slice of [t, 3, 8, 128] qkv
-//   p.value = v; p.value_strides = {3 * 8 * 128, 128};
-//   p.key_cache = kc; p.key_cache_block_stride = 16 * 8 * 128;  // [num_blocks, 16, 8, 128]
-//   p.value_cache = vc; p.value_cache_block_stride = 16 * 8 * 128;
-//   p.slot_mapping = slots; p.slot_stride = 1;
-//   cudaError_t e = xllm_kernel::cuda::reshape_and_cache(p, stream);  // device pointers
+//   xllm_kernel::cuda::KvCacheParams p;  // the fields as in csrc/common/kv_cache.h
+//   Status s = xllm_kernel::cuda::reshape_and_cache(p, stream);  // device pointers
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "csrc/common/kv_cache.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::cuda {
 
 using ::xllm_kernel::kernels::DType;
+using ::xllm_kernel::kernels::Status;
 
-// A token's row in key or value: element offset token * token + head * head.
-struct KvTokenStrides {
-  int64_t token = 0;
-  int64_t head = 0;
-};
+// The parameters, shared with the CPU kernel (csrc/common/kv_cache.h; stream_out is ignored).
+using ::xllm_kernel::kernels::KvCacheParams;
+using ::xllm_kernel::kernels::KvTokenStrides;
 
-struct KvCacheParams {
-  DType dtype = DType::kFloat32;  // every tensor; only its size matters (a copy)
-  int64_t tokens = 0;             // 0 launches nothing
-  int64_t kv_heads = 0;           // >= 1
-  int64_t head_size = 0;          // >= 1
-  int64_t block_size = 0;         // >= 1
-  int64_t num_slots = 0;          // num_blocks * block_size (>= 0)
-  const void* key = nullptr;      // [tokens, kv_heads, head_size], last dim contiguous
-  KvTokenStrides key_strides;
-  const void* value = nullptr;
-  KvTokenStrides value_strides;
-  // [num_blocks, block_size, kv_heads, head_size], each block contiguous, blocks this many
-  // elements apart (>= block_size * kv_heads * head_size); not overlapping each other or the inputs.
-  void* key_cache = nullptr;
-  int64_t key_cache_block_stride = 0;
-  void* value_cache = nullptr;
-  int64_t value_cache_block_stride = 0;
-  const int64_t* slot_mapping = nullptr;  // [tokens], device memory
-  int64_t slot_stride = 0;
-};
-
-// Returns cudaErrorInvalidValue for parameters the kernel cannot handle (unknown dtype, sizes < 1,
-// negative counts or strides, a null pointer with tokens > 0, offsets beyond int64), cudaSuccess
-// without launching for zero tokens or slots, otherwise the launch's cudaGetLastError().
-cudaError_t reshape_and_cache(const KvCacheParams& p, cudaStream_t stream);
+// Enqueues the copy on `stream`; every pointer is device memory of the current device. Returns
+// kInvalidArgument with the reason for parameters the kernel cannot handle (unknown dtype, sizes
+// < 1, negative counts or strides, a null pointer with tokens > 0, offsets beyond int64), ok
+// without launching for zero tokens or slots, kDeviceError for a failing SM-count query or launch,
+// otherwise ok.
+Status reshape_and_cache(const KvCacheParams& p, cudaStream_t stream);
 
 // How a launch is shaped; exposed so that tests can see (and host-check) it. A token's work is
 // 2 * kv_heads * pieces_per_head pieces (key's heads, then value's); a piece is 16 bytes (vector)

@@ -14,49 +14,52 @@ using kernels::KernelArgs;
 using kernels::kWarp;
 using kernels::Op;
 
+using ::xllm_kernel::kernels::valid_dtype;
+
 constexpr int kMaxThreads = 1024;
 // Blocks a warp-per-row launch puts in one block (256 threads).
 constexpr int kRowsPerWarpBlock = 8;
-// The grid holds at most this many full waves (at 2048 resident threads per SM); blocks loop
-// over the remaining rows, which also keeps gridDim.x far below its 2^31 - 1 limit.
-constexpr int64_t kMaxWaves = 16;
-
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
 // What the kernels assume (the bridge checked the tensors; this guards the torch-free API).
-bool valid(const NormParams& p, Op op) {
-  if (!valid_dtype(p.dtype) || !(p.weight_dtype == DType::kFloat32 || p.weight_dtype == p.dtype)) return false;
-  if (p.hidden < 1 || p.rows < 0 || p.row_ndim < 1 || p.row_ndim > kMaxRowDims) return false;
-  if (!std::isfinite(p.eps) || p.eps < 0) return false;
-  int64_t rows = 1;
-  for (int d = 0; d < p.row_ndim; ++d) {
-    if (p.row_sizes[d] < 0) return false;
-    rows *= p.row_sizes[d];
+Status check(const NormParams& p, Op op) {
+  if (!valid_dtype(p.dtype)) return Status::invalid("normalization: unknown dtype");
+  if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
+    return Status::invalid("normalization: weight_dtype must be float32 or dtype");
   }
-  if (rows != p.rows) return false;
-  if (p.rows == 0) return true;
-  if (p.input == nullptr || p.weight == nullptr) return false;
-  if (op == Op::kFusedAddRmsNorm) return p.residual != nullptr;
-  return p.out != nullptr && (op == Op::kLayerNorm || p.bias == nullptr);
+  if (p.hidden < 1) return Status::invalid("normalization: hidden must be >= 1");
+  if (const char* why = ::xllm_kernel::kernels::invalid_rows(p.row_ndim, p.row_sizes, p.rows, 0, p.rows)) {
+    return Status::invalid(why);
+  }
+  if (!std::isfinite(p.eps) || p.eps < 0) return Status::invalid("normalization: eps must be finite and >= 0");
+  if (p.rows == 0) return Status::ok();
+  if (p.input == nullptr || p.weight == nullptr) return Status::invalid("normalization: null input or weight");
+  if (op == Op::kFusedAddRmsNorm) {
+    return p.residual != nullptr ? Status::ok() : Status::invalid("fused_add_rms_norm: null residual");
+  }
+  if (p.out == nullptr) return Status::invalid(op == Op::kLayerNorm ? "layer_norm: null out" : "rms_norm: null out");
+  if (op == Op::kRmsNorm && p.bias != nullptr) return Status::invalid("rms_norm: bias is for layer_norm only");
+  return Status::ok();
 }
 
 template <Op kOp, class T, class W>
-cudaError_t launch_typed(const KernelArgs& args, const LaunchPlan& plan, cudaStream_t stream) {
+Status launch_typed(const KernelArgs& args, const LaunchPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads));
   if (plan.warp_per_row) {
     kernels::norm_rows<kOp, T, W, true><<<grid, block, plan.shared_bytes, stream>>>(args);
   } else {
     kernels::norm_rows<kOp, T, W, false><<<grid, block, plan.shared_bytes, stream>>>(args);
   }
-  return cudaGetLastError();
+  return cuda_status(cudaGetLastError(), "launching the kernel");
 }
 
 template <Op kOp>
-cudaError_t launch(const NormParams& p, cudaStream_t stream) {
-  if (!valid(p, kOp)) return cudaErrorInvalidValue;
-  if (p.rows == 0) return cudaSuccess;
+Status launch(const NormParams& p, cudaStream_t stream) {
+  if (const Status s = check(p, kOp); !s.is_ok()) return s;
+  if (p.rows == 0) return Status::ok();
   int sm_count = 0;
-  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) {
+    return cuda_status(e, "querying the device's SM count");
+  }
   KernelArgs args;
   args.p = p;
   args.eps = static_cast<float>(p.eps);
@@ -74,7 +77,7 @@ cudaError_t launch(const NormParams& p, cudaStream_t stream) {
       return float_weight ? launch_typed<kOp, __half, float>(args, plan, stream)
                           : launch_typed<kOp, __half, __half>(args, plan, stream);
   }
-  return cudaErrorInvalidValue;
+  return Status::invalid("normalization: unknown dtype");
 }
 
 }  // namespace
@@ -106,17 +109,15 @@ LaunchPlan plan_launch(int64_t rows, int64_t hidden, size_t element_bytes, int s
     // Two alternating slots per warp (see kernels::block_sum).
     plan.shared_bytes = 2 * static_cast<size_t>(plan.threads / kWarp) * sizeof(float);
   }
-  const int64_t max_blocks = int64_t{sm_count} * std::max(1, 2048 / plan.threads) * kMaxWaves;
+  const int64_t max_blocks = int64_t{sm_count} * std::max<int64_t>(1, kResidentThreadsPerSm / plan.threads) * kMaxWaves;
   plan.blocks = std::min(plan.blocks, max_blocks);
   return plan;
 }
 
-cudaError_t rms_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kRmsNorm>(p, stream); }
+Status rms_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kRmsNorm>(p, stream); }
 
-cudaError_t fused_add_rms_norm(const NormParams& p, cudaStream_t stream) {
-  return launch<Op::kFusedAddRmsNorm>(p, stream);
-}
+Status fused_add_rms_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kFusedAddRmsNorm>(p, stream); }
 
-cudaError_t layer_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kLayerNorm>(p, stream); }
+Status layer_norm(const NormParams& p, cudaStream_t stream) { return launch<Op::kLayerNorm>(p, stream); }
 
 }  // namespace xllm_kernel::cuda

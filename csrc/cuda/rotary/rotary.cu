@@ -10,26 +10,34 @@
 namespace xllm_kernel::cuda {
 namespace {
 
-// Threads an SM keeps resident (sm_80, sm_90) and blocks it keeps at most; the grid holds at most
-// this many waves and blocks loop over the remaining tokens.
-constexpr int64_t kResidentThreadsPerSm = 2048;
-constexpr int64_t kResidentBlocksPerSm = 32;
-constexpr int64_t kMaxWaves = 16;
+using ::xllm_kernel::kernels::valid_dtype;
+
 // Pieces of one token at most (int arithmetic in the kernel).
 constexpr int64_t kMaxPiecesPerToken = int64_t{1} << 30;
 
-bool valid_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
-
 // What the kernel assumes (a bridge checked the tensors; this guards the torch-free API).
-bool valid(const RotaryParams& p) {
-  if (!valid_dtype(p.dtype) || (p.cache_dtype != DType::kFloat32 && p.cache_dtype != p.dtype)) return false;
-  if (p.rot_dim < 2 || p.rot_dim % 2 != 0 || p.rot_dim > p.head_size) return false;
-  if (p.tokens < 0 || p.max_position < 0 || p.query_heads < 1 || p.key_heads < 0) return false;
-  if ((p.key == nullptr) != (p.key_heads == 0)) return false;
-  if (p.tokens == 0) return true;
-  if (p.positions == nullptr || p.query == nullptr || p.cos_sin_cache == nullptr) return false;
+Status check(const RotaryParams& p) {
+  if (!valid_dtype(p.dtype)) return Status::invalid("rotary_embedding: unknown dtype");
+  if (p.cache_dtype != DType::kFloat32 && p.cache_dtype != p.dtype) {
+    return Status::invalid("rotary_embedding: cache dtype must be float32 or the query's dtype");
+  }
+  if (p.rot_dim < 2 || p.rot_dim % 2 != 0 || p.rot_dim > p.head_size) {
+    return Status::invalid("rotary_embedding: rot_dim must be even and in [2, head_size]");
+  }
+  if (p.tokens < 0) return Status::invalid("rotary_embedding: tokens must be >= 0");
+  if (p.max_position < 0) return Status::invalid("rotary_embedding: max_position must be >= 0");
+  if (p.query_heads < 1 || p.key_heads < 0 || (p.key == nullptr) != (p.key_heads == 0)) {
+    return Status::invalid("rotary_embedding: query needs >= 1 head; key null exactly when it has 0 heads");
+  }
+  if (p.tokens == 0) return Status::ok();
+  if (p.positions == nullptr || p.query == nullptr || p.cos_sin_cache == nullptr) {
+    return Status::invalid("rotary_embedding: null positions, query or cache");
+  }
   // Pieces per token (at least one element or pair each) fit the kernel's int arithmetic.
-  return p.query_heads + p.key_heads <= kMaxPiecesPerToken / p.rot_dim;
+  if (p.query_heads + p.key_heads > kMaxPiecesPerToken / p.rot_dim) {
+    return Status::invalid("rotary_embedding: more than 2^30 pieces per token");
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -49,7 +57,7 @@ bool vector_access(const RotaryParams& p) {
 // resident blocks), looping over the remaining tokens.
 RotaryPlan plan_rotary(const RotaryParams& p, int sm_count) {
   RotaryPlan plan;
-  if (!valid(p) || p.tokens == 0) return plan;
+  if (!check(p).is_ok() || p.tokens == 0) return plan;
   const int64_t sms = std::clamp(sm_count, 1, 1 << 16);
   plan.vector = vector_access(p);
   const int64_t span = p.is_neox ? p.rot_dim / 2 : p.rot_dim;  // what the pieces of a head cover
@@ -65,20 +73,23 @@ RotaryPlan plan_rotary(const RotaryParams& p, int sm_count) {
   return plan;
 }
 
-cudaError_t rotary_embedding(const RotaryParams& p, cudaStream_t stream) {
-  if (!valid(p)) return cudaErrorInvalidValue;
-  if (p.tokens == 0) return cudaSuccess;
+Status rotary_embedding(const RotaryParams& p, cudaStream_t stream) {
+  if (const Status s = check(p); !s.is_ok()) return s;
+  if (p.tokens == 0) return Status::ok();
   int sm_count = 0;
-  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) return e;
+  if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) {
+    return cuda_status(e, "querying the device's SM count");
+  }
   kernels::RotaryArgs args;
   args.p = p;
   args.plan = plan_rotary(p, sm_count);
   const dim3 grid(static_cast<unsigned>(args.plan.blocks)), block(static_cast<unsigned>(args.plan.threads));
-  return kernels::dispatch_rotary(args, cudaErrorInvalidValue, [&](auto variant) {
+  const Status no_variant = Status::invalid("rotary_embedding: no kernel variant for the dtypes and plan");
+  return kernels::dispatch_rotary(args, no_variant, [&](auto variant) {
     using V = decltype(variant);
     kernels::rotary_embedding_kernel<typename V::type, typename V::cache_type, V::neox, V::piece>
         <<<grid, block, 0, stream>>>(args);
-    return cudaGetLastError();
+    return cuda_status(cudaGetLastError(), "launching the kernel");
   });
 }
 

@@ -20,12 +20,7 @@ at::Tensor native_act(const at::Tensor& input) {
   constexpr auto kDevice = c10::DeviceType::CPU;
   const int64_t d = kGated ? check_input(op, input, kDevice) : check_plain_input(op, input, kDevice);
   at::Tensor out = detail::empty_cpu_cached(kGated ? output_shape(input) : input.sizes().vec(), input.scalar_type());
-  cpu::ActivationParams p;
-  p.dtype = bridge::kernel_dtype(input.scalar_type());
-  p.d = d;
-  bridge::describe_rows(op, input, {{&input, &p.input_strides}, {&out, &p.out_strides}}, p.shape);
-  p.input = input.const_data_ptr();
-  p.out = out.mutable_data_ptr();
+  cpu::ActivationParams p = kernel_params(op, input, d, out);
   p.stream_out = detail::stream_cpu_output(static_cast<int64_t>(out.nbytes()));
   bridge::run_rows(op, p, p.shape.rows, d, kKernel);
   return out;

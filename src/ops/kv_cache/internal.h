@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include "csrc/common/kv_cache.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
@@ -35,12 +36,12 @@ CacheShape check_arguments(const at::Tensor& key, const at::Tensor& value, const
 // non-negative slots.
 int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping);
 
-// The kernel parameters from checked arguments, for the CPU (cpu::KvCacheParams) and the CUDA
-// (cuda::KvCacheParams) kernels alike: the two structs share these fields.
-template <class Params>
-Params kernel_params(const CacheShape& s, const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                     at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  Params p;
+// The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike. stream_out
+// stays false: the CPU bridge decides it.
+inline kernels::KvCacheParams kernel_params(const CacheShape& s, const at::Tensor& key, const at::Tensor& value,
+                                            at::Tensor& key_cache, at::Tensor& value_cache,
+                                            const at::Tensor& slot_mapping) {
+  kernels::KvCacheParams p;
   p.dtype = bridge::kernel_dtype(key.scalar_type());
   p.tokens = s.tokens;
   p.kv_heads = s.kv_heads;

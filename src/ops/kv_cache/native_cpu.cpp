@@ -16,7 +16,7 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
   const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, c10::DeviceType::CPU);
   const int64_t written = check_slots_cpu(s, slot_mapping);
   if (written == 0) return;
-  auto p = kernel_params<cpu::KvCacheParams>(s, key, value, key_cache, value_cache, slot_mapping);
+  cpu::KvCacheParams p = kernel_params(s, key, value, key_cache, value_cache, slot_mapping);
   // Streamed when the rows read and written together pass the threshold: both occupy the cache
   // during the call, so the destination rows (scattered, their old contents never needed) would
   // be evicted before anyone reads them again, and plain stores would first read every line.

@@ -4,10 +4,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
-#include <initializer_list>
 #include <optional>
-#include <utility>
 
+#include "csrc/common/normalization.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
@@ -21,8 +20,33 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
                      const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
                      c10::DeviceType device);
 
-// The row description every bridge uses (src/ops/common/bridge.h).
-using bridge::describe_rows;
+// The kernel parameters from checked arguments, for the CPU and the CUDA kernels alike. `out` is
+// set for rms_norm and layer_norm (written: the rows of input and out), `residual` for
+// fused_add_rms_norm (input and residual read, then written); `bias` may be set for layer_norm.
+// stream_out stays false: the CPU bridges decide it.
+inline kernels::NormParams kernel_params(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                         const std::optional<at::Tensor>& bias, double eps, const at::Tensor* out,
+                                         const at::Tensor* residual) {
+  kernels::NormParams p;
+  p.dtype = bridge::kernel_dtype(input.scalar_type());
+  p.weight_dtype = bridge::kernel_dtype(weight.scalar_type());
+  p.hidden = input.size(-1);
+  if (residual != nullptr) {
+    p.row_ndim = bridge::describe_rows(op, input, {{&input, p.input_strides}, {residual, p.residual_strides}},
+                                       kernels::kMaxRowDims, p.row_sizes, p.rows);
+    p.input = input.mutable_data_ptr();
+    p.residual = residual->mutable_data_ptr();
+  } else {
+    p.row_ndim = bridge::describe_rows(op, input, {{&input, p.input_strides}, {out, p.out_strides}},
+                                       kernels::kMaxRowDims, p.row_sizes, p.rows);
+    p.input = input.const_data_ptr();
+    p.out = out->mutable_data_ptr();
+  }
+  p.weight = weight.const_data_ptr();
+  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
+  p.eps = eps;
+  return p;
+}
 
 // The group's backend modules: each declares its implementations once; the bridges register
 // their functions against these declarations (XLLM_REGISTER_IMPLEMENTATION).

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "csrc/common/rotary.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
@@ -47,12 +48,11 @@ void check_positions_in_range(const at::Tensor& positions, int64_t max_position)
 // view of the same memory.
 at::Tensor as_heads(const at::Tensor& t, const Layout& layout, const Heads& heads);
 
-// The kernel parameters from checked arguments, for the CPU (cpu::RotaryParams) and the CUDA
-// (cuda::RotaryParams) kernels alike: the two structs have the same fields.
-template <class Params>
-Params kernel_params(const Layout& l, const at::Tensor& positions, const at::Tensor& query,
-                     const std::optional<at::Tensor>& key, const at::Tensor& cos_sin_cache, bool is_neox) {
-  Params p;
+// The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike.
+inline kernels::RotaryParams kernel_params(const Layout& l, const at::Tensor& positions, const at::Tensor& query,
+                                           const std::optional<at::Tensor>& key, const at::Tensor& cos_sin_cache,
+                                           bool is_neox) {
+  kernels::RotaryParams p;
   p.dtype = bridge::kernel_dtype(query.scalar_type());
   p.cache_dtype = bridge::kernel_dtype(cos_sin_cache.scalar_type());
   p.tokens = l.tokens;

@@ -17,7 +17,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
   const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CPU);
   if (l.tokens == 0) return;
   check_positions_in_range(positions, l.max_position);
-  const auto p = kernel_params<cpu::RotaryParams>(l, positions, query, key, cos_sin_cache, is_neox);
+  const cpu::RotaryParams p = kernel_params(l, positions, query, key, cos_sin_cache, is_neox);
   bridge::run_rows(op, p, l.tokens, (l.query.heads + l.key.heads) * l.rot_dim, cpu::rotary_embedding);
 }
 

@@ -21,6 +21,7 @@
 #include "csrc/cuda/activation/activation.cuh"
 #include "csrc/cuda/activation/activation.h"
 #include "csrc/cuda/common/device.h"
+#include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
@@ -632,36 +633,39 @@ TEST(ActivationLaunchers, RejectInvalidParams) {
     change(q);
     return q;
   };
-  for (auto launcher : {silu_and_mul, gelu_and_mul, gelu_tanh_and_mul}) {
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.d = 0; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.d = -3; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.dtype = static_cast<DType>(7); }), nullptr),
-              cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.shape.ndim = 0; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.shape.ndim = kMaxRowDims + 1; }), nullptr),
-              cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.shape.sizes[0] = 2; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.shape.sizes[0] = -1; q.shape.rows = -1; }), nullptr),
-              cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.input = nullptr; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.out = nullptr; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) { q.d = int64_t{1} << 62; }), nullptr), cudaErrorInvalidValue);
-    EXPECT_EQ(launcher(with([](ActivationParams& q) {
-                q.shape.ndim = 2;
-                q.shape.sizes[0] = q.shape.sizes[1] = int64_t{1} << 32;  // product overflows
-                q.shape.rows = 0;
-              }),
-                       nullptr),
-              cudaErrorInvalidValue);
+  for (auto launcher : {silu_and_mul, gelu_and_mul, gelu_tanh_and_mul, gelu, gelu_tanh, quick_gelu}) {
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.d = 0; }), nullptr), "d must be >= 1"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.d = -3; }), nullptr), "d must be >= 1"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.dtype = static_cast<DType>(7); }), nullptr),
+                         "unknown dtype"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.shape.ndim = 0; }), nullptr), "ndim"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.shape.ndim = kMaxRowDims + 1; }), nullptr),
+                         "ndim"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.shape.sizes[0] = 2; }), nullptr),
+                         "product of the sizes"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.shape.sizes[0] = -1; q.shape.rows = -1; }), nullptr),
+                         "negative size"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.input = nullptr; }), nullptr), "null input or out"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.out = nullptr; }), nullptr), "null input or out"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) { q.d = int64_t{1} << 62; }), nullptr),
+                         "beyond int64"));
+    EXPECT_TRUE(rejected(launcher(with([](ActivationParams& q) {
+                           q.shape.ndim = 2;
+                           q.shape.sizes[0] = q.shape.sizes[1] = int64_t{1} << 32;  // product overflows
+                           q.shape.rows = 0;
+                         }),
+                                  nullptr),
+                         "overflows"));
     // Zero rows launch nothing and succeed, whatever the pointers.
-    EXPECT_EQ(launcher(with([](ActivationParams& q) {
-                q.shape.rows = 0;
-                q.shape.sizes[0] = 0;
-                q.input = nullptr;
-                q.out = nullptr;
-              }),
-                       nullptr),
-              cudaSuccess);
+    EXPECT_TRUE(accepted(launcher(with([](ActivationParams& q) {
+                           q.shape.rows = 0;
+                           q.shape.sizes[0] = 0;
+                           q.input = nullptr;
+                           q.out = nullptr;
+                         }),
+                                  nullptr)));
+    // Valid parameters without a usable device: the runtime's error, nothing launched.
+    if (!cuda_device_present()) EXPECT_TRUE(device_failure(launcher(p, nullptr)));
   }
   // Rejected parameters plan nothing.
   EXPECT_EQ(plan_activation(with([](ActivationParams& q) { q.d = 0; }), 132).blocks, 0);

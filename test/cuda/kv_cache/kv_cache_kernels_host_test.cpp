@@ -20,6 +20,7 @@
 
 #include "csrc/cuda/kv_cache/kv_cache.cuh"
 #include "csrc/cuda/kv_cache/kv_cache.h"
+#include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
@@ -254,31 +255,35 @@ TEST(KvCacheHost, LauncherRejectsInvalidParametersWithoutTouchingTheDevice) {
   good.slot_mapping = &slot;
   good.slot_stride = 1;
   EXPECT_GT(plan_kv_cache(good, kSms).blocks, 0);
-  auto bad = [&](auto change) {
+  auto bad = [&](auto change, const char* reason) {
+    SCOPED_TRACE(reason);
     KvCacheParams p = good;
     change(p);
-    EXPECT_EQ(reshape_and_cache(p, nullptr), cudaErrorInvalidValue);
+    EXPECT_TRUE(rejected(reshape_and_cache(p, nullptr), reason));
     EXPECT_EQ(plan_kv_cache(p, kSms).blocks, 0);
   };
-  bad([](KvCacheParams& p) { p.dtype = static_cast<DType>(7); });
-  bad([](KvCacheParams& p) { p.head_size = 0; });
-  bad([](KvCacheParams& p) { p.kv_heads = 0; });
-  bad([](KvCacheParams& p) { p.block_size = 0; });
-  bad([](KvCacheParams& p) { p.tokens = -1; });
-  bad([](KvCacheParams& p) { p.key = nullptr; });
-  bad([](KvCacheParams& p) { p.slot_mapping = nullptr; });
-  bad([](KvCacheParams& p) { p.key_strides.token = -8; });
+  bad([](KvCacheParams& p) { p.dtype = static_cast<DType>(7); }, "unknown dtype");
+  bad([](KvCacheParams& p) { p.head_size = 0; }, "must be >= 1");
+  bad([](KvCacheParams& p) { p.kv_heads = 0; }, "must be >= 1");
+  bad([](KvCacheParams& p) { p.block_size = 0; }, "must be >= 1");
+  bad([](KvCacheParams& p) { p.tokens = -1; }, "tokens and num_slots must be >= 0");
+  bad([](KvCacheParams& p) { p.num_slots = -1; }, "tokens and num_slots must be >= 0");
+  bad([](KvCacheParams& p) { p.key = nullptr; }, "null pointer");
+  bad([](KvCacheParams& p) { p.slot_mapping = nullptr; }, "null pointer");
+  bad([](KvCacheParams& p) { p.key_strides.token = -8; }, "negative stride");
   bad([](KvCacheParams& p) {
     p.tokens = int64_t{1} << 40;
     p.key_strides.token = int64_t{1} << 40;
-  });
+  }, "beyond int64");
   // Zero tokens or no slots: success without a launch (no device needed).
   KvCacheParams none = good;
   none.tokens = 0;
-  EXPECT_EQ(reshape_and_cache(none, nullptr), cudaSuccess);
+  EXPECT_TRUE(accepted(reshape_and_cache(none, nullptr)));
   none = good;
   none.num_slots = 0;
-  EXPECT_EQ(reshape_and_cache(none, nullptr), cudaSuccess);
+  EXPECT_TRUE(accepted(reshape_and_cache(none, nullptr)));
+  // Valid parameters without a usable device: the runtime's error, nothing launched.
+  if (!cuda_device_present()) EXPECT_TRUE(device_failure(reshape_and_cache(good, nullptr)));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "csrc/cuda/normalization/normalization.cuh"
 #include "csrc/cuda/normalization/normalization.h"
+#include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
@@ -485,20 +486,46 @@ TEST(Launchers, RejectInvalidParams) {
     change(q);
     return q;
   };
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.hidden = 0; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.row_ndim = 9; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.row_sizes[0] = 2; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.eps = -1; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.eps = NAN; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.weight = nullptr; }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.dtype = DType::kBFloat16; q.weight_dtype = DType::kFloat16; }), nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.dtype = static_cast<DType>(7); }), nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(fused_add_rms_norm(p, nullptr), cudaErrorInvalidValue);  // no residual
-  EXPECT_EQ(rms_norm(with([](NormParams& q) { q.bias = q.weight; }), nullptr), cudaErrorInvalidValue);
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.hidden = 0; }), nullptr), "hidden must be >= 1"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.row_ndim = 9; }), nullptr), "ndim"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.row_sizes[0] = 2; }), nullptr), "product of the sizes"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.eps = -1; }), nullptr), "eps"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.eps = NAN; }), nullptr), "eps"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.weight = nullptr; }), nullptr), "null input or weight"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.input = nullptr; }), nullptr), "null input or weight"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.out = nullptr; }), nullptr), "rms_norm: null out"));
+  EXPECT_TRUE(rejected(layer_norm(with([](NormParams& q) { q.out = nullptr; }), nullptr), "layer_norm: null out"));
+  EXPECT_TRUE(rejected(
+      rms_norm(with([](NormParams& q) { q.dtype = DType::kBFloat16; q.weight_dtype = DType::kFloat16; }), nullptr),
+      "weight_dtype"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.dtype = static_cast<DType>(7); }), nullptr),
+                       "unknown dtype"));
+  EXPECT_TRUE(rejected(fused_add_rms_norm(p, nullptr), "null residual"));
+  EXPECT_TRUE(rejected(rms_norm(with([](NormParams& q) { q.bias = q.weight; }), nullptr), "bias"));
   // Zero rows launch nothing and succeed, whatever the pointers.
-  EXPECT_EQ(layer_norm(with([](NormParams& q) { q.rows = 0; q.row_sizes[0] = 0; q.input = q.out = nullptr; }), nullptr),
-            cudaSuccess);
+  EXPECT_TRUE(accepted(
+      layer_norm(with([](NormParams& q) { q.rows = 0; q.row_sizes[0] = 0; q.input = q.out = nullptr; }), nullptr)));
+}
+
+// Valid parameters on a machine without a usable device: the SM-count query fails, and the
+// launchers report the runtime's error (what a failed launch reports too) instead of launching.
+TEST(Launchers, ReportTheRuntimesErrorWithoutADevice) {
+  if (cuda_device_present()) GTEST_SKIP() << "a CUDA device is present (these parameters are host memory)";
+  alignas(16) static float x[64], w[64], y[64], r[64];
+  NormParams p;
+  p.rows = 1;
+  p.hidden = 64;
+  p.row_ndim = 1;
+  p.row_sizes[0] = 1;
+  p.input = x;
+  p.out = y;
+  p.weight = w;
+  p.eps = 1e-6;
+  EXPECT_TRUE(device_failure(rms_norm(p, nullptr)));
+  EXPECT_TRUE(device_failure(layer_norm(p, nullptr)));
+  p.out = nullptr;
+  p.residual = r;
+  EXPECT_TRUE(device_failure(fused_add_rms_norm(p, nullptr)));
 }
 
 }  // namespace

@@ -17,10 +17,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "csrc/cuda/rotary/rotary.cuh"
 #include "csrc/cuda/rotary/rotary.h"
+#include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
@@ -359,26 +361,32 @@ TEST(RotaryKernelsHost, LauncherRejectsWhatTheKernelCannotHandle) {
   good.query_token_stride = 8;
   good.query_head_stride = 8;
   ASSERT_EQ(plan_rotary(good, 1).threads, 32);
-  const std::pair<const char*, void (*)(RotaryParams&)> cases[] = {
-      {"dtype", [](RotaryParams& p) { p.dtype = static_cast<DType>(9); }},
-      {"cache dtype", [](RotaryParams& p) { p.cache_dtype = DType::kFloat16; }},  // query float32
-      {"odd rot_dim", [](RotaryParams& p) { p.rot_dim = 7; }},
-      {"rot_dim > head_size", [](RotaryParams& p) { p.rot_dim = 10; }},
-      {"no query heads", [](RotaryParams& p) { p.query_heads = 0; }},
-      {"key heads without key", [](RotaryParams& p) { p.key_heads = 2; }},
-      {"null positions", [](RotaryParams& p) { p.positions = nullptr; }},
-      {"negative tokens", [](RotaryParams& p) { p.tokens = -1; }},
+  // What is wrong, and what the launcher's reason says.
+  const std::tuple<const char*, void (*)(RotaryParams&), const char*> cases[] = {
+      {"dtype", [](RotaryParams& p) { p.dtype = static_cast<DType>(9); }, "unknown dtype"},
+      {"cache dtype", [](RotaryParams& p) { p.cache_dtype = DType::kFloat16; }, "cache dtype"},  // query float32
+      {"odd rot_dim", [](RotaryParams& p) { p.rot_dim = 7; }, "rot_dim must be even"},
+      {"rot_dim > head_size", [](RotaryParams& p) { p.rot_dim = 10; }, "[2, head_size]"},
+      {"no query heads", [](RotaryParams& p) { p.query_heads = 0; }, "query needs >= 1 head"},
+      {"key heads without key", [](RotaryParams& p) { p.key_heads = 2; }, "key null exactly when"},
+      {"null positions", [](RotaryParams& p) { p.positions = nullptr; }, "null positions"},
+      {"null cache", [](RotaryParams& p) { p.cos_sin_cache = nullptr; }, "null positions, query or cache"},
+      {"negative tokens", [](RotaryParams& p) { p.tokens = -1; }, "tokens must be >= 0"},
+      {"negative max_position", [](RotaryParams& p) { p.max_position = -1; }, "max_position"},
+      {"pieces per token", [](RotaryParams& p) { p.query_heads = int64_t{1} << 30; }, "2^30 pieces"},
   };
-  for (const auto& [what, edit] : cases) {
+  for (const auto& [what, edit, reason] : cases) {
     RotaryParams p = good;
     edit(p);
-    EXPECT_EQ(rotary_embedding(p, nullptr), cudaErrorInvalidValue) << what;
+    EXPECT_TRUE(rejected(rotary_embedding(p, nullptr), reason)) << what;
     EXPECT_EQ(plan_rotary(p, 1).threads, 0) << what;
   }
   RotaryParams empty = good;
   empty.tokens = 0;
   empty.query = nullptr;
-  EXPECT_EQ(rotary_embedding(empty, nullptr), cudaSuccess);  // nothing to launch, no GPU needed
+  EXPECT_TRUE(accepted(rotary_embedding(empty, nullptr)));  // nothing to launch, no GPU needed
+  // Valid parameters without a usable device: the runtime's error, nothing launched.
+  if (!cuda_device_present()) EXPECT_TRUE(device_failure(rotary_embedding(good, nullptr)));
 }
 
 }  // namespace

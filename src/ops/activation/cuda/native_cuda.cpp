@@ -13,7 +13,7 @@
 namespace xllm_kernel::activation {
 namespace {
 
-using Launcher = cudaError_t (*)(const cuda::ActivationParams&, cudaStream_t);
+using Launcher = kernels::Status (*)(const cuda::ActivationParams&, cudaStream_t);
 
 // Gated ([..., 2d] -> [..., d]) or not ([..., d] -> [..., d]).
 template <Launcher kLaunch, const TypedOperation<ActivationFn>& (*kOperation)(), bool kGated = true>
@@ -24,12 +24,7 @@ at::Tensor native_act(const at::Tensor& input) {
   bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(kGated ? output_shape(input) : input.sizes().vec(), input.options());
-  cuda::ActivationParams p;
-  p.dtype = bridge::kernel_dtype(input.scalar_type());
-  p.d = d;
-  bridge::describe_rows(op, input, {{&input, &p.input_strides}, {&out, &p.out_strides}}, p.shape);
-  p.input = input.const_data_ptr();
-  p.out = out.mutable_data_ptr();
+  const cuda::ActivationParams p = kernel_params(op, input, d, out);
   bridge::check_launch(op, kLaunch(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }

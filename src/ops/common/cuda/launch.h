@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
+#include "csrc/common/rows.h"
 #include "src/core/cuda_driver.h"
 
 namespace xllm_kernel::bridge {
@@ -18,9 +19,16 @@ inline void check_capability(const char* op, const at::Tensor& input) {
               driver.capability_shortfall(input.get_device(), detail::kCudaPluginMinCapability));
 }
 
-inline void check_launch(const char* op, cudaError_t status) {
-  TORCH_CHECK(status == cudaSuccess, op, ": cuda.native kernel failed to launch: ", cudaGetErrorName(status), " (",
-              cudaGetErrorString(status), ")");
+// A launcher's status as an error naming the operation: parameters the launcher rejected (a bug in
+// the bridge, which checks every argument first), or the CUDA runtime's error and the step it
+// failed at.
+inline void check_launch(const char* op, const kernels::Status& status) {
+  if (status.is_ok()) return;
+  TORCH_CHECK(status.code != kernels::Status::kInvalidArgument, op, ": cuda.native kernel rejected its parameters (",
+              status.reason, "); this is a bug in the bridge");
+  const auto error = static_cast<cudaError_t>(status.device_error);  // kDeviceError
+  TORCH_CHECK(false, op, ": cuda.native kernel failed to launch (", status.reason, "): ", cudaGetErrorName(error), " (",
+              cudaGetErrorString(error), ")");
 }
 
 }  // namespace xllm_kernel::bridge

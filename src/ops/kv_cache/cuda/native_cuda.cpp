@@ -19,7 +19,7 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
   bridge::check_capability(op_name(), key);
   if (s.tokens == 0 || s.slots == 0) return;
   const c10::cuda::CUDAGuard guard(key.device());
-  auto p = kernel_params<cuda::KvCacheParams>(s, key, value, key_cache, value_cache, slot_mapping);
+  const cuda::KvCacheParams p = kernel_params(s, key, value, key_cache, value_cache, slot_mapping);
   bridge::check_launch(op_name(), cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 

@@ -14,26 +14,13 @@
 namespace xllm_kernel::normalization {
 namespace {
 
-cuda::NormParams common(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  cuda::NormParams p;
-  p.dtype = bridge::kernel_dtype(input.scalar_type());
-  p.weight_dtype = bridge::kernel_dtype(weight.scalar_type());
-  p.hidden = input.size(-1);
-  p.weight = weight.const_data_ptr();
-  p.eps = eps;
-  return p;
-}
-
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
   check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
   bridge::check_capability(rms_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
-  cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows(rms_norm_operation().name().c_str(), input, {{&input, p.input_strides}, {&out, p.out_strides}},
-                             cuda::kMaxRowDims, p.row_sizes, p.rows);
-  p.input = input.const_data_ptr();
-  p.out = out.mutable_data_ptr();
+  const cuda::NormParams p =
+      kernel_params(rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, &out, nullptr);
   bridge::check_launch(rms_norm_operation().name().c_str(), cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
@@ -42,12 +29,8 @@ void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at
   check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
   bridge::check_capability(fused_add_rms_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
-  cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows(fused_add_rms_norm_operation().name().c_str(), input,
-                             {{&input, p.input_strides}, {&residual, p.residual_strides}}, cuda::kMaxRowDims,
-                             p.row_sizes, p.rows);
-  p.input = input.mutable_data_ptr();
-  p.residual = residual.mutable_data_ptr();
+  const cuda::NormParams p =
+      kernel_params(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, nullptr, &residual);
   bridge::check_launch(fused_add_rms_norm_operation().name().c_str(), cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
@@ -57,12 +40,7 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
   bridge::check_capability(layer_norm_operation().name().c_str(), input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
-  cuda::NormParams p = common(input, weight, eps);
-  p.row_ndim = describe_rows(layer_norm_operation().name().c_str(), input, {{&input, p.input_strides}, {&out, p.out_strides}},
-                             cuda::kMaxRowDims, p.row_sizes, p.rows);
-  p.input = input.const_data_ptr();
-  p.out = out.mutable_data_ptr();
-  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
+  const cuda::NormParams p = kernel_params(layer_norm_operation().name().c_str(), input, weight, bias, eps, &out, nullptr);
   bridge::check_launch(layer_norm_operation().name().c_str(), cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }

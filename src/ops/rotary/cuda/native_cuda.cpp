@@ -21,7 +21,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
   bridge::check_capability(op, query);
   if (l.tokens == 0) return;
   const c10::cuda::CUDAGuard guard(query.device());
-  const auto p = kernel_params<cuda::RotaryParams>(l, positions, query, key, cos_sin_cache, is_neox);
+  const cuda::RotaryParams p = kernel_params(l, positions, query, key, cos_sin_cache, is_neox);
   bridge::check_launch(op, cuda::rotary_embedding(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
