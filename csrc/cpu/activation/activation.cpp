@@ -10,6 +10,7 @@
 #define HWY_TARGET_INCLUDE "csrc/cpu/activation/activation.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 
 #include "csrc/cpu/common/convert-inl.h"
 #include "csrc/cpu/common/math-inl.h"
@@ -90,6 +91,18 @@ struct Gelu {
 // Their results are rounded without the NaN guard of Bf16UpperFromF32: the only NaNs are from
 // bf16 inputs (whose payload is in the upper half, which the rounding bias cannot carry out of)
 // or the FPU's default NaN.
+// Without the gate a core reads one stream, which the hardware prefetchers alone keep too few
+// lines ahead of (a quarter of the copy bandwidth at 8192 x 14336 bf16, cold): the rows are
+// also prefetched kPrefetchBytes ahead, the lines of a vector pair and the next one.
+inline constexpr size_t kPrefetchBytes = 2048;
+
+template <typename T>
+HWY_INLINE void PrefetchAhead(const T* p) {
+  const char* c = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  hwy::Prefetch(c);
+  if constexpr (sizeof(T) == 4) hwy::Prefetch(c + 64);  // a float32 vector pair spans two lines (AVX-512)
+}
+
 template <template <bool> class Act, bool kGated, bool kStream, typename T>
 HWY_INLINE void ActRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size) {
   const Act<std::is_same_v<T, bfloat16_t>> act;  // the cheaper math where results round to bf16
@@ -102,6 +115,7 @@ HWY_INLINE void ActRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size
   size_t i = 0;
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     for (; i + 2 * n <= d_size; i += 2 * n) {
+      if constexpr (!kGated) PrefetchAhead(x + i);
       VF ae, ao, be = hn::Zero(d), bo = hn::Zero(d);
       LoadEvenOdd(x + i, ae, ao);
       if constexpr (kGated) LoadEvenOdd(b + i, be, bo);
@@ -110,6 +124,7 @@ HWY_INLINE void ActRow(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, size_t d_size
     }
   } else {
     for (; i + 2 * n <= d_size; i += 2 * n) {
+      if constexpr (!kGated) PrefetchAhead(x + i);
       VF y0 = times_up(act(LoadF(x + i)), load_up(i));
       VF y1 = times_up(act(LoadF(x + i + n)), load_up(i + n));
       Store2F<kStream>(y0, y1, y + i);
