@@ -14,20 +14,11 @@
 #include <string>
 
 #include "src/core/contract_check.h"
+#include "test/ops/common/registered.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::testing {
 namespace {
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 using PairFn = at::Tensor(const at::Tensor& a, const at::Tensor& b);
 
@@ -123,14 +114,14 @@ TEST(DeclaredOperation, RejectsADeviceArgumentThatIsNoTensor) {
   using Fn = at::Tensor(int64_t n, const at::Tensor& t);
   static const OpContract c{.operation = "family_test_bad", .schema = "family_test_bad(int n, Tensor t) -> Tensor"};
   auto fake = +[](int64_t, const at::Tensor& t) { return t; };
-  EXPECT_NE(error_of([&] { family::DeclaredOperation<Fn> op(c, fake, 0); }).find(
+  EXPECT_NE(error_message([&] { family::DeclaredOperation<Fn> op(c, fake, 0); }).find(
                 "family_test_bad: device_argument 0 is not a tensor argument"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { family::DeclaredOperation<Fn> op(c, fake, 2); }).find("device_argument 2"),
+  EXPECT_NE(error_message([&] { family::DeclaredOperation<Fn> op(c, fake, 2); }).find("device_argument 2"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { family::DeclaredOperation<Fn> op(c, nullptr, 1); }).find("needs a fake kernel"),
+  EXPECT_NE(error_message([&] { family::DeclaredOperation<Fn> op(c, nullptr, 1); }).find("needs a fake kernel"),
             std::string::npos);
-  EXPECT_EQ(error_of([&] { family::DeclaredOperation<Fn> op(c, fake, 1); }), "<no error>");
+  EXPECT_EQ(error_message([&] { family::DeclaredOperation<Fn> op(c, fake, 1); }), "<no error>");
 }
 
 // The operation's schema and its dispatcher kernels, in a fragment of their own (the catalog never
@@ -157,7 +148,7 @@ TEST(DeclaredOperation, DispatcherKernelsCallTheFakeAndThePreparedBinding) {
 
   // CPU before a binding is published: the operation's "not initialized" error.
   const at::Tensor a = at::ones({3}), b = at::ones({3});
-  EXPECT_NE(error_of([&] { typed.call(a, b); }).find("family_test_pair"), std::string::npos);
+  EXPECT_NE(error_message([&] { typed.call(a, b); }).find("family_test_pair"), std::string::npos);
 
   KernelSpec spec{.name = "cpu.test.family_test_pair", .contract = &pair_contract(), .device = Device::kCpu};
   const PreparedKernel prepared(spec, ErasedFunction::from(KernelFunction<PairFn>::of<&pair_kernel>()), "");
@@ -166,21 +157,21 @@ TEST(DeclaredOperation, DispatcherKernelsCallTheFakeAndThePreparedBinding) {
   EXPECT_EQ(pair()(a, b)[0].item<float>(), 3.0f);      // and so does the C++ API
 
   // The device argument (b) decides: an undefined b is an error naming the operation.
-  EXPECT_NE(error_of([&] { pair()(a, at::Tensor()); }).find("family_test_pair: input must be a defined tensor"),
+  EXPECT_NE(error_message([&] { pair()(a, at::Tensor()); }).find("family_test_pair: input must be a defined tensor"),
             std::string::npos);
   pair().publish(Device::kCpu, nullptr);
 }
 
 TEST(ContractCheck, MutatesMustBeTheSchemasWrittenArguments) {
   OpContract c{.operation = "family_test_inplace", .schema = "family_test_inplace(Tensor(a!) x, Tensor y) -> ()"};
-  EXPECT_NE(error_of([&] { detail::check_contract(c); }).find("mutates [] disagrees with the schema, which writes [x]"),
+  EXPECT_NE(error_message([&] { detail::check_contract(c); }).find("mutates [] disagrees with the schema, which writes [x]"),
             std::string::npos);
   c.mutates = {"y"};
-  EXPECT_NE(error_of([&] { detail::check_contract(c); }).find("which writes [x]"), std::string::npos);
+  EXPECT_NE(error_message([&] { detail::check_contract(c); }).find("which writes [x]"), std::string::npos);
   c.mutates = {"x"};
-  EXPECT_EQ(error_of([&] { detail::check_contract(c); }), "<no error>");
+  EXPECT_EQ(error_message([&] { detail::check_contract(c); }), "<no error>");
   c.schema = "other_name(Tensor(a!) x, Tensor y) -> ()";
-  EXPECT_NE(error_of([&] { detail::check_contract(c); }).find("the schema must be named 'family_test_inplace'"),
+  EXPECT_NE(error_message([&] { detail::check_contract(c); }).find("the schema must be named 'family_test_inplace'"),
             std::string::npos);
 }
 
@@ -188,7 +179,7 @@ TEST(ContractCheck, EveryCatalogOperationPassesIt) {
   ASSERT_FALSE(builtin_operations().empty());
   for (const Operation* op : builtin_operations()) {
     SCOPED_TRACE(op->name());
-    EXPECT_EQ(error_of([&] { detail::check_contract(op->contract()); }), "<no error>");
+    EXPECT_EQ(error_message([&] { detail::check_contract(op->contract()); }), "<no error>");
     // The library's operations register their dispatcher kernels through their declaration.
     EXPECT_NE(op->dispatcher_kernels(), nullptr);
   }
