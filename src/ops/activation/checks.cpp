@@ -17,9 +17,9 @@ int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType dev
   return width / 2;
 }
 
-std::vector<int64_t> output_shape(const at::Tensor& input) {
+std::vector<int64_t> output_shape(const at::Tensor& input, bool gated) {
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
-  shape.back() /= 2;
+  if (gated) shape.back() /= 2;
   return shape;
 }
 

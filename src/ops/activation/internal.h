@@ -19,8 +19,8 @@ int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType dev
 // The same for an activation without the gate: input [..., d] with d >= 1. Returns d.
 int64_t check_plain_input(const char* op, const at::Tensor& input, c10::DeviceType device);
 
-// The output's shape for a gated input [..., 2d]: [..., d].
-std::vector<int64_t> output_shape(const at::Tensor& input);
+// The output's shape: [..., d] for a gated input [..., 2d], the input's without the gate.
+std::vector<int64_t> output_shape(const at::Tensor& input, bool gated = true);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernels alike: input and
 // out over input's leading dimensions, d the output's last dimension (from check_input).

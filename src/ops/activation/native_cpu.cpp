@@ -19,7 +19,7 @@ at::Tensor native_act(const at::Tensor& input) {
   const char* op = kOperation().name().c_str();
   constexpr auto kDevice = c10::DeviceType::CPU;
   const int64_t d = kGated ? check_input(op, input, kDevice) : check_plain_input(op, input, kDevice);
-  at::Tensor out = detail::empty_cpu_cached(kGated ? output_shape(input) : input.sizes().vec(), input.scalar_type());
+  at::Tensor out = detail::empty_cpu_cached(output_shape(input, kGated), input.scalar_type());
   cpu::ActivationParams p = kernel_params(op, input, d, out);
   p.stream_out = detail::stream_cpu_output(static_cast<int64_t>(out.nbytes()));
   bridge::run_rows(op, p, p.shape.rows, d, kKernel);

@@ -23,7 +23,7 @@ at::Tensor native_act(const at::Tensor& input) {
   const int64_t d = kGated ? check_input(op, input, kDevice) : check_plain_input(op, input, kDevice);
   bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor out = at::empty(kGated ? output_shape(input) : input.sizes().vec(), input.options());
+  at::Tensor out = at::empty(output_shape(input, kGated), input.options());
   const cuda::ActivationParams p = kernel_params(op, input, d, out);
   bridge::check_launch(op, kLaunch(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
