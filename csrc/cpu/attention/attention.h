@@ -1,0 +1,81 @@
+// Torch-free CPU kernels of paged attention over the KV cache (Highway, runtime ISA dispatch):
+// what csrc/common/attention.h describes, float32 accumulation, the softmax with a running
+// maximum, one rounding of each output element.
+//
+// The at::Tensor side (a bridge) checks every argument and every value of block_tables,
+// query_start_loc and seq_lens before calling (out-of-range block ids and lengths that contradict
+// each other are errors there), fills a PagedAttentionParams, plans, allocates the plan's
+// workspace and runs the plan's items, then its merges, over threads:
+//
+//   xllm_kernel::cpu::PagedAttentionParams p;  // the fields as in csrc/common/attention.h
+//   const auto plan = xllm_kernel::cpu::plan_paged_attention(p, threads);
+//   std::vector<std::byte> workspace(plan.workspace_bytes);
+//   parallel over [0, plan.items):  xllm_kernel::cpu::paged_attention(p, plan, workspace.data(), b, e);
+//   parallel over [0, plan.merges): xllm_kernel::cpu::paged_attention_merge(p, plan, workspace.data(), b, e);
+//
+// Defensive, never out of bounds: a block id outside [0, num_blocks) is never dereferenced, and a
+// sequence whose lengths contradict each other writes nothing (the bridge has rejected both).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "csrc/common/attention.h"
+#include "csrc/common/rows.h"
+
+namespace xllm_kernel::cpu {
+
+using kernels::DType;
+using kernels::Status;
+
+// The parameters, shared with the CUDA launcher (csrc/common/attention.h).
+using kernels::AttentionRowStrides;
+using kernels::CacheStrides;
+using kernels::PagedAttentionParams;
+
+// One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV head `kv_head` (all
+// the query heads of its group), keys [key_begin, key_end) of the positions those rows may see.
+// split >= 0: a partial result (running maximum, sum and unnormalized output) written to the
+// workspace at slot `split` of the rows, merged later; split < 0: the output written directly.
+struct AttentionItem {
+  int64_t seq = 0;
+  int64_t kv_head = 0;
+  int64_t query_begin = 0;
+  int64_t query_end = 0;
+  int64_t key_begin = 0;
+  int64_t key_end = 0;
+  int64_t split = -1;
+};
+
+// A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV head
+// `kv_head`, splits [0, splits), into the output.
+struct AttentionMerge {
+  int64_t seq = 0;
+  int64_t kv_head = 0;
+  int64_t query_begin = 0;
+  int64_t query_end = 0;
+  int64_t splits = 0;
+};
+
+struct PagedAttentionPlan {
+  std::vector<AttentionItem> work;    // independent of each other
+  std::vector<AttentionMerge> merge;  // after every item; independent of each other
+  int64_t items = 0;                  // work.size()
+  int64_t merges = 0;                 // merge.size()
+  int64_t workspace_bytes = 0;        // scratch shared by items and merges (64-byte aligned base)
+};
+
+// The work of one call for `threads` threads (>= 1), from the parameters and the values of
+// query_start_loc and seq_lens (host memory). An empty plan for no query rows.
+PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
+
+// Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
+// least plan.workspace_bytes, 64-byte aligned.
+Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,
+                       int64_t begin, int64_t end);
+
+// Runs merges [begin, end) of the plan, after every item; may run concurrently on disjoint ranges.
+Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,
+                             int64_t begin, int64_t end);
+
+}  // namespace xllm_kernel::cpu
