@@ -11,7 +11,9 @@
 //   out[t, h] = sum_j softmax(logit)_j * V_j        (float32 accumulation, one rounding)
 // where K_j, V_j are row j % block_size of block block_tables[s, j / block_size] of key_cache /
 // value_cache, head g. Cache rows past seq_lens[s] and blocks not in a sequence's table are never
-// read (they may hold NaN).
+// read (they may hold NaN). Query rows from query_start_loc[num_seqs] to query_tokens belong to no
+// sequence (a batch padded to a fixed shape): the CPU bridge zero-fills them; CUDA writes them as
+// csrc/cuda/attention/attention.h says.
 //
 //   xllm_kernel::kernels::PagedAttentionParams p;
 //   p.dtype = DType::kBFloat16; p.num_seqs = 16; p.query_tokens = 16;

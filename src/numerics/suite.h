@@ -110,6 +110,9 @@ struct AcceptedBadInput {
   std::string variant;
   AcceptedAs as = AcceptedAs::kSameResults;
   std::string why;  // the contract's words
+  // The devices on which it is accepted (everywhere else it must be an error); empty: every device.
+  // For what a device cannot check without a synchronization (values of index tensors on CUDA).
+  std::vector<Device> devices{};
 };
 
 struct OperationSuite {

@@ -29,13 +29,15 @@ using numerics::bitwise_equal;
 using numerics::AcceptedAs;
 using numerics::AcceptedBadInput;
 
-// The variant of `operation`'s argument its suite accepts, or null: everything else must be an
-// error naming the operation and the argument.
-const AcceptedBadInput* allowed(const std::string& operation, const std::string& argument, const std::string& variant) {
+// The variant of `operation`'s argument its suite accepts on `device`, or null: everything else must
+// be an error naming the operation and the argument.
+const AcceptedBadInput* allowed(const std::string& operation, const std::string& argument, const std::string& variant,
+                                Device device) {
   const numerics::OperationSuite* suite = numerics::find_suite(operation);
   if (suite == nullptr) return nullptr;
   for (const auto& a : suite->accepted_bad_inputs) {
-    if (argument == a.argument && variant == a.variant) return &a;
+    const bool here = a.devices.empty() || std::find(a.devices.begin(), a.devices.end(), device) != a.devices.end();
+    if (argument == a.argument && variant == a.variant && here) return &a;
   }
   return nullptr;
 }
@@ -208,7 +210,7 @@ std::vector<std::string> check_device(Device device, const at::Device& torch_dev
               results = call_results(*op, stack, call);
             },
             threw);
-        const AcceptedBadInput* allow = allowed(op->name(), v.argument, v.variant);
+        const AcceptedBadInput* allow = allowed(op->name(), v.argument, v.variant, device);
         if (threw) {
           if (allow != nullptr) {
             failures.push_back(what + "on the allow-list (" + allow->why + ") but rejected: " + message);

@@ -1,0 +1,108 @@
+// The attention group: the paged_attention contract, the declared operation (with its fake kernel),
+// the module table and the public API. torch.ops.xllm_kernel.paged_attention reaches the prepared
+// bindings through the declared operation (src/ops/common/family.h); the argument checks are in
+// checks.cpp.
+#include "xllm_kernel/ops/attention.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "src/ops/attention/internal.h"
+#include "src/ops/common/family.h"
+
+namespace xllm_kernel {
+
+const OpContract& paged_attention_contract() {
+  static const OpContract contract{
+      .operation = "paged_attention",
+      .version = 1,
+      .schema = "paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
+                "Tensor query_start_loc, Tensor seq_lens, float scale, float soft_cap, int sliding_window) -> Tensor",
+      .mutates = {},
+      .numerical_mode = NumericalMode::kFp32Accumulate,
+      .semantics =
+          "Attention of every query row over its sequence's paged KV cache (decode, prefill, chunked prefill and "
+          "mixed batches in one call). Sequence s owns query rows [query_start_loc[s], query_start_loc[s + 1]) "
+          "(q_len rows); its row i sits at position p = seq_lens[s] - q_len + i and attends to positions [lo, p], lo "
+          "= max(0, p - sliding_window + 1) when sliding_window > 0, else 0. Position j is row j % block_size of "
+          "block block_tables[s, j / block_size] of key_cache and value_cache [num_blocks, block_size, kv_heads, "
+          "head_size] (what reshape_and_cache writes). Query head h reads KV head h / (q_heads / kv_heads). logit = "
+          "scale * q.k, replaced by soft_cap * tanh(logit / soft_cap) when soft_cap > 0; out = softmax(logits) @ V "
+          "with float32 accumulation, the running-maximum softmax and one rounding, a new [tokens, q_heads, "
+          "head_size] tensor of query's dtype. Cache rows past a sequence's length and blocks outside its table "
+          "never affect the output; a sequence with seq_lens 0 and no rows, and the query rows from query_start_loc[seqs] on, are padding (their output rows are zero). query: any token and head strides, contiguous last dimension, 1 <= head_size "
+          "<= 512; caches of query's dtype, one shape, any block/row/head strides; block_tables, query_start_loc, "
+          "seq_lens int32; scale > 0, soft_cap >= 0 (0: off), sliding_window <= 0: off. On the CPU "
+          "query_start_loc must start at 0, never decrease and end at most at query's rows, 0 <= q_len <= seq_lens[s] <= "
+          "max_blocks * block_size, and every block read must be in [0, num_blocks): errors before any compute. On "
+          "CUDA (no synchronization) nothing outside the arguments is accessed: a query row that would read an "
+          "out-of-range block is NaN, and so are the rows of a sequence whose lengths contradict each other.",
+      .dtypes = "float32, bfloat16, float16 (caches in query's dtype); block_tables, query_start_loc, seq_lens int32"};
+  return contract;
+}
+
+namespace attention {
+namespace {
+
+// The fake checks what metadata can tell (shapes and dtypes) and gives the output's metadata.
+at::Tensor paged_attention_fake(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                const at::Tensor& seq_lens, double /*scale*/, double /*soft_cap*/,
+                                int64_t /*sliding_window*/) {
+  TORCH_CHECK(query.dim() == 3, op_name(), ": query must be [tokens, q_heads, head_size], got shape ", query.sizes());
+  TORCH_CHECK(key_cache.dim() == 4 && value_cache.sizes() == key_cache.sizes(), op_name(),
+              ": key_cache and value_cache must be [num_blocks, block_size, kv_heads, head_size] of one shape, got ",
+              key_cache.sizes(), " and ", value_cache.sizes());
+  TORCH_CHECK(key_cache.size(3) == query.size(2), op_name(), ": key_cache's head_size must be query's ",
+              query.size(2), ", got shape ", key_cache.sizes());
+  TORCH_CHECK(block_tables.dim() == 2 && seq_lens.dim() == 1 && block_tables.size(0) == seq_lens.size(0), op_name(),
+              ": block_tables must be [seqs, max_blocks] and seq_lens [seqs], got shapes ", block_tables.sizes(),
+              " and ", seq_lens.sizes());
+  TORCH_CHECK(query_start_loc.dim() == 1 && query_start_loc.size(0) == seq_lens.size(0) + 1, op_name(),
+              ": query_start_loc must be [seqs + 1] with seq_lens' seqs = ", seq_lens.size(0), ", got shape ",
+              query_start_loc.sizes());
+  return at::empty(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+// The tensor whose device picks the binding: query (argument 0).
+const family::DeclaredOperation<PagedAttentionFn>& declared() {
+  static const family::DeclaredOperation<PagedAttentionFn> operation(paged_attention_contract(),
+                                                                     &paged_attention_fake);
+  return operation;
+}
+
+}  // namespace
+
+const family::StandardModules& modules() {
+  static const family::StandardModules modules = family::standard_modules(
+      {.family = "attention",
+       .operations = {&paged_attention_operation()},
+       .domain = "float32/bfloat16/float16 query [tokens, q_heads, head_size] (any token/head strides, head_size <= "
+                 "512), caches [num_blocks, block_size, kv_heads, head_size] (any block/row/head strides), int32 "
+                 "block_tables, query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
+       .torch_cuda_modes = {ExecutionMode::kEager},
+       .torch_cuda_note = "eager: copies the lengths to the host (one synchronization)"});
+  return modules;
+}
+
+}  // namespace attention
+
+const TypedOperation<PagedAttentionFn>& paged_attention_operation() { return attention::declared(); }
+
+const Group& attention_group() {
+  static const Group group = attention::modules().group();
+  return group;
+}
+XLLM_REGISTER_GROUP(attention_group);
+
+namespace ops {
+
+at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                           const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                           const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return attention::declared()(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale,
+                               soft_cap, sliding_window);
+}
+
+}  // namespace ops
+}  // namespace xllm_kernel

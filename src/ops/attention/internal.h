@@ -1,0 +1,87 @@
+// Shared by the attention group's bridges (not public).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+
+#include "csrc/common/attention.h"
+#include "src/ops/common/bridge.h"
+#include "src/ops/common/family.h"
+#include "xllm_kernel/catalog.h"
+#include "xllm_kernel/ops/attention.h"
+
+namespace xllm_kernel::attention {
+
+// The operation's name, from its contract, for messages.
+inline const char* op_name() { return paged_attention_operation().name().c_str(); }
+
+// The largest head_size the contract accepts.
+inline constexpr int64_t kMaxHeadSize = 512;
+
+// The sizes every bridge needs, from checked arguments.
+struct AttentionShape {
+  int64_t tokens = 0;  // query rows
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_size = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+};
+
+// Checks every argument of paged_attention for an implementation on `device` (shapes, dtypes,
+// devices, layouts, the scalars; not the values of block_tables, query_start_loc and seq_lens);
+// errors name the operation, the argument, what was expected and what was given.
+AttentionShape check_arguments(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                               const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                               const at::Tensor& seq_lens, double scale, double soft_cap, c10::DeviceType device);
+
+// The CPU implementations' check of the values (host tensors), before any compute:
+// query_start_loc starts at 0, never decreases and ends at most at the query's rows (the rest is padding); 0 <= q_len <=
+// seq_lens[s] <= max_blocks_per_seq * block_size; every block a query row reads (its window
+// included) in [0, num_blocks). Errors name the sequence, the entry and the value.
+void check_values_cpu(const AttentionShape& shape, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                      const at::Tensor& seq_lens, int64_t sliding_window);
+
+// A new [tokens, q_heads, head_size] contiguous tensor of query's dtype and device.
+at::Tensor new_output(const at::Tensor& query);
+
+// The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike.
+inline kernels::PagedAttentionParams kernel_params(const AttentionShape& s, const at::Tensor& query,
+                                                   const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                                   const at::Tensor& seq_lens, double scale, double soft_cap,
+                                                   int64_t sliding_window, at::Tensor& out) {
+  kernels::PagedAttentionParams p;
+  p.dtype = bridge::kernel_dtype(query.scalar_type());
+  p.num_seqs = s.num_seqs;
+  p.query_tokens = s.tokens;
+  p.q_heads = s.q_heads;
+  p.kv_heads = s.kv_heads;
+  p.head_size = s.head_size;
+  p.block_size = s.block_size;
+  p.num_blocks = s.num_blocks;
+  p.max_blocks_per_seq = s.max_blocks_per_seq;
+  p.query = query.const_data_ptr();
+  p.query_strides = {query.stride(0), query.stride(1)};
+  p.key_cache = key_cache.const_data_ptr();
+  p.key_cache_strides = {key_cache.stride(0), key_cache.stride(1), key_cache.stride(2)};
+  p.value_cache = value_cache.const_data_ptr();
+  p.value_cache_strides = {value_cache.stride(0), value_cache.stride(1), value_cache.stride(2)};
+  p.out = out.mutable_data_ptr();
+  p.out_strides = {out.stride(0), out.stride(1)};
+  p.block_tables = block_tables.const_data_ptr<int32_t>();
+  p.block_table_stride = block_tables.stride(0);
+  p.query_start_loc = query_start_loc.const_data_ptr<int32_t>();
+  p.seq_lens = seq_lens.const_data_ptr<int32_t>();
+  p.scale = static_cast<float>(scale);
+  p.soft_cap = static_cast<float>(soft_cap);
+  p.sliding_window = sliding_window;
+  return p;
+}
+
+// The group's backend modules (src/ops/attention/attention.cpp).
+const family::StandardModules& modules();
+
+}  // namespace xllm_kernel::attention

@@ -1,0 +1,453 @@
+// Suite of paged_attention, attention over the paged KV cache.
+//
+// Options: --batch, --seqs, --context, --heads, --head-size, --block-size, --soft-cap, --window,
+// --dtype, --layout, --lengths, --chunk, --preset. With none given, the validation grid (below);
+// the benchmark's default is --preset benchmark.
+//
+// A case is a batch: `seqs` sequences of context `context` ("equal" lengths) or of lengths from
+// context down to about half of it ("varied": sequence s has context - (s * 7919) % ceil(context /
+// 2); with 7 or more sequences, sequence 3 is padding, seq_lens 0 and no query rows, and two
+// padding query rows follow the last sequence's). Batch kinds: "decode" (one query row a sequence),
+// "prefill" (every position a query row), "chunked" (each sequence's last `chunk` positions),
+// "mixed" (sequence 0 a chunk, the others decodes). Blocks are taken from a shuffled list, each
+// table has one column more than its longest sequence needs (pointing at a spare block), and the
+// spare blocks and every cache row past a sequence's length hold NaN: they must not reach the
+// output. Layouts: "contiguous" (query [tokens, q_heads, head_size] and the caches their own
+// tensors) and "strided" (query a slice of a [tokens, q_heads + 2 * kv_heads, head_size] qkv
+// tensor, the caches the halves of one [num_blocks, 2, block_size, kv_heads, head_size] KV tensor).
+// scale = 1 / sqrt(head_size); with a soft cap the query is multiplied by 8 so that the cap bites
+// (logits of standard deviation 8 against a cap of 30).
+//
+// The validation grid covers the peers' test grids (vLLM, FlashInfer, SGLang) axis by axis: every
+// batch kind x dtype x heads {32x8, 8x8, 16x1, 40x40, 9x3} x head size {64, 80, 96, 128, 256} once, the
+// other axes (seqs {1, 7, 33}, context {1, 15, 16, 17, 97, 512, 2048}, block size {16, 32}, soft
+// cap {0, 30}, window {off, 256}, layout, lengths) drawn for each point from a fixed seed; then
+// every batch kind x context x window, and head sizes 33 and 67 (rows no SIMD width divides), and an empty
+// batch. A point whose reference would cost more than kBudget multiply-adds falls back to one
+// sequence, then to a shorter context.
+//
+// Reference and tolerance: reference.h, in float64 from the pages. The implementations accumulate
+// in float32 and round once, so the tolerance is accumulate_tolerance(dtype, keys + head_size)
+// (twice the unit roundoff plus a sqrt(n) float32 term) with atol and rtol raised to at least 4
+// unit roundoffs of the dtype for the half types: torch's SDPA, the peer, rounds the softmax
+// weights to the dtype before multiplying by V.
+//
+// Bytes, as the performance targets count them: the KV rows each sequence reads (once, whatever
+// its query rows), the query rows and the output rows.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "src/numerics/options.h"
+#include "src/numerics/tensor_case.h"
+#include "src/numerics/verify.h"
+#include "src/ops/attention/suites/reference.h"
+#include "xllm_kernel/ops/attention.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+// The most multiply-adds a validation case's reference may cost.
+constexpr double kBudget = double{1} * (1 << 27);
+// The benchmark keeps its caches under this many bytes.
+constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;
+
+void add_arguments(CLI::App& app, SuiteOptions& o) {
+  app.add_option("--batch", o["batch"], "Batch kinds: decode,prefill,chunked,mixed [default: all]")->delimiter(',');
+  app.add_option("--seqs", o["seqs"], "Sequences a batch (comma list, >= 1) [default: 1,7,33]")->delimiter(',');
+  app.add_option("--context", o["context"], "Context lengths (comma list, >= 1) [default: 1,15,16,17,97,512,2048]")
+      ->delimiter(',');
+  app.add_option("--heads", o["heads"], "Query and KV heads, QxKV (comma list) [default: 32x8,8x8,16x1,40x40,9x3]")
+      ->delimiter(',');
+  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, 1..512) [default: 64,80,96,128,256]")
+      ->delimiter(',');
+  app.add_option("--block-size", o["block_size"], "Rows a cache block (comma list, >= 1) [default: 16,32]")
+      ->delimiter(',');
+  app.add_option("--soft-cap", o["soft_cap"], "Soft caps (comma list, >= 0; 0: off) [default: 0,30]")->delimiter(',');
+  app.add_option("--window", o["window"], "Sliding windows (comma list, >= 0; 0: off) [default: 0,256]")
+      ->delimiter(',');
+  app.add_option("--dtype", o["dtype"], "Dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+  app.add_option("--layout", o["layout"], "Layouts: contiguous,strided [default: both]")->delimiter(',');
+  app.add_option("--lengths", o["lengths"], "Sequence lengths: equal,varied [default: both]")->delimiter(',');
+  app.add_option("--chunk", o["chunk"], "Query rows of a chunk (chunked, mixed) [default: half the context]")
+      ->delimiter(',');
+  app.add_option("--preset", o["preset"],
+                 "benchmark: the issue's timing cases (decode 1/16/64 seqs x context 1024/4096/16384 under 2 GiB "
+                 "of cache, prefill 1 x 2048, mixed 512-row chunk + 15 decodes at 4096; 32x8 heads, head 128, "
+                 "bfloat16) [default: none]")
+      ->check(CLI::IsMember({"benchmark"}));
+}
+
+struct Heads {
+  int64_t q = 0, kv = 0;
+};
+
+Heads parse_heads(const std::string& text) {
+  const size_t slash = text.find('x');
+  try {
+    if (slash != std::string::npos) {
+      const Heads h{std::stoll(text.substr(0, slash)), std::stoll(text.substr(slash + 1))};
+      if (h.q >= 1 && h.kv >= 1 && h.q % h.kv == 0) return h;
+    }
+  } catch (const std::exception&) {
+  }
+  throw CLI::ValidationError("--heads", "'" + text + "' is not QxKV with Q a multiple of KV, both >= 1 (e.g. 32x8)");
+}
+
+std::vector<json> heads_values(const SuiteOptions& o) {
+  std::vector<json> out;
+  const auto it = o.find("heads");
+  const std::vector<std::string> given = it == o.end() || it->second.empty()
+                                             ? std::vector<std::string>{"32x8", "8x8", "16x1", "40x40", "9x3"}
+                                             : it->second;
+  for (const auto& text : given) {
+    parse_heads(text);
+    out.push_back(text);
+  }
+  return out;
+}
+
+// One sequence of a batch.
+struct Sequence {
+  int64_t len = 0;    // context, its query rows included
+  int64_t q_len = 0;  // query rows
+};
+
+struct Batch {
+  std::vector<Sequence> seqs;
+  int64_t padding_rows = 0;  // query rows after the last sequence's
+};
+
+int64_t chunk_of(const json& p) {
+  const int64_t chunk = p.at("chunk");
+  return chunk > 0 ? chunk : std::max<int64_t>(1, (p.at("context").get<int64_t>() + 1) / 2);
+}
+
+Batch batch_of(const json& p) {
+  const int64_t n = p.at("seqs"), context = p.at("context");
+  const std::string mode = p.at("batch"), lengths = p.at("lengths");
+  const int64_t chunk = chunk_of(p);
+  Batch b;
+  if (p.contains("empty")) {  // one padding sequence
+    b.seqs.emplace_back();
+    return b;
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    Sequence q;
+    q.len = lengths == "equal" ? context : context - (s * 7919) % std::max<int64_t>(1, (context + 1) / 2);
+    if (mode == "decode") q.q_len = 1;
+    if (mode == "prefill") q.q_len = q.len;
+    if (mode == "chunked") q.q_len = std::min(q.len, chunk);
+    if (mode == "mixed") q.q_len = s == 0 ? std::min(q.len, chunk) : 1;
+    if (lengths == "varied" && n >= 7 && s == 3) q = {};  // padding sequence
+    b.seqs.push_back(q);
+  }
+  if (lengths == "varied" && n >= 7) b.padding_rows = 2;
+  return b;
+}
+
+// First key a sequence's rows read (its first row's window start).
+int64_t first_key(const Sequence& q, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, q.len - q.q_len - window + 1) : 0;
+}
+
+// Multiply-adds of the reference (and of the attention): every query row's visible keys, both
+// products, every head.
+double work_of(const json& p) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t window = p.at("window"), head_size = p.at("head_size");
+  double keys = 0;
+  for (const Sequence& q : batch_of(p).seqs) {
+    for (int64_t i = 0; i < q.q_len; ++i) {
+      const int64_t pos = q.len - q.q_len + i;
+      keys += static_cast<double>(window > 0 ? std::min(pos + 1, window) : pos + 1);
+    }
+  }
+  return 2 * keys * static_cast<double>(h.q * head_size);
+}
+
+int64_t cache_bytes(const json& p) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t block = p.at("block_size");
+  int64_t blocks = 3;
+  for (const Sequence& q : batch_of(p).seqs) blocks += (q.len + block - 1) / block;
+  const int64_t es = at::elementSize(options::parse_dtype(p.at("dtype")));
+  return 2 * blocks * block * h.kv * p.at("head_size").get<int64_t>() * es;
+}
+
+Example build(const json& p, at::Generator& g) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t head_size = p.at("head_size"), block = p.at("block_size"), window = p.at("window");
+  const double soft_cap = p.at("soft_cap").get<int64_t>();
+  const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
+  const bool strided = p.at("layout").get<std::string>() == "strided";
+  const Batch batch = batch_of(p);
+  const int64_t n = static_cast<int64_t>(batch.seqs.size());
+
+  // Blocks: each sequence's from a shuffled list; three spares (NaN) for the extra table column.
+  int64_t used = 0, widest = 0;
+  for (const Sequence& q : batch.seqs) {
+    const int64_t need = (q.len + block - 1) / block;
+    used += need;
+    widest = std::max(widest, need);
+  }
+  const int64_t num_blocks = used + 3;
+  const at::Tensor order = at::randperm(num_blocks, g, at::kLong);
+  const int64_t* ids = order.const_data_ptr<int64_t>();
+  at::Tensor table = at::empty({n, widest + 1}, at::kInt);
+  at::Tensor qsl = at::empty({n + 1}, at::kInt), lens = at::empty({n}, at::kInt);
+  int64_t next = 0, rows = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    const Sequence& q = batch.seqs[s];
+    const int64_t need = (q.len + block - 1) / block;
+    for (int64_t b = 0; b <= widest; ++b) {
+      const int64_t spare = ids[used + (s + b) % 3];
+      table[s][b] = static_cast<int32_t>(b < need ? ids[next + b] : spare);
+    }
+    next += need;
+    qsl[s] = static_cast<int32_t>(rows);
+    lens[s] = static_cast<int32_t>(q.len);
+    rows += q.q_len;
+  }
+  qsl[n] = static_cast<int32_t>(rows);
+  const int64_t tokens = rows + batch.padding_rows;
+
+  // Caches: randn in every row a sequence owns, NaN in the spare blocks and past each length.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  at::Tensor k64 = at::full({num_blocks, block, h.kv, head_size}, nan, at::kDouble);
+  at::Tensor v64 = at::full({num_blocks, block, h.kv, head_size}, nan, at::kDouble);
+  next = 0;
+  for (const Sequence& q : batch.seqs) {
+    for (int64_t pos = 0; pos < q.len; pos += block) {
+      const int64_t id = ids[next++], count = std::min(block, q.len - pos);
+      k64[id].narrow(0, 0, count).normal_(0, 1, g);
+      v64[id].narrow(0, 0, count).normal_(0, 1, g);
+    }
+  }
+  at::Tensor q64 = at::randn({tokens, h.q, head_size}, g, at::kDouble);
+  if (soft_cap > 0) q64.mul_(8);
+
+  at::Tensor query, key_cache, value_cache;
+  if (strided) {
+    const at::Tensor qkv = at::randn({tokens, h.q + 2 * h.kv, head_size}, g, at::kDouble).to(dtype);
+    query = qkv.narrow(1, 0, h.q);
+    query.copy_(q64);
+    const at::Tensor kv = at::empty({num_blocks, 2, block, h.kv, head_size}, dtype);
+    key_cache = kv.select(1, 0);
+    value_cache = kv.select(1, 1);
+    key_cache.copy_(k64);
+    value_cache.copy_(v64);
+  } else {
+    query = q64.to(dtype);
+    key_cache = k64.to(dtype);
+    value_cache = v64.to(dtype);
+  }
+  const double scale = 1 / std::sqrt(static_cast<double>(head_size));
+
+  Example ex;
+  ex.names = {"query", "key_cache", "value_cache", "block_tables", "query_start_loc", "seq_lens"};
+  ex.tensors = {query, key_cache, value_cache, table, qsl, lens};
+  ex.mutates = paged_attention_contract().mutates;
+  ex.call = [scale, soft_cap, window](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    return std::vector<at::Tensor>{
+        k.function<PagedAttentionFn>()(t[0], t[1], t[2], t[3], t[4], t[5], scale, soft_cap, window)};
+  };
+  ex.reference = [scale, soft_cap, window](const std::vector<at::Tensor>& t) {
+    return Expected{{attention::reference_paged_attention(t[0], t[1], t[2], t[3], t[4], t[5], scale, soft_cap, window)},
+                    {}};
+  };
+  int64_t keys = 1;
+  int64_t kv_rows = 0;
+  for (const Sequence& q : batch.seqs) {
+    if (q.q_len == 0) continue;
+    keys = std::max(keys, q.len - first_key(q, window));
+    kv_rows += q.len - first_key(q, window);
+  }
+  Tolerance tol = accumulate_tolerance(dtype, keys + head_size);
+  if (dtype != at::kFloat) {
+    const double floor = 4 * unit_roundoff(dtype);
+    tol = {std::max(tol.atol, floor), std::max(tol.rtol, floor)};
+  }
+  ex.tolerance = tol;
+  const int64_t es = at::elementSize(dtype);
+  const int64_t query_bytes = tokens * h.q * head_size * es;
+  ex.metadata = {2 * kv_rows * h.kv * head_size * es + query_bytes, query_bytes, 2 * work_of(p)};
+  return ex;
+}
+
+json point(const std::string& mode, int64_t seqs, int64_t context, const std::string& heads, int64_t head_size,
+           int64_t block, int64_t soft_cap, int64_t window, const std::string& dtype, const std::string& layout,
+           const std::string& lengths, int64_t chunk = 0) {
+  return {{"batch", mode},         {"seqs", seqs},         {"context", context}, {"heads", heads},
+          {"head_size", head_size}, {"block_size", block}, {"soft_cap", soft_cap}, {"window", window},
+          {"dtype", dtype},       {"layout", layout},     {"lengths", lengths},  {"chunk", chunk}};
+}
+
+// The timing cases.
+std::vector<json> benchmark_points() {
+  std::vector<json> out;
+  for (const int64_t seqs : {1, 16, 64}) {
+    for (const int64_t context : {1024, 4096, 16384}) {
+      json p = point("decode", seqs, context, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal");
+      if (cache_bytes(p) <= kMaxCacheBytes) out.push_back(p);
+    }
+  }
+  out.push_back(point("prefill", 1, 2048, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal"));
+  out.push_back(point("mixed", 16, 4096, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal", 512));
+  return out;
+}
+
+// A validation point within the budget: one sequence, then shorter contexts.
+void fit(json& p) {
+  if (work_of(p) <= kBudget) return;
+  p["seqs"] = 1;
+  while (work_of(p) > kBudget && p.at("context").get<int64_t>() > 1) p["context"] = p.at("context").get<int64_t>() / 2;
+}
+
+std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
+  std::vector<json> points;
+  if (options::given(o, "preset")) {
+    points = benchmark_points();
+  } else {
+    const std::vector<Dimension> dims = {
+        {"batch", options::choices(o, "batch", {"decode", "prefill", "chunked", "mixed"},
+                                  {"decode", "prefill", "chunked", "mixed"})},
+        {"dtype", options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"})},
+        {"heads", heads_values(o)},
+        {"head_size", options::integers(o, "head_size", {64, 80, 96, 128, 256}, 1)},
+    };
+    const auto seqs = options::integers(o, "seqs", {1, 7, 33}, 1);
+    const auto contexts = options::integers(o, "context", {1, 15, 16, 17, 97, 512, 2048}, 1);
+    const auto blocks = options::integers(o, "block_size", {16, 32}, 1);
+    const auto caps = options::integers(o, "soft_cap", {0, 30}, 0);
+    const auto windows = options::integers(o, "window", {0, 256}, 0);
+    const auto layouts = options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"});
+    const auto lengths = options::choices(o, "lengths", {"equal", "varied"}, {"equal", "varied"});
+    const auto chunks = options::integers(o, "chunk", {0}, 0);
+    // Every option given: the full cartesian product of the given axes.
+    const bool explicit_grid = options::given(o, "seqs") || options::given(o, "context") ||
+                               options::given(o, "block_size") || options::given(o, "soft_cap") ||
+                               options::given(o, "window") || options::given(o, "layout") ||
+                               options::given(o, "lengths") || options::given(o, "chunk");
+    if (explicit_grid) {
+      std::vector<Dimension> all = dims;
+      all.push_back({"seqs", seqs});
+      all.push_back({"context", contexts});
+      all.push_back({"block_size", blocks});
+      all.push_back({"soft_cap", caps});
+      all.push_back({"window", windows});
+      all.push_back({"layout", layouts});
+      all.push_back({"lengths", lengths});
+      all.push_back({"chunk", chunks});
+      points = cartesian(all);
+    } else {
+      // The first case is small and general (the bad-input test starts from it): a mixed batch of
+      // three sequences.
+      if (!options::given(o, "batch") && !options::given(o, "dtype") && !options::given(o, "heads") &&
+          !options::given(o, "head_size")) {
+        points.push_back(point("mixed", 3, 17, "9x3", 64, 16, 0, 0, "float32", "contiguous", "varied"));
+      }
+      std::mt19937 rng(20261201);
+      auto pick = [&](const std::vector<json>& values) { return values[rng() % values.size()]; };
+      for (json p : cartesian(dims)) {
+        p["seqs"] = pick(seqs);
+        p["context"] = pick(contexts);
+        p["block_size"] = pick(blocks);
+        p["soft_cap"] = pick(caps);
+        p["window"] = pick(windows);
+        p["layout"] = pick(layouts);
+        p["lengths"] = pick(lengths);
+        p["chunk"] = chunks.front();
+        fit(p);
+        points.push_back(p);
+      }
+      // Every mode x context x window on a small head configuration, the two dtypes in turn.
+      int64_t i = 0;
+      for (const auto& mode : dims[0].values) {
+        for (const auto& context : contexts) {
+          for (const auto& window : windows) {
+            json p = point(mode, 7, context, "8x8", 64, blocks[i % blocks.size()].get<int64_t>(),
+                           caps[i % caps.size()].get<int64_t>(), window, dims[1].values[i % dims[1].values.size()],
+                           layouts[i % layouts.size()], "varied");
+            ++i;
+            fit(p);
+            points.push_back(p);
+          }
+        }
+      }
+      if (!options::given(o, "head_size")) {
+        for (const auto& dtype : dims[1].values) {
+          for (const int64_t head_size : {33, 67}) {
+            points.push_back(point("mixed", 7, 97, "9x3", head_size, 16, 30, 0, dtype, "strided", "varied"));
+          }
+        }
+      }
+      // An empty batch: one padding sequence, no query rows.
+      for (const auto& dtype : dims[1].values) {
+        json p = point("decode", 1, 16, "8x8", 64, 16, 0, 0, dtype, "contiguous", "equal");
+        p["empty"] = true;
+        points.push_back(p);
+      }
+    }
+  }
+  std::vector<std::shared_ptr<const KernelCase>> out;
+  for (const json& p : points) {
+    out.push_back(std::make_shared<TensorCase>(paged_attention_contract().operation, p, build));
+  }
+  return out;
+}
+
+SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
+
+// The rows the kernels write (each head of each query row) and their width (head_size).
+RowShape row_shape(const json& p) {
+  const Batch b = batch_of(p);
+  int64_t rows = b.padding_rows;
+  for (const Sequence& q : b.seqs) rows += q.q_len;
+  return {rows * parse_heads(p.at("heads")).q, p.at("head_size").get<int64_t>()};
+}
+
+}  // namespace
+
+const OperationSuite& paged_attention_suite() {
+  static const OperationSuite suite{
+      .operation = paged_attention_contract().operation,
+      .description = "Attention over the paged KV cache: decode, prefill, chunked prefill and mixed batches",
+      .add_arguments = add_arguments,
+      .cases = cases,
+      .has_reference = true,
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      .accepted_bad_inputs = {
+          {.argument = "query",
+           .variant = "dim 0 + 1",
+           .as = AcceptedAs::kValidPrefix,
+           .why = "query rows from query_start_loc[seqs] on are padding: their output rows are zero"},
+          {.argument = "block_tables",
+           .variant = "dim 1 + 1",
+           .as = AcceptedAs::kSameResults,
+           .why = "block table columns past a sequence's blocks are never read"},
+          {.argument = "sliding_window",
+           .variant = "negative",
+           .as = AcceptedAs::kSameResults,
+           .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+          {.argument = "sliding_window",
+           .variant = "0",
+           .as = AcceptedAs::kSameResults,
+           .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+          {.argument = "query",
+           .variant = "empty",
+           .as = AcceptedAs::kEmptyResults,
+           .why = "on CUDA the values of query_start_loc are not checked (a synchronization): its rows past "
+                  "query's are never written",
+           .devices = {Device::kCuda}},
+      }};
+  return suite;
+}
+
+XLLM_REGISTER_SUITE(paged_attention_suite);
+
+}  // namespace xllm_kernel::numerics
