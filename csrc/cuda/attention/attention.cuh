@@ -45,6 +45,8 @@ inline constexpr int kAttentionMergeThreads = 128;  // per block of the merge ke
 // Blocks per SM the attention kernel is compiled for (registers: at most 65536 / (4 * 128) = 128).
 inline constexpr int kAttentionMinBlocksPerSm = 4;
 
+static_assert(kAttentionTile == kAttentionThreads, "the score step gives each thread one key of a tile");
+
 // Pieces of a head row one thread of the value step holds (elements of 1 or 16-byte pieces).
 template <int N>
 inline constexpr int kAttentionPiecesPerThread =
