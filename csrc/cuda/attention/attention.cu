@@ -154,9 +154,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int sm_co
   plan.head_chunks = ceil_div(group, kMaxHeads);
   plan.heads_per_block = ceil_div(group, plan.head_chunks);
   plan.slices = std::max<int64_t>(1, kThreads / plan.pieces);
-  plan.shared_bytes =
-      sizeof(AttentionShared) +
-      sizeof(float) * static_cast<size_t>(kernels::attention_shared_floats(plan.heads_per_block, p.head_size, plan.slices));
+  const int64_t floats = kernels::attention_shared_floats(plan.heads_per_block, p.head_size, plan.slices);
+  plan.shared_bytes = sizeof(AttentionShared) + sizeof(float) * static_cast<size_t>(floats);
   const int64_t blocks_per_sm =
       std::clamp<int64_t>(kSharedPerSm / (static_cast<int64_t>(plan.shared_bytes) + 1024), 1, kBlocksPerSm);
   const int64_t resident = sms * blocks_per_sm;

@@ -162,7 +162,9 @@ XLLM_CUDA_HD AttentionItem attention_item(const AttentionArgs& a, int64_t item) 
   }
   w.seq = s;
   const int64_t seq_len = p.seq_lens[s];
-  if (q_begin < 0 || q_end > p.query_tokens || q_end - q_begin > seq_len || seq_len > p.max_blocks_per_seq * p.block_size) {
+  // (max_context() of csrc/common/attention.h is host-only.)
+  const int64_t longest = p.max_blocks_per_seq * p.block_size;
+  if (q_begin < 0 || q_end > p.query_tokens || q_end - q_begin > seq_len || seq_len > longest) {
     w.invalid = true;
     return w;
   }
@@ -443,7 +445,8 @@ XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
 #ifdef __CUDACC__
 
 template <class T, int N>
-__global__ void __launch_bounds__(kAttentionThreads, kAttentionMinBlocksPerSm) paged_attention_kernel(const __grid_constant__ AttentionArgs a) {
+__global__ void __launch_bounds__(kAttentionThreads, kAttentionMinBlocksPerSm)
+    paged_attention_kernel(const __grid_constant__ AttentionArgs a) {
   extern __shared__ float4 attention_smem[];
   AttentionShared& s = *reinterpret_cast<AttentionShared*>(attention_smem);
   float* floats = reinterpret_cast<float*>(attention_smem) + sizeof(AttentionShared) / sizeof(float);

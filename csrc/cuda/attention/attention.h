@@ -66,8 +66,8 @@ Status paged_attention(const PagedAttentionParams& p, void* workspace, int64_t w
 // host-run it. The attention kernel has `blocks` blocks of `threads` threads that take the items
 // b, b + blocks, ...; item = ((row * kv_heads + kv_head) * head_chunks + chunk) * splits + split.
 // An item's keys are a row's [lo, pos] cut into `splits` ranges of ceil(count / splits) keys
-// rounded up to a multiple of 128 keys (kernels::kAttentionTile) (computed on the device from the row's length; later
-// ranges may be empty). splits == 1: the items write the output; otherwise each writes a partial
+// rounded up to a multiple of 128 (kernels::kAttentionTile), computed on the device from the row's
+// length (later ranges may be empty). splits == 1: the items write the output; otherwise each writes a partial
 // result (running maximum, sum and unnormalized float32 output) to the workspace and the merge
 // kernel (merge_blocks x merge_threads threads over merge_pieces = query_tokens * q_heads * pieces
 // pieces) writes the output.
@@ -82,7 +82,7 @@ struct PagedAttentionPlan {
   int64_t splits = 0;         // key ranges per row
   int64_t items = 0;          // query_tokens * kv_heads * head_chunks * splits
   int64_t blocks = 0;         // grid of the attention kernel
-  size_t shared_bytes = 0;    // its dynamic shared memory
+  size_t shared_bytes = 0;    // its dynamic shared memory (at most 34 KiB: no opt-in needed)
   int64_t merge_pieces = 0;   // 0 when splits == 1
   int merge_threads = 0;
   int64_t merge_blocks = 0;
