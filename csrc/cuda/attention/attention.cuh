@@ -123,6 +123,7 @@ struct AttentionItem {
   int64_t row = 0, kv_head = 0, head_begin = 0, heads = 0, split = 0;
   int64_t seq = -1;
   bool invalid = false;  // NaN output (bad lengths, no sequence)
+  bool padding = false;  // a row from query_start_loc[num_seqs] on: zero output
   int64_t key_begin = 0, key_end = 0;  // this split's keys; empty when key_begin >= key_end
 };
 
@@ -140,6 +141,11 @@ XLLM_CUDA_HD AttentionItem attention_item(const AttentionArgs& a, int64_t item) 
   w.head_begin = w.kv_head * group + chunk * plan.heads_per_block;
   const int64_t group_end = (w.kv_head + 1) * group;
   w.heads = group_end - w.head_begin < plan.heads_per_block ? group_end - w.head_begin : plan.heads_per_block;
+  // Rows from query_start_loc[num_seqs] on are padding (a batch padded to a fixed shape).
+  if (w.row >= p.query_start_loc[p.num_seqs]) {
+    w.padding = true;
+    return w;
+  }
   // The last s in [0, num_seqs) with query_start_loc[s] <= row (for non-decreasing entries).
   int64_t lo = 0, hi = p.num_seqs;  // answer in [lo - 1, hi)
   while (lo < hi) {
@@ -162,8 +168,7 @@ XLLM_CUDA_HD AttentionItem attention_item(const AttentionArgs& a, int64_t item) 
   }
   w.seq = s;
   const int64_t seq_len = p.seq_lens[s];
-  // (max_context() of csrc/common/attention.h is host-only.)
-  const int64_t longest = p.max_blocks_per_seq * p.block_size;
+  const int64_t longest = ::xllm_kernel::kernels::max_context(p);
   if (q_begin < 0 || q_end > p.query_tokens || q_end - q_begin > seq_len || seq_len > longest) {
     w.invalid = true;
     return w;
@@ -190,8 +195,8 @@ XLLM_CUDA_HD void attention_run_item(const AttentionArgs& a, int64_t item_index,
   const bool split_mode = plan.splits > 1;
   const float nan = attention_nan(), minus_inf = attention_minus_inf();
 
-  // Items with nothing to compute: NaN rows, or a split past the row's keys.
-  if (w.invalid || w.key_begin >= w.key_end) {
+  // Items with nothing to compute: NaN rows, zero (padding) rows, or a split past the row's keys.
+  if (w.invalid || w.padding || w.key_begin >= w.key_end) {
     team.step([&](int t, AttentionThread<N>&) {
       if (split_mode) {
         for (int64_t h = t; h < H; h += threads) {
@@ -202,7 +207,7 @@ XLLM_CUDA_HD void attention_run_item(const AttentionArgs& a, int64_t item_index,
         return;
       }
       float v[N];
-      for (int i = 0; i < N; ++i) v[i] = nan;  // direct mode: only invalid items come here
+      for (int i = 0; i < N; ++i) v[i] = w.padding ? 0.0f : nan;  // direct mode: only invalid or padding items
       for (int64_t u = t; u < H * P; u += threads) {
         const int64_t h = u / P, piece = u % P;
         T* out = static_cast<T*>(p.out) + w.row * p.out_strides.token + (w.head_begin + h) * p.out_strides.head;
@@ -407,7 +412,8 @@ XLLM_CUDA_HD void attention_run_block(const AttentionArgs& a, int64_t block, int
 
 // Merge piece `index` of plan.merge_pieces: vec elements of one (row, query head), from the
 // splits' partial results. A split without keys (sum 0) adds nothing; a NaN sum (a bad block id,
-// bad lengths) makes the piece NaN.
+// bad lengths) makes the piece NaN; no split with a key (a padding row: every valid row has its own
+// position) makes it zero.
 template <class T, int N>
 XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
   const PagedAttentionParams& p = a.p;
@@ -425,7 +431,8 @@ XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
   float v[N], acc[N];
   for (int i = 0; i < N; ++i) acc[i] = 0.0f;
   float total = 0.0f;
-  if (!nan && m != attention_minus_inf()) {
+  const bool padding = !nan && m == attention_minus_inf();
+  if (!nan && !padding) {
     for (int64_t s = 0; s < S; ++s) {
       if (!(sums[s] > 0.0f)) continue;
       const float weight = attention_exp(maxima[s] - m);
@@ -433,10 +440,8 @@ XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
       load<N>(a.partial_out + (rh * S + s) * p.head_size + piece * N, v);
       for (int i = 0; i < N; ++i) acc[i] += weight * v[i];
     }
-  } else {
-    nan = true;  // no split had a key: not a valid row
   }
-  const float inv = 1.0f / total;
+  const float inv = padding ? 0.0f : 1.0f / total;
   for (int i = 0; i < N; ++i) v[i] = nan ? attention_nan() : acc[i] * inv;
   T* out = static_cast<T*>(p.out) + row * p.out_strides.token + head * p.out_strides.head;
   store<N>(out + piece * N, v);

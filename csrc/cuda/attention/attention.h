@@ -20,8 +20,9 @@
 // or whose seq_lens[s] exceeds max_blocks_per_seq * block_size, writes NaN to the output rows of
 // [query_start_loc[s], query_start_loc[s + 1]) that lie within [0, query_tokens) (nothing when
 // there are none). A row's sequence is the s that a binary search finds with query_start_loc[s] <=
-// row < query_start_loc[s + 1] (the last such s for non-decreasing entries); a row of no sequence
-// (before query_start_loc[0], from query_start_loc[num_seqs] on) gets NaN, and where the entries
+// row < query_start_loc[s + 1] (the last such s for non-decreasing entries); a row before
+// query_start_loc[0] belongs to no sequence and gets NaN; the rows from query_start_loc[num_seqs] on
+// are padding (a batch padded to a fixed shape) and get zeros; and where the entries
 // are not non-decreasing a row inside the ranges of two sequences gets the result of one of them or
 // NaN.
 //

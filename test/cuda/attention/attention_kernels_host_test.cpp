@@ -295,12 +295,16 @@ struct Inputs {
 };
 
 // out[t, h] in float64, from the pages as the header defines it; NaN for the rows the header
-// says get NaN (a block id outside [0, num_blocks), contradicting lengths).
+// says get NaN (a block id outside [0, num_blocks), contradicting lengths, rows of no sequence) and
+// zero for the padding rows (from query_start_loc[num_seqs] on).
 std::vector<double> reference(const Inputs& in) {
   const PagedAttentionParams& p = in.p;
   std::vector<double> want(std::max<int64_t>(p.query_tokens, 1) * p.q_heads * p.head_size,
                            std::numeric_limits<double>::quiet_NaN());
   const int32_t* qsl = p.query_start_loc;
+  for (int64_t t = std::max<int64_t>(qsl[p.num_seqs], 0); t < p.query_tokens; ++t) {
+    std::fill_n(want.begin() + t * p.q_heads * p.head_size, p.q_heads * p.head_size, 0.0);
+  }
   const int64_t group = p.q_heads / p.kv_heads;
   for (int64_t s = 0; s < p.num_seqs; ++s) {
     const int64_t qb = qsl[s], qe = qsl[s + 1], len = p.seq_lens[s];
@@ -630,7 +634,7 @@ TEST(AttentionHost, ContradictingLengthsGiveNaNRows) {
       {"entries past query_tokens", 3, -1, {0, 2, 5, 6, 9}, {6, 7}},
       {"a decreasing entry", 0, -1, {0, 2, 1, 6, 8}, {}},  // seq 1 is empty; rows 1 in seqs 0, rows 2..5 in 2
       {"rows before the first sequence", 0, -1, {1, 2, 5, 6, 8}, {0}},
-      {"rows after the last sequence", 0, -1, {0, 2, 5, 6, 7}, {7}},
+      {"padding rows after the last sequence (zeros)", 0, -1, {0, 2, 5, 6, 7}, {}},
   };
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.what);

@@ -1,0 +1,45 @@
+// cuda.native.paged_attention: bridge from at::Tensor to the CUDA kernels in csrc/cuda/attention/.
+// Built into the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the
+// attention.native_cuda module's probe finds a usable device; loading it registers this. The values
+// of block_tables, query_start_loc and seq_lens are not checked here (that would synchronize): the
+// kernels handle them as csrc/cuda/attention/attention.h says. The workspace's size comes from the
+// shapes alone and the caching allocator provides it, so the call can be captured into a graph.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "csrc/cuda/attention/attention.h"
+#include "csrc/cuda/common/device.h"
+#include "src/ops/attention/internal.h"
+#include "src/ops/common/cuda/launch.h"
+#include "xllm_kernel/ops/attention.h"
+
+namespace xllm_kernel::attention {
+namespace {
+
+at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  const AttentionShape s = check_arguments(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+                                           scale, soft_cap, c10::DeviceType::CUDA);
+  bridge::check_capability(op_name(), query);
+  const c10::cuda::CUDAGuard guard(query.device());
+  if (s.tokens == 0 || s.num_seqs == 0) return at::zeros(query.sizes(), query.options());  // padding rows only
+  at::Tensor out = new_output(query);  // every row written: the padding rows (from query_start_loc[seqs] on) zero
+  const cuda::PagedAttentionParams p = kernel_params(s, query, key_cache, value_cache, block_tables, query_start_loc,
+                                                     seq_lens, scale, soft_cap, sliding_window, out);
+  int sm_count = 0;
+  bridge::check_launch(op_name(), cuda::cuda_status(cuda::current_sm_count(&sm_count), "cudaDeviceGetAttribute"));
+  const int64_t bytes = cuda::paged_attention_workspace_bytes(p, sm_count);
+  const at::Tensor workspace = at::empty({std::max<int64_t>(bytes, 1)}, query.options().dtype(at::kByte));
+  bridge::check_launch(op_name(), cuda::paged_attention(p, workspace.mutable_data_ptr(), bytes,
+                                                        c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cuda_native_paged_attention, modules().native_cuda, paged_attention_operation(),
+                             native_paged_attention);
+
+}  // namespace xllm_kernel::attention
