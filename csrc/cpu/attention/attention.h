@@ -35,8 +35,10 @@ using kernels::PagedAttentionParams;
 
 // One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV head `kv_head` (all
 // the query heads of its group), keys [key_begin, key_end) of the positions those rows may see.
-// split >= 0: a partial result (running maximum, sum and unnormalized output) written to the
-// workspace at slot `split` of the rows, merged later; split < 0: the output written directly.
+// Query rows are counted from the sequence's first row (0 .. q_len), keys are positions. split >=
+// 0: a partial result (running maximum, sum and unnormalized output of each of the rows' query
+// heads) written to the workspace at slot `split` of the states at float offset `state`, merged
+// later; split < 0: the output written directly (`state` unused).
 struct AttentionItem {
   int64_t seq = 0;
   int64_t kv_head = 0;
@@ -45,6 +47,7 @@ struct AttentionItem {
   int64_t key_begin = 0;
   int64_t key_end = 0;
   int64_t split = -1;
+  int64_t state = 0;  // float offset of split 0's state in the workspace
 };
 
 // A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV head
@@ -55,6 +58,7 @@ struct AttentionMerge {
   int64_t query_begin = 0;
   int64_t query_end = 0;
   int64_t splits = 0;
+  int64_t state = 0;  // float offset of split 0's state in the workspace (as the items')
 };
 
 struct PagedAttentionPlan {
@@ -66,7 +70,12 @@ struct PagedAttentionPlan {
 };
 
 // The work of one call for `threads` threads (>= 1), from the parameters and the values of
-// query_start_loc and seq_lens (host memory). An empty plan for no query rows.
+// query_start_loc, seq_lens and block_tables (host memory). An empty plan for no query rows.
+// Items come longest first (for threads that each take the next unstarted one); query rows are
+// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries, and the keys of the
+// largest items are split when there are too few items to keep `threads` busy. A sequence whose
+// lengths contradict each other, or whose table holds a block id outside [0, num_blocks) where
+// its keys are, gets no items (its output rows are not written).
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
