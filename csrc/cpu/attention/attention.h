@@ -33,8 +33,9 @@ using kernels::AttentionRowStrides;
 using kernels::CacheStrides;
 using kernels::PagedAttentionParams;
 
-// One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV head `kv_head` (all
-// the query heads of its group), keys [key_begin, key_end) of the positions those rows may see.
+// One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV heads [kv_head,
+// kv_head_end) (all the query heads of their groups), keys [key_begin, key_end) of the positions
+// those rows may see.
 // Query rows are counted from the sequence's first row (0 .. q_len), keys are positions. split >=
 // 0: a partial result (running maximum, sum and unnormalized output of each of the rows' query
 // heads) written to the workspace at slot `split` of the states at float offset `state`, merged
@@ -42,6 +43,7 @@ using kernels::PagedAttentionParams;
 struct AttentionItem {
   int64_t seq = 0;
   int64_t kv_head = 0;
+  int64_t kv_head_end = 1;
   int64_t query_begin = 0;
   int64_t query_end = 0;
   int64_t key_begin = 0;
@@ -50,11 +52,12 @@ struct AttentionItem {
   int64_t state = 0;  // float offset of split 0's state in the workspace
 };
 
-// A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV head
-// `kv_head`, splits [0, splits), into the output.
+// A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV heads
+// [kv_head, kv_head_end), splits [0, splits), into the output.
 struct AttentionMerge {
   int64_t seq = 0;
   int64_t kv_head = 0;
+  int64_t kv_head_end = 1;
   int64_t query_begin = 0;
   int64_t query_end = 0;
   int64_t splits = 0;

@@ -410,19 +410,23 @@ void CheckPlanCoverage(const Case& c, int64_t threads, std::mt19937& rng) {
     const Seq& s = c.seqs[it.seq];
     ASSERT_TRUE(0 <= it.query_begin && it.query_begin < it.query_end && it.query_end <= s.q_len);
     ASSERT_TRUE(0 <= it.key_begin && it.key_begin < it.key_end && it.key_end <= s.context);
-    for (int64_t r = it.query_begin; r < it.query_end; ++r) {
-      const int64_t pos = s.context - s.q_len + r;
-      const int64_t lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
-      for (int64_t j = std::max(lo, it.key_begin); j <= std::min(pos, it.key_end - 1); ++j) {
-        ++count[{it.seq, it.kv_head, r, j}];
+    ASSERT_TRUE(0 <= it.kv_head && it.kv_head < it.kv_head_end && it.kv_head_end <= c.kv_heads);
+    for (int64_t g = it.kv_head; g < it.kv_head_end; ++g) {
+      for (int64_t r = it.query_begin; r < it.query_end; ++r) {
+        const int64_t pos = s.context - s.q_len + r;
+        const int64_t lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+        for (int64_t j = std::max(lo, it.key_begin); j <= std::min(pos, it.key_end - 1); ++j) {
+          ++count[{it.seq, g, r, j}];
+        }
       }
     }
-    const int64_t cost = (it.key_end - it.key_begin) * ((it.query_end - it.query_begin) * G + 8);
+    const int64_t heads = it.kv_head_end - it.kv_head;
+    const int64_t cost = (it.key_end - it.key_begin) * ((it.query_end - it.query_begin) * G + 8) * heads;
     EXPECT_LE(cost, prev_cost) << "items not longest first";
     prev_cost = cost;
     if (it.split >= 0) {
       splits[{it.seq, it.kv_head, it.query_begin, it.query_end}].push_back(it.split);
-      const int64_t m = (it.query_end - it.query_begin) * G;
+      const int64_t m = heads * (it.query_end - it.query_begin) * G;
       const int64_t floats = 16 * ((2 * m + 15) / 16) + m * 16 * ((c.head_size + 15) / 16);
       EXPECT_LE((it.state + (it.split + 1) * floats) * 4, plan.workspace_bytes);
     }
@@ -447,7 +451,7 @@ void CheckPlanCoverage(const Case& c, int64_t threads, std::mt19937& rng) {
     std::vector<int64_t> want(mg.splits);
     std::iota(want.begin(), want.end(), 0);
     EXPECT_EQ(slots, want);
-    const int64_t m = (mg.query_end - mg.query_begin) * G;
+    const int64_t m = (mg.kv_head_end - mg.kv_head) * (mg.query_end - mg.query_begin) * G;
     states.push_back({mg.state, mg.state + mg.splits * (16 * ((2 * m + 15) / 16) + m * 16 * ((c.head_size + 15) / 16))});
   }
   std::sort(states.begin(), states.end());
@@ -491,12 +495,13 @@ TEST(CpuAttentionKernel, PlanBalancesAMixedBatch) {
     const PagedAttentionPlan plan = plan_paged_attention(p, threads);
     int64_t total = 0, largest = 0;
     for (const AttentionItem& it : plan.work) {
-      const int64_t w = (it.key_end - it.key_begin) * (it.query_end - it.query_begin);
+      const int64_t w = (it.key_end - it.key_begin) * (it.query_end - it.query_begin) * (it.kv_head_end - it.kv_head);
       total += w;
       largest = std::max(largest, w);
     }
     EXPECT_LE(largest * 8 * threads, total * 2) << "threads " << threads;
     EXPECT_GE(plan.items, 4 * threads);
+    EXPECT_EQ(plan.merges, 0);
   }
 }
 
