@@ -4,11 +4,12 @@
 // them. This translation unit is compiled once per Highway target (foreach_target) and the entry
 // points pick the best one at runtime.
 //
-// Per item: the tile's queries are widened once into Q [M][hp] (M = rows x group heads, hp =
+// Per item: the queries are widened once into Q [heads][M][hp] (M = rows x group heads, hp =
 // head_size rounded up to the vector length, zero padded, so that tails need no masks); per key
-// tile the rows are gathered through the block table into Kt, Vt [kTileKeys][hp] (float32, zero
-// padded), S = Q Kt^T, the causal / window mask and the online softmax (running maximum m, sum l,
-// unnormalized O rescaled only when m grows), O += P Vt. Cache rows outside the item's keys are
+// tile the rows are gathered through the block table into Kt, Vt [heads][kTileKeys][hp] (float32,
+// zero padded), then per KV head S = Q Kt^T, the causal / window mask and the online softmax
+// (running maximum m, sum l, unnormalized O rescaled only when m grows), O += P Vt. Decode items
+// take every KV head (heads = kv_heads), prefill tiles one. Cache rows outside the item's keys are
 // never read; a key whose block id is out of range is neither read nor counted.
 #include "csrc/cpu/attention/attention.h"
 
@@ -710,7 +711,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t t
     floats += mg.splits * SplitFloats(m, p.head_size);
     plan.merge.push_back(mg);
   }
-  std::stable_sort(pieces.begin(), pieces.end(), [](const Candidate& a, const Candidate& b) { return a.cost > b.cost; });
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.cost > b.cost; });
   plan.work.reserve(pieces.size());
   for (const Candidate& c : pieces) plan.work.push_back(c.item);
   plan.items = static_cast<int64_t>(plan.work.size());

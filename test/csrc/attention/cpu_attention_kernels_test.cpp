@@ -452,7 +452,8 @@ void CheckPlanCoverage(const Case& c, int64_t threads, std::mt19937& rng) {
     std::iota(want.begin(), want.end(), 0);
     EXPECT_EQ(slots, want);
     const int64_t m = (mg.kv_head_end - mg.kv_head) * (mg.query_end - mg.query_begin) * G;
-    states.push_back({mg.state, mg.state + mg.splits * (16 * ((2 * m + 15) / 16) + m * 16 * ((c.head_size + 15) / 16))});
+    const int64_t split_floats = 16 * ((2 * m + 15) / 16) + m * 16 * ((c.head_size + 15) / 16);
+    states.push_back({mg.state, mg.state + mg.splits * split_floats});
   }
   std::sort(states.begin(), states.end());
   for (size_t i = 1; i < states.size(); ++i) EXPECT_LE(states[i - 1].second, states[i].first) << "states overlap";
