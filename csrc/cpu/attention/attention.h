@@ -33,28 +33,35 @@ using kernels::AttentionRowStrides;
 using kernels::CacheStrides;
 using kernels::PagedAttentionParams;
 
-// One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV head `kv_head` (all
-// the query heads of its group), keys [key_begin, key_end) of the positions those rows may see.
-// split >= 0: a partial result (running maximum, sum and unnormalized output) written to the
-// workspace at slot `split` of the rows, merged later; split < 0: the output written directly.
+// One piece of work: query rows [query_begin, query_end) of sequence `seq`, KV heads [kv_head,
+// kv_head_end) (all the query heads of their groups), keys [key_begin, key_end) of the positions
+// those rows may see.
+// Query rows are counted from the sequence's first row (0 .. q_len), keys are positions. split >=
+// 0: a partial result (running maximum, sum and unnormalized output of each of the rows' query
+// heads) written to the workspace at slot `split` of the states at float offset `state`, merged
+// later; split < 0: the output written directly (`state` unused).
 struct AttentionItem {
   int64_t seq = 0;
   int64_t kv_head = 0;
+  int64_t kv_head_end = 1;
   int64_t query_begin = 0;
   int64_t query_end = 0;
   int64_t key_begin = 0;
   int64_t key_end = 0;
   int64_t split = -1;
+  int64_t state = 0;  // float offset of split 0's state in the workspace
 };
 
-// A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV head
-// `kv_head`, splits [0, splits), into the output.
+// A merge: the partial results of query rows [query_begin, query_end) of sequence `seq`, KV heads
+// [kv_head, kv_head_end), splits [0, splits), into the output.
 struct AttentionMerge {
   int64_t seq = 0;
   int64_t kv_head = 0;
+  int64_t kv_head_end = 1;
   int64_t query_begin = 0;
   int64_t query_end = 0;
   int64_t splits = 0;
+  int64_t state = 0;  // float offset of split 0's state in the workspace (as the items')
 };
 
 struct PagedAttentionPlan {
@@ -66,7 +73,13 @@ struct PagedAttentionPlan {
 };
 
 // The work of one call for `threads` threads (>= 1), from the parameters and the values of
-// query_start_loc and seq_lens (host memory). An empty plan for no query rows.
+// query_start_loc, seq_lens and block_tables (host memory). An empty plan for no query rows.
+// Items come longest first (for threads that each take the next unstarted one); query rows are
+// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries, an item with at
+// most 16 query vectors per KV head (decode) takes every KV head, and the keys of the
+// largest items are split when there are too few items to keep `threads` busy. A sequence whose
+// lengths contradict each other, or whose table holds a block id outside [0, num_blocks) where
+// its keys are, gets no items (its output rows are not written).
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
