@@ -9,9 +9,9 @@
 //
 //   xllm_kernel::cpu::PagedAttentionParams p;  // the fields as in csrc/common/attention.h
 //   const auto plan = xllm_kernel::cpu::plan_paged_attention(p, threads);
-//   std::vector<std::byte> workspace(plan.workspace_bytes);
-//   parallel over [0, plan.items):  xllm_kernel::cpu::paged_attention(p, plan, workspace.data(), b, e);
-//   parallel over [0, plan.merges): xllm_kernel::cpu::paged_attention_merge(p, plan, workspace.data(), b, e);
+//   void* ws = std::aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);  // 64-byte aligned
+//   parallel over [0, plan.items):  xllm_kernel::cpu::paged_attention(p, plan, ws, b, e);
+//   parallel over [0, plan.merges): xllm_kernel::cpu::paged_attention_merge(p, plan, ws, b, e);
 //
 // Defensive, never out of bounds: a block id outside [0, num_blocks) is never dereferenced, and a
 // sequence whose lengths contradict each other writes nothing (the bridge has rejected both).

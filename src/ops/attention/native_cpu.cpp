@@ -1,0 +1,72 @@
+// cpu.native.paged_attention: bridge from at::Tensor to the Highway kernels in csrc/cpu/attention/.
+// Every argument and every value of block_tables, query_start_loc and seq_lens is checked before
+// any compute. The kernel's plan splits the call into items (a sequence's KV head over a range of
+// its query rows and keys) and merges; threads take the next unstarted item until none is left, so
+// that items of unequal cost (a prefill chunk beside decodes) balance.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "csrc/cpu/attention/attention.h"
+#include "src/core/parallel.h"
+#include "src/ops/attention/internal.h"
+#include "xllm_kernel/ops/attention.h"
+
+namespace xllm_kernel::attention {
+namespace {
+
+// Runs fn(i) for every i in [0, n), each on the next free thread.
+template <class Fn>
+void run_dynamic(int64_t n, int64_t threads, const Fn& fn) {
+  if (n == 0) return;
+  std::atomic<int64_t> next{0};
+  std::atomic<const char*> rejected{nullptr};
+  detail::parallel_rows(std::min(n, threads), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+        const kernels::Status s = fn(i);
+        if (!s.is_ok()) rejected.store(s.reason);
+      }
+    }
+  });
+  const char* reason = rejected.load();
+  TORCH_CHECK(reason == nullptr, op_name(), ": native cpu kernel rejected its parameters (",
+              reason == nullptr ? "" : reason, "); this is a bug in the bridge");
+}
+
+at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  const AttentionShape s = check_arguments(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+                                           scale, soft_cap, c10::DeviceType::CPU);
+  check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
+  at::Tensor out = new_output(query);
+  const int64_t rows = s.num_seqs == 0 ? 0 : query_start_loc.const_data_ptr<int32_t>()[s.num_seqs];
+  if (rows < s.tokens) out.narrow(0, rows, s.tokens - rows).zero_();  // padding rows
+  if (rows == 0) return out;
+  const cpu::PagedAttentionParams p = kernel_params(s, query, key_cache, value_cache, block_tables, query_start_loc,
+                                                    seq_lens, scale, soft_cap, sliding_window, out);
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads);
+  at::Tensor workspace;
+  void* ws = nullptr;
+  if (plan.workspace_bytes > 0) {
+    // 64 bytes of slack so that the base can be aligned.
+    workspace = at::empty({plan.workspace_bytes + 64}, at::TensorOptions().dtype(at::kByte));
+    const auto base = reinterpret_cast<uintptr_t>(workspace.mutable_data_ptr());
+    ws = reinterpret_cast<void*>((base + 63) / 64 * 64);
+  }
+  run_dynamic(plan.items, threads, [&](int64_t i) { return cpu::paged_attention(p, plan, ws, i, i + 1); });
+  run_dynamic(plan.merges, threads, [&](int64_t i) { return cpu::paged_attention_merge(p, plan, ws, i, i + 1); });
+  return out;
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_paged_attention, modules().native_cpu, paged_attention_operation(),
+                             native_paged_attention);
+
+}  // namespace xllm_kernel::attention
