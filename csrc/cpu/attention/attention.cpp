@@ -592,6 +592,14 @@ constexpr int64_t kTileQueryFloats = 8192;
 // Items with at most this many query vectors per KV head take every KV head.
 constexpr int64_t kGroupHeadsVectors = 16;
 
+// Whether the AVX-512 BF16 decode kernel may run items of p: bf16, this CPU has it, and the AVX3
+// target (or a better x86 one) is allowed, so that a test restricting the targets gets the
+// Highway kernel of each.
+bool DecodeKernelAllowed(const PagedAttentionParams& p) {
+  return p.dtype == DType::kBFloat16 && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
+         DecodeAvx512Bf16Supported();
+}
+
 }  // namespace
 
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads) {
@@ -675,8 +683,24 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
   }
   if (begin == end) return Status::ok();
   if (plan.workspace_bytes > 0 && workspace == nullptr) return Status::invalid("paged_attention: null workspace");
-  HWY_DYNAMIC_DISPATCH(RunItems)(p, plan.work.data() + begin, end - begin, workspace);
+  if (!DecodeKernelAllowed(p)) {
+    HWY_DYNAMIC_DISPATCH(RunItems)(p, plan.work.data() + begin, end - begin, workspace);
+    return Status::ok();
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    const AttentionItem& item = plan.work[i];
+    if (DecodeAvx512Bf16Accepts(p, item)) {
+      RunDecodeItemAvx512Bf16(p, item, static_cast<float*>(workspace));
+    } else {
+      HWY_DYNAMIC_DISPATCH(RunItems)(p, &item, 1, workspace);
+    }
+  }
   return Status::ok();
+}
+
+AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item) {
+  return DecodeKernelAllowed(p) && DecodeAvx512Bf16Accepts(p, item) ? AttentionKernel::kAvx512Bf16Decode
+                                                                     : AttentionKernel::kHighway;
 }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,

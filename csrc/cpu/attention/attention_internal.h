@@ -1,6 +1,6 @@
-// Helpers of the CPU attention kernels outside the per-target code (tile and state layout, a
-// sequence's rows and keys, per-thread scratch), for more than one translation unit. Internal to
-// csrc/cpu/attention.
+// Helpers shared by the CPU attention kernels (attention.cpp, the Highway kernel on every target,
+// and attention_decode_avx512.cpp, the AVX-512 BF16 decode kernel): tile and state layout, a
+// sequence's rows and keys, per-thread scratch. Internal to csrc/cpu/attention.
 #pragma once
 
 #include <algorithm>
@@ -56,5 +56,29 @@ inline float* Scratch(size_t floats) {
   }
   return buf.get();
 }
+
+}  // namespace xllm_kernel::cpu::attention_detail
+
+namespace xllm_kernel::cpu::attention_detail {
+
+// The AVX-512 BF16 decode kernel (attention_decode_avx512.cpp): items of few query vectors per KV
+// head of bf16 caches, Q.K with vdpbf16ps straight from the cache rows, P.V with the rows widened
+// in registers. The entry points use it where the CPU has it, the AVX3 target is allowed
+// (hwy::SupportedTargets(), which tests restrict) and it accepts the item; otherwise the Highway
+// kernel runs the item.
+inline constexpr int64_t kDecodeMaxVectors = 16;  // query vectors (rows x group heads) per KV head
+inline constexpr int64_t kDecodeMaxHeadSize = 256;
+
+// Whether this CPU and OS run AVX512F/BW/VL/BF16 code.
+bool DecodeAvx512Bf16Supported();
+// Whether the kernel takes the item: bf16, head_size <= kDecodeMaxHeadSize, at most
+// kDecodeMaxVectors query vectors per KV head.
+inline bool DecodeAvx512Bf16Accepts(const PagedAttentionParams& p, const AttentionItem& item) {
+  return p.dtype == DType::kBFloat16 && p.head_size <= kDecodeMaxHeadSize &&
+         (item.query_end - item.query_begin) * kernels::query_heads_per_kv(p) <= kDecodeMaxVectors;
+}
+// Runs one accepted item (only where DecodeAvx512Bf16Supported()); the results as the Highway
+// kernel's (output rows or a split's state), within the same float32 error bounds.
+void RunDecodeItemAvx512Bf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
 
 }  // namespace xllm_kernel::cpu::attention_detail
