@@ -21,61 +21,7 @@
 #include <limits>
 #include <vector>
 
-#ifndef XLLM_KERNEL_CPU_ATTENTION_SHARED_
-#define XLLM_KERNEL_CPU_ATTENTION_SHARED_
-
-#include "hwy/aligned_allocator.h"
-
-namespace xllm_kernel::cpu::attention_detail {
-
-// Keys per tile: one AVX-512 vector of logits per query head.
-inline constexpr int64_t kTileKeys = 16;
-// The float stride of a state's rows (a multiple of every x86 vector length).
-inline constexpr int64_t kStatePad = 16;
-
-inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// One split's state of M query vectors: max[M], sum[M] (padded to kStatePad floats), then
-// acc[M][RoundUp(head_size, kStatePad)].
-inline int64_t StateRowStride(int64_t head_size) { return RoundUp(head_size, kStatePad); }
-inline int64_t SplitFloats(int64_t m, int64_t head_size) {
-  return RoundUp(2 * m, kStatePad) + m * StateRowStride(head_size);
-}
-
-// A sequence's rows and context, or false when they contradict each other (or the parameters).
-struct SeqSpan {
-  int64_t q_begin = 0;  // first query row (a token of query / out)
-  int64_t q_len = 0;
-  int64_t context = 0;  // seq_lens[s], the new rows included
-};
-
-inline bool SeqSpanOf(const PagedAttentionParams& p, int64_t s, SeqSpan& span) {
-  const int64_t b = p.query_start_loc[s], e = p.query_start_loc[s + 1], ctx = p.seq_lens[s];
-  if (b < 0 || e < b || e > p.query_tokens || ctx < e - b || ctx > kernels::max_context(p)) return false;
-  span = {b, e - b, ctx};
-  return true;
-}
-
-// Position of query row r (counted from the sequence's first row) and the first key it sees.
-inline int64_t PositionOf(const SeqSpan& span, int64_t r) { return span.context - span.q_len + r; }
-inline int64_t FirstKeyOf(const PagedAttentionParams& p, int64_t pos) {
-  return p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-}
-
-// Per-thread scratch, grown (rarely) to the largest item a thread has run.
-inline float* Scratch(size_t floats) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
-  thread_local size_t capacity = 0;
-  if (capacity < floats) {
-    buf = hwy::AllocateAligned<float>(floats);
-    capacity = buf ? floats : 0;
-  }
-  return buf.get();
-}
-
-}  // namespace xllm_kernel::cpu::attention_detail
-
-#endif  // XLLM_KERNEL_CPU_ATTENTION_SHARED_
+#include "csrc/cpu/attention/attention_internal.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/attention/attention.cpp"
@@ -646,6 +592,14 @@ constexpr int64_t kTileQueryFloats = 8192;
 // Items with at most this many query vectors per KV head take every KV head.
 constexpr int64_t kGroupHeadsVectors = 16;
 
+// Whether the AVX-512 BF16 decode kernel may run items of p: bf16, this CPU has it, and the AVX3
+// target (or a better x86 one) is allowed, so that a test restricting the targets gets the
+// Highway kernel of each.
+bool DecodeKernelAllowed(const PagedAttentionParams& p) {
+  return p.dtype == DType::kBFloat16 && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
+         DecodeAvx512Bf16Supported();
+}
+
 }  // namespace
 
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads) {
@@ -729,8 +683,24 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
   }
   if (begin == end) return Status::ok();
   if (plan.workspace_bytes > 0 && workspace == nullptr) return Status::invalid("paged_attention: null workspace");
-  HWY_DYNAMIC_DISPATCH(RunItems)(p, plan.work.data() + begin, end - begin, workspace);
+  if (!DecodeKernelAllowed(p)) {
+    HWY_DYNAMIC_DISPATCH(RunItems)(p, plan.work.data() + begin, end - begin, workspace);
+    return Status::ok();
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    const AttentionItem& item = plan.work[i];
+    if (DecodeAvx512Bf16Accepts(p, item)) {
+      RunDecodeItemAvx512Bf16(p, item, static_cast<float*>(workspace));
+    } else {
+      HWY_DYNAMIC_DISPATCH(RunItems)(p, &item, 1, workspace);
+    }
+  }
   return Status::ok();
+}
+
+AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item) {
+  return DecodeKernelAllowed(p) && DecodeAvx512Bf16Accepts(p, item) ? AttentionKernel::kAvx512Bf16Decode
+                                                                     : AttentionKernel::kHighway;
 }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,

@@ -82,6 +82,13 @@ struct PagedAttentionPlan {
 // its keys are, gets no items (its output rows are not written).
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
+// Which kernel runs an item of p: the Highway kernel of the best allowed target, or the AVX-512
+// BF16 decode kernel (bf16, at most 16 query vectors per KV head, head_size <= 256, on CPUs with
+// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()). For tests and
+// diagnostics; paged_attention makes the same choice.
+enum class AttentionKernel { kHighway, kAvx512Bf16Decode };
+AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
+
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
 // least plan.workspace_bytes, 64-byte aligned.
 Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,

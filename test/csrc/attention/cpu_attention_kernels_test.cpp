@@ -587,6 +587,111 @@ TEST(CpuAttentionKernel, NoAccessPastTheRows) {
   }
 }
 
+// Whether this CPU runs the AVX-512 BF16 decode kernel (and the AVX3 target is compiled here).
+bool HasDecodeKernel() {
+  const auto& targets = KernelTargets();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         std::find(targets.begin(), targets.end(), HWY_AVX3) != targets.end();
+}
+
+// The AVX-512 BF16 decode kernel takes bf16 items of at most 16 query vectors per KV head and
+// head_size <= 256 where the CPU has it and the AVX3 target is allowed; every other item, and
+// every item under a lower target, runs the Highway kernel.
+TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
+  std::mt19937 rng(19);
+  const bool fast = HasDecodeKernel();
+  if (!fast) std::printf("no AVX-512 BF16 decode kernel on this CPU: every item runs the Highway kernel\n");
+  struct Expect {
+    Case c;
+    bool takes;  // where the CPU has the kernel
+  };
+  const std::vector<Expect> expects = {
+      {{DType::kBFloat16, 32, 8, 128, 16, {{1, 300}, {1, 17}}}, true},   // decode, 4 vectors per KV head
+      {{DType::kBFloat16, 64, 8, 64, 16, {{2, 40}}}, true},              // 2 rows x 8 = 16 vectors
+      {{DType::kBFloat16, 9, 3, 67, 16, {{1, 40}}}, true},               // tail
+      {{DType::kBFloat16, 8, 8, 256, 16, {{1, 40}}}, true},
+      {{DType::kBFloat16, 8, 8, 64, 16, {{40, 40}}}, false},             // prefill: 40 vectors
+      {{DType::kBFloat16, 8, 2, 512, 16, {{1, 40}}}, false},             // head_size 512
+      {{DType::kFloat32, 32, 8, 128, 16, {{1, 300}}}, false},
+      {{DType::kFloat16, 32, 8, 128, 16, {{1, 300}}}, false},
+  };
+  for (const Expect& e : expects) {
+    SCOPED_TRACE(Describe(e.c));
+    Problem pr = MakeProblem(e.c, rng);
+    const PagedAttentionParams p = pr.Params();
+    const PagedAttentionPlan plan = plan_paged_attention(p, 2);
+    ASSERT_GT(plan.items, 0);
+    for (const AttentionItem& it : plan.work) {
+      EXPECT_EQ(paged_attention_item_kernel(p, it),
+                fast && e.takes ? AttentionKernel::kAvx512Bf16Decode : AttentionKernel::kHighway);
+    }
+    for (int64_t target : KernelTargets()) {
+      if (target == HWY_AVX3) continue;
+      TargetScope scope(target);
+      for (const AttentionItem& it : plan.work) EXPECT_EQ(paged_attention_item_kernel(p, it), AttentionKernel::kHighway);
+    }
+  }
+}
+
+// The decode kernel against the float64 reference (on the best target, where every item below runs
+// it): head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups 1, 3, 4, 8; several rows per
+// item; soft cap; windows; partial tiles at the sequences' ends (NaN in the rest of their
+// blocks); strided rows and padded blocks; split plans.
+TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
+  std::mt19937 rng(20);
+  const bool fast = HasDecodeKernel();
+  const std::vector<Seq> decode = {{1, 300}, {1, 17}, {1, 1}, {1, 64}, {1, 129}, {0, 0}};
+  double worst = 0;
+  std::vector<Case> cases;
+  for (int64_t hs : {64, 80, 96, 128, 256, 1, 33, 67}) {
+    cases.push_back({DType::kBFloat16, 32, 8, hs, 16, decode});  // group 4
+  }
+  cases.push_back({DType::kBFloat16, 8, 8, 128, 16, decode});                         // group 1
+  cases.push_back({DType::kBFloat16, 64, 8, 128, 32, decode});                        // group 8
+  cases.push_back({DType::kBFloat16, 9, 3, 96, 1, decode, 0.0f, 0, 3, 5});            // group 3, block 1, strided
+  cases.push_back({DType::kBFloat16, 32, 8, 128, 16, decode, 30.0f});                 // soft cap
+  cases.push_back({DType::kBFloat16, 32, 8, 80, 16, decode, 0.0f, 7});                // window 7
+  cases.push_back({DType::kBFloat16, 16, 4, 64, 16, decode, 20.0f, 100});             // window 100, cap
+  cases.push_back({DType::kBFloat16, 64, 8, 64, 16, {{2, 90}, {1, 5}}});              // 2 rows x 8
+  cases.push_back({DType::kBFloat16, 16, 4, 128, 16, {{4, 70}, {3, 33}}, 0.0f, 20});  // 4 rows x 4, window
+  cases.push_back({DType::kBFloat16, 4, 4, 67, 16, {{16, 50}}});                      // 16 rows x 1
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Describe(c));
+    Problem pr = MakeProblem(c, rng);
+    const PagedAttentionParams p = pr.Params();
+    for (const AttentionItem& it : plan_paged_attention(p, 2).work) {
+      EXPECT_EQ(paged_attention_item_kernel(p, it) == AttentionKernel::kAvx512Bf16Decode, fast);
+    }
+    std::vector<double> ref;
+    Reference(pr, ref);
+    RunPlan(p, 2, true);
+    worst = std::max(worst, Check(pr, ref));
+  }
+  // Split plans: one long sequence over 8 threads, its splits merged.
+  const std::vector<Case> split_cases = {
+      {DType::kBFloat16, 32, 8, 128, 16, {{1, 1100}}},
+      {DType::kBFloat16, 8, 1, 80, 16, {{1, 1037}}, 30.0f},
+      {DType::kBFloat16, 12, 4, 256, 16, {{1, 1030}}, 0.0f, 700},
+      {DType::kBFloat16, 16, 8, 67, 16, {{2, 1100}}},
+  };
+  for (const Case& c : split_cases) {
+    SCOPED_TRACE(Describe(c));
+    Problem pr = MakeProblem(c, rng);
+    const PagedAttentionParams p = pr.Params();
+    const PagedAttentionPlan plan = plan_paged_attention(p, 8);
+    EXPECT_GT(plan.merges, 0);
+    for (const AttentionItem& it : plan.work) {
+      EXPECT_EQ(paged_attention_item_kernel(p, it) == AttentionKernel::kAvx512Bf16Decode, fast);
+    }
+    std::vector<double> ref;
+    Reference(pr, ref);
+    RunPlan(p, 8, false);
+    worst = std::max(worst, Check(pr, ref));
+  }
+  std::printf("decode kernel %s: worst error / tolerance %.3f\n", fast ? "AVX-512 BF16" : "(Highway)", worst);
+}
+
 TEST(CpuAttentionKernel, RejectsInvalidParameters) {
   std::mt19937 rng(18);
   Problem pr = MakeProblem({DType::kFloat32, 4, 2, 64, 16, {{1, 20}}}, rng);

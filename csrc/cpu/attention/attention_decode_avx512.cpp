@@ -1,0 +1,398 @@
+// The AVX-512 BF16 decode kernel of paged attention (attention_internal.h): an item's query vectors
+// (rows x group heads, at most kDecodeMaxVectors per KV head) against tiles of kTileKeys keys,
+// every KV head of the item per tile, with nothing widened to memory:
+//   Q.K  the bf16 query (copied once, zero padded to 32 elements) times the bf16 key row read from
+//        the cache with vdpbf16ps (exact products, float32 sums); the 16 keys' vectors of partial
+//        sums reduced to one vector of 16 logits by a transpose-add tree.
+//   softmax  the 16 logits at once: masks (causal, window, keys without a block), scale, soft cap,
+//        the running maximum (rescaling the sum and the output when it grows); the running sum
+//        kept as 16 lane sums, added up at the end.
+//   P.V  each value row's 32 bf16 loaded as 16 int32 lanes: the even elements are the lanes
+//        shifted left by 16, the odd ones the lanes with the low half cleared (exact float32), so
+//        the output accumulates in an even / odd layout, interleaved back once at the end.
+// Loads of a row's tail are masked (zeroed lanes, never an access past the row), so NaN in the
+// cache beyond a row or past a sequence's keys never reaches a result. Compiled with function-level
+// AVX-512 targets: the rest of the build keeps its baseline, and the entry points call it only
+// where the CPU has AVX512_BF16.
+//
+// vdpbf16ps treats bf16 subnormal inputs as zero and flushes float32 subnormal sums (the products
+// of two bf16 below 2^-126 in magnitude); attention logits are far from that range.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "csrc/cpu/attention/attention_internal.h"
+
+#define XK_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XK_AVX512BF16_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace xllm_kernel::cpu::attention_detail {
+
+bool DecodeAvx512Bf16Supported() {
+  // GCC and Clang check the OS's saving of the zmm state (XGETBV) for the AVX-512 features.
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
+namespace {
+
+constexpr int kT = static_cast<int>(kTileKeys);
+// Keys ahead of the tile being computed whose rows are prefetched (blocks are scattered: the table
+// knows the next ones, the hardware prefetchers do not).
+constexpr int64_t kAheadKeys = 2 * kTileKeys;
+
+// Mask of lanes [0, n) of 32 (n clamped to [0, 32]).
+inline __mmask32 Lanes32(int64_t n) {
+  return n <= 0 ? 0 : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+}
+// Mask of keys [lo, hi] of 16 (relative to the tile).
+inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, kT - 1);
+  if (hi < lo) return 0;
+  const uint32_t upto = (2u << hi) - 1, below = (1u << lo) - 1;
+  return static_cast<__mmask16>(upto & ~below);
+}
+
+// e^x for x <= 0 (NaN stays NaN; below -87.5 a tiny positive number, callers mask what must be 0):
+// x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 7 (truncation 5e-9
+// relative), scaled by 2^n.
+XK_AVX512BF16_INLINE __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.5f), x);  // the second operand where either is NaN
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2 high part (exact n * hi)
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);     // ln2 - high part
+  __m512 e = _mm512_set1_ps(1.0f / 5040);
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 720));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, n);
+}
+
+// tanh(y) = sign(y) (1 - 2 / (e^(2|y|) + 1)): absolute error a few float32 ulps of 1 (the soft
+// cap multiplies it by the cap: well inside the logits' error budget).
+XK_AVX512BF16_INLINE __m512 Tanh(__m512 y) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 a = _mm512_andnot_ps(sign, y);
+  // e^(2|y|) = 1 / e^(-2|y|): Exp takes x <= 0; for large |y| e^(-2|y|) -> tiny, the quotient -> 0.
+  const __m512 em = Exp(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f)));
+  // 1 - 2 / (1/em + 1) = (1 - em) / (1 + em)
+  const __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), em), _mm512_add_ps(_mm512_set1_ps(1.0f), em));
+  return _mm512_or_ps(t, _mm512_and_ps(sign, y));
+}
+
+// r[j] = the sum of the 16 lanes of a[j] (16 vectors, 64 bytes apart), by a transpose-add tree.
+XK_AVX512BF16_INLINE __m512 Reduce16(const float* a) {
+  __m512 b[8], c[4];
+  for (int p = 0; p < 8; ++p) {
+    const __m512 x = _mm512_load_ps(a + 32 * p), y = _mm512_load_ps(a + 32 * p + 16);
+    b[p] = _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  }
+  for (int q = 0; q < 4; ++q) {
+    const __m512d x = _mm512_castps_pd(b[2 * q]), y = _mm512_castps_pd(b[2 * q + 1]);
+    c[q] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // c[q]: per 128-bit lane L, the partial sums over L of keys 4q .. 4q + 3.
+  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(d0, d1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The scratch of one item (64-byte aligned): bf16 queries [V][NC * 32], outputs [V][op] (even /
+// odd layout per 32 elements), lane sums [V][16], running maxima [16 per head], partial dots
+// [MB][16][16], logits / probabilities [16][16], rescale factors and maxima [16].
+struct Scratch16 {
+  uint16_t* q;
+  float *o, *sum, *row_max, *dots, *s, *alpha, *new_max;
+};
+
+// S[m][j] = q[m] . k[j] (unscaled) for the M query vectors of one KV head, keys j with bit j of
+// `ok` (others 0); q rows NC * 32 bf16 apart, krow[j] the key's row of this head.
+template <int NC>
+XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const uint16_t* const* krow, __mmask16 ok, __mmask32 last,
+                            float* dots, float* s) {
+  constexpr int MB = NC >= 16 ? 1 : 16 / NC;  // query vectors per pass, held in registers
+  for (int m0 = 0; m0 < M; m0 += MB) {
+    const int mb = std::min(MB, M - m0);
+    __m512bh qv[MB][NC];
+    for (int i = 0; i < MB; ++i) {
+      if (i >= mb) break;
+      for (int c = 0; c < NC; ++c) qv[i][c] = (__m512bh)_mm512_load_si512(q + (m0 + i) * NC * 32 + 32 * c);
+    }
+    for (int j = 0; j < kT; ++j) {
+      __m512 acc[MB];
+      for (int i = 0; i < MB; ++i) acc[i] = _mm512_setzero_ps();
+      if ((ok >> j) & 1) {
+        const uint16_t* k = krow[j];
+        for (int c = 0; c < NC; ++c) {
+          const __m512bh kv = (__m512bh)(c + 1 < NC ? _mm512_loadu_si512(k + 32 * c)
+                                                    : _mm512_maskz_loadu_epi16(last, k + 32 * c));
+          for (int i = 0; i < MB; ++i) {
+            if (i < mb) acc[i] = _mm512_dpbf16_ps(acc[i], qv[i][c], kv);
+          }
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        if (i < mb) _mm512_store_ps(dots + (i * kT + j) * 16, acc[i]);
+      }
+    }
+    for (int i = 0; i < mb; ++i) _mm512_store_ps(s + (m0 + i) * 16, Reduce16(dots + i * kT * 16));
+  }
+}
+
+// O[m] = alpha[m] O[m] + sum_j P[m][j] V[j] over the keys j with bit j of `ok`, one 64-element
+// chunk of the head at a time; the rows' 32-element groups masked by `masks` (2 per chunk).
+XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const uint16_t* const* vrow, __mmask16 ok,
+                              const __mmask32* masks, int chunks, int op, float* o) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int g = 0; g < chunks; ++g) {
+    const __mmask32 k0 = masks[2 * g], k1 = masks[2 * g + 1];
+    for (int m0 = 0; m0 < M; m0 += 4) {
+      const int mb = std::min(4, M - m0);
+      __m512 acc[4][4];
+      for (int i = 0; i < 4; ++i) {
+        if (i >= mb) break;
+        const __m512 a = _mm512_set1_ps(alpha[m0 + i]);
+        float* om = o + (m0 + i) * op + 64 * g;
+        for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_mul_ps(_mm512_load_ps(om + 16 * c), a);
+      }
+      for (int j = 0; j < kT; ++j) {
+        if (!((ok >> j) & 1)) continue;
+        const uint16_t* v = vrow[j] + 64 * g;
+        const __m512i x0 = _mm512_maskz_loadu_epi16(k0, v), x1 = _mm512_maskz_loadu_epi16(k1, v + 32);
+        const __m512 y0 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
+        const __m512 y1 = _mm512_castsi512_ps(_mm512_and_si512(x0, high));
+        const __m512 y2 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
+        const __m512 y3 = _mm512_castsi512_ps(_mm512_and_si512(x1, high));
+        for (int i = 0; i < 4; ++i) {
+          if (i >= mb) break;
+          const __m512 w = _mm512_set1_ps(pm[(m0 + i) * 16 + j]);
+          acc[i][0] = _mm512_fmadd_ps(w, y0, acc[i][0]);
+          acc[i][1] = _mm512_fmadd_ps(w, y1, acc[i][1]);
+          acc[i][2] = _mm512_fmadd_ps(w, y2, acc[i][2]);
+          acc[i][3] = _mm512_fmadd_ps(w, y3, acc[i][3]);
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        if (i >= mb) break;
+        float* om = o + (m0 + i) * op + 64 * g;
+        for (int c = 0; c < 4; ++c) _mm512_store_ps(om + 16 * c, acc[i][c]);
+      }
+    }
+  }
+}
+
+// The element-order floats of 32-element group g of an even / odd row: lo = elements 0..15,
+// hi = 16..31.
+XK_AVX512BF16_INLINE void Interleave(const float* o, __m512& lo, __m512& hi) {
+  const __m512 e = _mm512_load_ps(o), d = _mm512_load_ps(o + 16);
+  const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ihi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  lo = _mm512_permutex2var_ps(e, ilo, d);
+  hi = _mm512_permutex2var_ps(e, ihi, d);
+}
+
+template <int NC>
+XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  SeqSpan span;
+  if (!SeqSpanOf(p, item.seq, span)) return;
+  const int64_t G = kernels::query_heads_per_kv(p), hs = p.head_size;
+  const int rows = static_cast<int>(item.query_end - item.query_begin);
+  const int heads = static_cast<int>(item.kv_head_end - item.kv_head);
+  const int M = rows * static_cast<int>(G), V = heads * M;
+  const int qs = NC * 32;                                     // bf16 per query vector
+  const int op = static_cast<int>(RoundUp(hs, 64));           // floats per output vector
+  const int chunks = op / 64;
+  constexpr int MB = NC >= 16 ? 1 : 16 / NC;
+  const size_t floats = static_cast<size_t>(V) * (qs / 2 + op + 16) + 16 * heads + MB * kT * 16 + 16 * 16 + 32;
+  float* base = Scratch(floats);
+  if (base == nullptr) return;
+  Scratch16 sc;
+  sc.q = reinterpret_cast<uint16_t*>(base);
+  sc.o = base + static_cast<size_t>(V) * qs / 2;
+  sc.sum = sc.o + static_cast<size_t>(V) * op;
+  sc.row_max = sc.sum + static_cast<size_t>(V) * 16;
+  sc.dots = sc.row_max + 16 * heads;
+  sc.s = sc.dots + MB * kT * 16;
+  sc.alpha = sc.s + 16 * 16;
+  sc.new_max = sc.alpha + 16;
+
+  // Queries: vector v = (head hi, row r, group head gi), in that order (as the Highway kernel's).
+  const uint16_t* query = static_cast<const uint16_t*>(p.query);
+  const int64_t q_begin = span.q_begin + item.query_begin;
+  for (int v = 0; v < V; ++v) {
+    const int hi = v / M, m = v % M, r = m / static_cast<int>(G), gi = m % static_cast<int>(G);
+    const uint16_t* src = query + (q_begin + r) * p.query_strides.token +
+                          ((item.kv_head + hi) * G + gi) * p.query_strides.head;
+    for (int c = 0; c < NC; ++c) {
+      _mm512_store_si512(sc.q + v * qs + 32 * c, _mm512_maskz_loadu_epi16(Lanes32(hs - 32 * c), src + 32 * c));
+    }
+  }
+  std::memset(sc.o, 0, sizeof(float) * V * op);
+  std::memset(sc.sum, 0, sizeof(float) * V * 16);
+  std::fill(sc.row_max, sc.row_max + 16 * heads, -std::numeric_limits<float>::infinity());
+
+  __mmask32 masks[2 * kDecodeMaxHeadSize / 64];
+  for (int g = 0; g < 2 * chunks; ++g) masks[g] = Lanes32(hs - 32 * g);
+  const __mmask32 last = Lanes32(hs - 32 * (NC - 1));
+
+  const uint16_t* kc = static_cast<const uint16_t*>(p.key_cache);
+  const uint16_t* vc = static_cast<const uint16_t*>(p.value_cache);
+  const int32_t* table = p.block_tables + item.seq * p.block_table_stride;
+  const CacheStrides ks = p.key_cache_strides, vs = p.value_cache_strides;
+  // The rows of key j of the sequence (every head), or null when its block id is out of range.
+  auto rows_of = [&](int64_t j, const uint16_t*& k, const uint16_t*& v) {
+    const int64_t b = j / p.block_size, r = j - b * p.block_size, id = table[b];
+    if (id < 0 || id >= p.num_blocks) {
+      k = v = nullptr;
+      return;
+    }
+    k = kc + id * ks.block + r * ks.row + item.kv_head * ks.head;
+    v = vc + id * vs.block + r * vs.row + item.kv_head * vs.head;
+  };
+  const int64_t first_pos = PositionOf(span, item.query_begin);
+  const bool capped = p.soft_cap > 0.0f;
+  const __m512 scale = _mm512_set1_ps(p.scale), cap = _mm512_set1_ps(p.soft_cap);
+  const __m512 inv_cap = _mm512_set1_ps(capped ? 1.0f / p.soft_cap : 0.0f);
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  // Each query vector's position and first key.
+  int64_t pos_of[kDecodeMaxVectors], lo_of[kDecodeMaxVectors];
+  for (int m = 0; m < M; ++m) {
+    pos_of[m] = first_pos + m / G;
+    lo_of[m] = FirstKeyOf(p, pos_of[m]);
+  }
+  const uint16_t* krow[kT];
+  const uint16_t* vrow[kT];
+  const uint16_t* khead[kT];
+  const uint16_t* vhead[kT];
+
+  // Bytes from a key's first head of the item to the end of its last.
+  const int64_t kspan = ((heads - 1) * ks.head + hs) * 2, vspan = ((heads - 1) * vs.head + hs) * 2;
+  int64_t prefetched = item.key_begin;  // keys whose rows were prefetched: [key_begin, prefetched)
+  for (int64_t j0 = item.key_begin; j0 < item.key_end; j0 += kTileKeys) {
+    const int n = static_cast<int>(std::min<int64_t>(kTileKeys, item.key_end - j0));
+    // Prefetch every line of the item's heads of the rows kAheadKeys ahead. Touching only a row's
+    // first line (enough for the Highway kernel, which reads rows in memory order) is not here,
+    // where each head's slice is read across the tile's rows: 53 ms instead of 35 ms on the
+    // decode of 16 x 4096 keys, 8 KV heads of 128 bf16 (2 threads, a loaded machine); into L2
+    // instead of L1, every other line, or 64 keys ahead are slower, 16 or 48 keys ahead the same.
+    for (const int64_t until = std::min(item.key_end, j0 + kTileKeys + kAheadKeys); prefetched < until; ++prefetched) {
+      const uint16_t *k, *v;
+      rows_of(prefetched, k, v);
+      if (k == nullptr) continue;
+      for (int64_t b = 0; b < kspan; b += 64) _mm_prefetch(reinterpret_cast<const char*>(k) + b, _MM_HINT_T0);
+      for (int64_t b = 0; b < vspan; b += 64) _mm_prefetch(reinterpret_cast<const char*>(v) + b, _MM_HINT_T0);
+    }
+    __mmask16 ok = 0;
+    for (int j = 0; j < kT; ++j) {
+      krow[j] = vrow[j] = nullptr;
+      if (j < n) rows_of(j0 + j, krow[j], vrow[j]);
+      if (krow[j] != nullptr) ok = static_cast<__mmask16>(ok | (1u << j));
+    }
+    __mmask16 seen[kDecodeMaxVectors];
+    for (int m = 0; m < M; ++m) seen[m] = static_cast<__mmask16>(ok & KeyRange(lo_of[m] - j0, pos_of[m] - j0));
+
+    for (int hi = 0; hi < heads; ++hi) {
+      for (int j = 0; j < kT; ++j) {
+        khead[j] = krow[j] != nullptr ? krow[j] + hi * ks.head : nullptr;
+        vhead[j] = vrow[j] != nullptr ? vrow[j] + hi * vs.head : nullptr;
+      }
+      TileDots<NC>(sc.q + static_cast<size_t>(hi) * M * qs, M, khead, ok, last, sc.dots, sc.s);
+      // Logits, their maxima, then (over the M vectors at once) the new maxima and rescale factors.
+      alignas(64) float tile_max[16];
+      for (int m = 0; m < 16; ++m) tile_max[m] = -std::numeric_limits<float>::infinity();
+      for (int m = 0; m < M; ++m) {
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(sc.s + m * 16), scale);
+        if (capped) x = _mm512_mul_ps(cap, Tanh(_mm512_mul_ps(x, inv_cap)));
+        x = _mm512_mask_mov_ps(neg_inf, seen[m], x);
+        _mm512_store_ps(sc.s + m * 16, x);
+        // NaN logits (NaN in a row's own keys) poison the row's maximum and so its output.
+        tile_max[m] = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) ? std::numeric_limits<float>::quiet_NaN()
+                                                              : _mm512_reduce_max_ps(x);
+      }
+      float* rm = sc.row_max + 16 * hi;
+      const __m512 old_max = _mm512_load_ps(rm), tmax = _mm512_load_ps(tile_max);
+      __m512 new_max = _mm512_max_ps(old_max, tmax);
+      new_max = _mm512_mask_mov_ps(new_max, _mm512_cmp_ps_mask(old_max, tmax, _CMP_UNORD_Q),
+                                   _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+      // Rows that saw nothing yet have output and sums 0: their factor only needs to be finite.
+      const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_UQ),
+                                               Exp(_mm512_sub_ps(old_max, new_max)));
+      _mm512_store_ps(rm, new_max);
+      _mm512_store_ps(sc.alpha, alpha);
+      _mm512_store_ps(sc.new_max, new_max);
+      float* sum = sc.sum + static_cast<size_t>(hi) * M * 16;
+      for (int m = 0; m < M; ++m) {
+        const __m512 pr = _mm512_maskz_mov_ps(
+            seen[m], Exp(_mm512_sub_ps(_mm512_load_ps(sc.s + m * 16), _mm512_set1_ps(sc.new_max[m]))));
+        _mm512_store_ps(sc.s + m * 16, pr);
+        _mm512_store_ps(sum + m * 16, _mm512_fmadd_ps(_mm512_load_ps(sum + m * 16), _mm512_set1_ps(sc.alpha[m]), pr));
+      }
+      TileValues(sc.s, sc.alpha, M, vhead, ok, masks, chunks, op, sc.o + static_cast<size_t>(hi) * M * op);
+    }
+  }
+
+  if (item.split < 0) {
+    uint16_t* out = static_cast<uint16_t*>(p.out);
+    for (int v = 0; v < V; ++v) {
+      const int hi = v / M, m = v % M, r = m / static_cast<int>(G), gi = m % static_cast<int>(G);
+      uint16_t* dst = out + (q_begin + r) * p.out_strides.token + ((item.kv_head + hi) * G + gi) * p.out_strides.head;
+      const __m512 l = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_load_ps(sc.sum + v * 16)));
+      for (int g = 0; g < 2 * chunks; ++g) {
+        if (masks[g] == 0) break;
+        __m512 lo, hi2;
+        Interleave(sc.o + v * op + 32 * g, lo, hi2);
+        const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_div_ps(hi2, l), _mm512_div_ps(lo, l));
+        _mm512_mask_storeu_epi16(dst + 32 * g, masks[g], (__m512i)b);
+      }
+    }
+    return;
+  }
+  float* state = workspace + item.state + item.split * SplitFloats(V, hs);
+  const int64_t stride = StateRowStride(hs);
+  float* acc = state + RoundUp(2 * static_cast<int64_t>(V), kStatePad);
+  for (int v = 0; v < V; ++v) {
+    state[v] = sc.row_max[16 * (v / M) + v % M];
+    state[V + v] = _mm512_reduce_add_ps(_mm512_load_ps(sc.sum + v * 16));
+    for (int g = 0; g < 2 * chunks; ++g) {
+      if (masks[g] == 0) break;
+      __m512 lo, hi2;
+      Interleave(sc.o + v * op + 32 * g, lo, hi2);
+      const __mmask32 mk = masks[g];
+      _mm512_mask_storeu_ps(acc + v * stride + 32 * g, static_cast<__mmask16>(mk), lo);
+      _mm512_mask_storeu_ps(acc + v * stride + 32 * g + 16, static_cast<__mmask16>(mk >> 16), hi2);
+    }
+  }
+}
+
+}  // namespace
+
+void RunDecodeItemAvx512Bf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  switch ((p.head_size + 31) / 32) {
+    case 1: RunItem<1>(p, item, workspace); break;
+    case 2: RunItem<2>(p, item, workspace); break;
+    case 3: RunItem<3>(p, item, workspace); break;
+    case 4: RunItem<4>(p, item, workspace); break;
+    case 5: RunItem<5>(p, item, workspace); break;
+    case 6: RunItem<6>(p, item, workspace); break;
+    case 7: RunItem<7>(p, item, workspace); break;
+    case 8: RunItem<8>(p, item, workspace); break;
+    default: break;  // not accepted (kDecodeMaxHeadSize)
+  }
+}
+
+}  // namespace xllm_kernel::cpu::attention_detail
