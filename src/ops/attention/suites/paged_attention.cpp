@@ -2,7 +2,8 @@
 //
 // Options: --batch, --seqs, --context, --heads, --head-size, --block-size, --soft-cap, --window,
 // --dtype, --layout, --lengths, --chunk, --preset. With none given, the validation grid (below);
-// the benchmark's default is --preset benchmark.
+// the benchmark's default is --preset benchmark, which any shape option replaces (--dtype applies to
+// its cases).
 //
 // A case is a batch: `seqs` sequences of context `context` ("equal" lengths) or of lengths from
 // context down to about half of it ("varied": sequence s has context - (s * 7919) % ceil(context /
@@ -75,9 +76,9 @@ void add_arguments(CLI::App& app, SuiteOptions& o) {
   app.add_option("--chunk", o["chunk"], "Query rows of a chunk (chunked, mixed) [default: half the context]")
       ->delimiter(',');
   app.add_option("--preset", o["preset"],
-                 "benchmark: the issue's timing cases (decode 1/16/64 seqs x context 1024/4096/16384 under 2 GiB "
+                 "benchmark: the timing cases (decode 1/16/64 seqs x context 1024/4096/16384 under 2 GiB "
                  "of cache, prefill 1 x 2048, mixed 512-row chunk + 15 decodes at 4096; 32x8 heads, head 128, "
-                 "bfloat16) [default: none]")
+                 "bfloat16, or --dtype's); ignored when a shape option is given [default: none; the benchmark's default]")
       ->check(CLI::IsMember({"benchmark"}));
 }
 
@@ -286,7 +287,7 @@ json point(const std::string& mode, int64_t seqs, int64_t context, const std::st
           {"dtype", dtype},       {"layout", layout},     {"lengths", lengths},  {"chunk", chunk}};
 }
 
-// The timing cases.
+// The timing cases: decode, prefill and a mixed batch at the sizes engines see.
 std::vector<json> benchmark_points() {
   std::vector<json> out;
   for (const int64_t seqs : {1, 16, 64}) {
@@ -309,8 +310,21 @@ void fit(json& p) {
 
 std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   std::vector<json> points;
-  if (options::given(o, "preset")) {
-    points = benchmark_points();
+  // The preset is the benchmark's default: any shape axis the user gives replaces it; --dtype
+  // applies to its points.
+  bool axis_given = false;
+  for (const char* axis : {"batch", "seqs", "context", "heads", "head_size", "block_size", "soft_cap", "window",
+                           "layout", "lengths", "chunk"}) {
+    axis_given |= options::given(o, axis);
+  }
+  if (options::given(o, "preset") && !axis_given) {
+    const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"bfloat16"});
+    for (const json& dtype : dtypes) {
+      for (json p : benchmark_points()) {
+        p["dtype"] = dtype;
+        if (cache_bytes(p) <= kMaxCacheBytes) points.push_back(p);
+      }
+    }
   } else {
     const std::vector<Dimension> dims = {
         {"batch", options::choices(o, "batch", {"decode", "prefill", "chunked", "mixed"},
