@@ -21,10 +21,13 @@
 #include "csrc/cuda/activation/activation.cuh"
 #include "csrc/cuda/activation/activation.h"
 #include "csrc/cuda/common/device.h"
+#include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
+
+using ::xllm_kernel::cuda::name_of;  // the dtype's (test/cuda/element_codec.h), beside this file's own
 
 using kernels::Act;
 using kernels::ActivationArgs;
@@ -44,28 +47,8 @@ const char* name_of(Act a) {
   }
   return "?";
 }
-const char* name_of(DType t) { return t == DType::kFloat32 ? "f32" : t == DType::kBFloat16 ? "bf16" : "f16"; }
 size_t size_of(DType t) { return static_cast<size_t>(::xllm_kernel::kernels::element_size(t)); }
 int64_t vec_of(DType t) { return static_cast<int64_t>(16 / size_of(t)); }
-
-// ---- element codecs, independent of the kernels' (which decode through bits) ----
-
-double to_double(const void* p, DType t) {
-  switch (t) {
-    case DType::kFloat32: return *static_cast<const float*>(p);
-    case DType::kBFloat16: return __bfloat162float(*static_cast<const __nv_bfloat16*>(p));
-    case DType::kFloat16: return __half2float(*static_cast<const __half*>(p));
-  }
-  return NAN;
-}
-
-void from_double(void* p, DType t, double v) {
-  switch (t) {
-    case DType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::kBFloat16: *static_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(static_cast<float>(v)); break;
-    case DType::kFloat16: *static_cast<__half*>(p) = __float2half_rn(static_cast<float>(v)); break;
-  }
-}
 
 // A 64-byte aligned byte buffer with typed element access.
 struct Buffer {

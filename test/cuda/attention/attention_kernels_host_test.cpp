@@ -29,6 +29,7 @@
 
 #include "csrc/cuda/attention/attention.cuh"
 #include "csrc/cuda/attention/attention.h"
+#include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
@@ -40,24 +41,6 @@ using kernels::AttentionThread;
 
 constexpr int kSms = 132;
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-const char* name_of(DType t) { return t == DType::kFloat32 ? "f32" : t == DType::kBFloat16 ? "bf16" : "f16"; }
-
-double to_double(const void* p, DType t) {
-  switch (t) {
-    case DType::kFloat32: return *static_cast<const float*>(p);
-    case DType::kBFloat16: return __bfloat162float(*static_cast<const __nv_bfloat16*>(p));
-    case DType::kFloat16: return __half2float(*static_cast<const __half*>(p));
-  }
-  return NAN;
-}
-
-void from_double(void* p, DType t, double v) {
-  switch (t) {
-    case DType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::kBFloat16: *static_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(static_cast<float>(v)); break;
-    case DType::kFloat16: *static_cast<__half*>(p) = __float2half_rn(static_cast<float>(v)); break;
-  }
-}
 
 // Bytes between two inaccessible 1 MiB regions; the data ends where the upper region begins
 // (up to `align` - 1 bytes before it), so a read past either end faults.

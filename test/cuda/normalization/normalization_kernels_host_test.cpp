@@ -19,10 +19,13 @@
 
 #include "csrc/cuda/normalization/normalization.cuh"
 #include "csrc/cuda/normalization/normalization.h"
+#include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
 namespace {
+
+using ::xllm_kernel::cuda::name_of;  // the dtype's (test/cuda/element_codec.h), beside this file's own
 
 using kernels::KernelArgs;
 using kernels::Op;
@@ -30,29 +33,7 @@ using kernels::Op;
 const char* name_of(Op op) {
   return op == Op::kRmsNorm ? "rms_norm" : op == Op::kFusedAddRmsNorm ? "fused_add_rms_norm" : "layer_norm";
 }
-const char* name_of(DType t) { return t == DType::kFloat32 ? "f32" : t == DType::kBFloat16 ? "bf16" : "f16"; }
 size_t size_of(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
-// ---- element codecs, independent of the kernels' (which decode through bits) ----
-
-double to_double(const void* p, DType t) {
-  switch (t) {
-    case DType::kFloat32: return *static_cast<const float*>(p);
-    case DType::kBFloat16: return __bfloat162float(*static_cast<const __nv_bfloat16*>(p));
-    case DType::kFloat16: return __half2float(*static_cast<const __half*>(p));
-  }
-  return NAN;
-}
-
-// Rounds to t once: a float64 value -> float32 -> t is one rounding for the exact sums used
-// here (float32 keeps more than 2p + 2 bits of a p-bit type, so the double rounding is harmless).
-void from_double(void* p, DType t, double v) {
-  switch (t) {
-    case DType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::kBFloat16: *static_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(static_cast<float>(v)); break;
-    case DType::kFloat16: *static_cast<__half*>(p) = __float2half_rn(static_cast<float>(v)); break;
-  }
-}
 
 // A 64-byte aligned byte buffer with typed element access.
 struct Buffer {
