@@ -7,35 +7,15 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "csrc/cpu/attention/attention.h"
-#include "src/core/parallel.h"
+#include "src/ops/common/cpu.h"
 #include "src/ops/attention/internal.h"
 #include "xllm_kernel/ops/attention.h"
 
 namespace xllm_kernel::attention {
 namespace {
-
-// Runs fn(i) for every i in [0, n), each on the next free thread.
-template <class Fn>
-void run_dynamic(int64_t n, int64_t threads, const Fn& fn) {
-  if (n == 0) return;
-  std::atomic<int64_t> next{0};
-  std::atomic<const char*> rejected{nullptr};
-  detail::parallel_rows(std::min(n, threads), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t w = begin; w < end; ++w) {
-      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-        const kernels::Status s = fn(i);
-        if (!s.is_ok()) rejected.store(s.reason);
-      }
-    }
-  });
-  const char* reason = rejected.load();
-  TORCH_CHECK(reason == nullptr, op_name(), ": native cpu kernel rejected its parameters (",
-              reason == nullptr ? "" : reason, "); this is a bug in the bridge");
-}
 
 at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
@@ -59,8 +39,9 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
     const auto base = reinterpret_cast<uintptr_t>(workspace.mutable_data_ptr());
     ws = reinterpret_cast<void*>((base + 63) / 64 * 64);
   }
-  run_dynamic(plan.items, threads, [&](int64_t i) { return cpu::paged_attention(p, plan, ws, i, i + 1); });
-  run_dynamic(plan.merges, threads, [&](int64_t i) { return cpu::paged_attention_merge(p, plan, ws, i, i + 1); });
+  bridge::run_items(op_name(), plan.items, threads, [&](int64_t i) { return cpu::paged_attention(p, plan, ws, i, i + 1); });
+  bridge::run_items(op_name(), plan.merges, threads,
+                    [&](int64_t i) { return cpu::paged_attention_merge(p, plan, ws, i, i + 1); });
   return out;
 }
 
