@@ -61,7 +61,7 @@ at::Tensor paged_attention_fake(const at::Tensor& query, const at::Tensor& key_c
   TORCH_CHECK(query_start_loc.dim() == 1 && query_start_loc.size(0) == seq_lens.size(0) + 1, op_name(),
               ": query_start_loc must be [seqs + 1] with seq_lens' seqs = ", seq_lens.size(0), ", got shape ",
               query_start_loc.sizes());
-  return at::empty(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
+  return new_output(query);
 }
 
 // The tensor whose device picks the binding: query (argument 0).

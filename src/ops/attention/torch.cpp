@@ -19,10 +19,6 @@
 namespace xllm_kernel::attention {
 namespace {
 
-struct HostValues {
-  at::Tensor qsl, lens, table;  // int32 on the CPU
-};
-
 // The rows of one sequence [begin, begin + q_len) at positions len - q_len + i, over its pages.
 void attend(const AttentionShape& s, const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
             const int32_t* ids, int64_t begin, int64_t q_len, int64_t len, double scale, double soft_cap,
@@ -54,9 +50,10 @@ void attend(const AttentionShape& s, const at::Tensor& query, const at::Tensor& 
   at::Tensor mask;
   const bool need_mask = q_len > 1 || (window > 0 && len > window);
   const auto device = query.device();
-  const at::Tensor row_pos = at::arange(first, len, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(1);
-  const at::Tensor key_pos = at::arange(lo, len, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0);
   if (need_mask) {
+    const auto positions = at::TensorOptions().dtype(at::kLong).device(device);
+    const at::Tensor row_pos = at::arange(first, len, positions).unsqueeze(1);
+    const at::Tensor key_pos = at::arange(lo, len, positions).unsqueeze(0);
     mask = key_pos.le(row_pos);
     if (window > 0) mask.logical_and_(key_pos.gt(row_pos - window));
   }
@@ -81,19 +78,18 @@ void attend(const AttentionShape& s, const at::Tensor& query, const at::Tensor& 
   if (!bad_blocks.empty()) {
     // Row i reads positions [max(lo, first + i - window + 1), first + i]; it is poisoned when one
     // of them lies in a bad block.
-    std::vector<uint8_t> poisoned(q_len, 0);
+    std::vector<int64_t> poisoned;
     for (int64_t i = 0; i < q_len; ++i) {
       const int64_t pos = first + i, start = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      for (const int64_t b : bad_blocks) {
-        const int64_t block_first = (block_lo + b) * s.block_size, block_last = block_first + s.block_size - 1;
-        if (block_first <= pos && block_last >= start) poisoned[i] = 1;
-      }
+      const bool reads_bad = std::any_of(bad_blocks.begin(), bad_blocks.end(), [&](int64_t b) {
+        const int64_t block_first = (block_lo + b) * s.block_size;
+        return block_first <= pos && block_first + s.block_size - 1 >= start;
+      });
+      if (reads_bad) poisoned.push_back(i);
     }
-    std::vector<int64_t> which;
-    for (int64_t i = 0; i < q_len; ++i) {
-      if (poisoned[i]) which.push_back(i);
+    if (!poisoned.empty()) {
+      rows.index_fill_(0, at::tensor(poisoned, at::kLong).to(device), std::numeric_limits<double>::quiet_NaN());
     }
-    if (!which.empty()) rows.index_fill_(0, at::tensor(which, at::kLong).to(device), std::numeric_limits<double>::quiet_NaN());
   }
 }
 
