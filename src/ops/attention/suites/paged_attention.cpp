@@ -39,8 +39,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
@@ -198,53 +200,53 @@ Example build(const json& p, at::Generator& g) {
   const int64_t num_blocks = used + 3;
   const at::Tensor order = at::randperm(num_blocks, g, at::kLong);
   const int64_t* ids = order.const_data_ptr<int64_t>();
-  at::Tensor table = at::empty({n, widest + 1}, at::kInt);
-  at::Tensor qsl = at::empty({n + 1}, at::kInt), lens = at::empty({n}, at::kInt);
+  const int64_t width = widest + 1;
+  std::vector<int32_t> table_v(n * width), qsl_v(n + 1), lens_v(n);
+  std::vector<uint8_t> owned(num_blocks * block, 0);  // the cache rows a sequence owns
   int64_t next = 0, rows = 0;
   for (int64_t s = 0; s < n; ++s) {
     const Sequence& q = batch.seqs[s];
     const int64_t need = (q.len + block - 1) / block;
-    for (int64_t b = 0; b <= widest; ++b) {
+    for (int64_t b = 0; b < width; ++b) {
       const int64_t spare = ids[used + (s + b) % 3];
-      table[s][b] = static_cast<int32_t>(b < need ? ids[next + b] : spare);
+      table_v[s * width + b] = static_cast<int32_t>(b < need ? ids[next + b] : spare);
+    }
+    for (int64_t b = 0; b < need; ++b) {
+      const int64_t id = ids[next + b];
+      std::fill_n(owned.begin() + id * block, std::min(block, q.len - b * block), 1);
     }
     next += need;
-    qsl[s] = static_cast<int32_t>(rows);
-    lens[s] = static_cast<int32_t>(q.len);
+    qsl_v[s] = static_cast<int32_t>(rows);
+    lens_v[s] = static_cast<int32_t>(q.len);
     rows += q.q_len;
   }
-  qsl[n] = static_cast<int32_t>(rows);
+  qsl_v[n] = static_cast<int32_t>(rows);
   const int64_t tokens = rows + batch.padding_rows;
+  const at::Tensor table = at::tensor(table_v, at::kInt).view({n, width});
+  const at::Tensor qsl = at::tensor(qsl_v, at::kInt), lens = at::tensor(lens_v, at::kInt);
 
   // Caches: randn in every row a sequence owns, NaN in the spare blocks and past each length.
+  const at::Tensor unowned = at::tensor(owned, at::kByte).eq(0).view({num_blocks, block, 1, 1});
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  at::Tensor k64 = at::full({num_blocks, block, h.kv, head_size}, nan, at::kDouble);
-  at::Tensor v64 = at::full({num_blocks, block, h.kv, head_size}, nan, at::kDouble);
-  next = 0;
-  for (const Sequence& q : batch.seqs) {
-    for (int64_t pos = 0; pos < q.len; pos += block) {
-      const int64_t id = ids[next++], count = std::min(block, q.len - pos);
-      k64[id].narrow(0, 0, count).normal_(0, 1, g);
-      v64[id].narrow(0, 0, count).normal_(0, 1, g);
-    }
-  }
-  at::Tensor q64 = at::randn({tokens, h.q, head_size}, g, at::kDouble);
-  if (soft_cap > 0) q64.mul_(8);
+  const at::Tensor k32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
+  const at::Tensor v32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
+  at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
+  if (soft_cap > 0) q32.mul_(8);
 
   at::Tensor query, key_cache, value_cache;
   if (strided) {
-    const at::Tensor qkv = at::randn({tokens, h.q + 2 * h.kv, head_size}, g, at::kDouble).to(dtype);
+    const at::Tensor qkv = at::zeros({tokens, h.q + 2 * h.kv, head_size}, dtype);
     query = qkv.narrow(1, 0, h.q);
-    query.copy_(q64);
+    query.copy_(q32);
     const at::Tensor kv = at::empty({num_blocks, 2, block, h.kv, head_size}, dtype);
     key_cache = kv.select(1, 0);
     value_cache = kv.select(1, 1);
-    key_cache.copy_(k64);
-    value_cache.copy_(v64);
+    key_cache.copy_(k32);
+    value_cache.copy_(v32);
   } else {
-    query = q64.to(dtype);
-    key_cache = k64.to(dtype);
-    value_cache = v64.to(dtype);
+    query = q32.to(dtype);
+    key_cache = k32.to(dtype);
+    value_cache = v32.to(dtype);
   }
   const double scale = 1 / std::sqrt(static_cast<double>(head_size));
 
