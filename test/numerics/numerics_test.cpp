@@ -89,44 +89,65 @@ std::string failures_of(const json& report) {
 
 // ---- tests ----
 
-// Every implementation the library declares and registers on the CPU, of every family, passes its
-// operation's suite over the default grid (no list of operations here: a new family is covered).
-// What a case's rows are the suite says (row_shape); the test names no family, operation or
-// parameter.
-TEST(Numerics, RealSuitesPassForEveryCpuImplementation) {
-  std::set<std::string> tested;
+// The implementations the library declares and registers on the CPU, of every family (no list of
+// operations here: a new family is covered).
+std::vector<std::string> library_cpu_implementations() {
+  std::vector<std::string> names;
   for (const auto& k : registry().kernels()) {
-    if (k->spec.device != Device::kCpu || k->spec.module == nullptr) continue;
-    const std::string op = k->operation->name(), impl = k->spec.name;
-    SCOPED_TRACE(impl);
-    const numerics::OperationSuite* suite = numerics::find_suite(op);
-    ASSERT_NE(suite, nullptr) << "no numerics suite";
-    ASSERT_TRUE(suite->row_shape) << "the suite declares no row_shape";
-    ToolRun r = numerics({"--operation", op, "--implementation", impl, "--revision", "test"}, "real");
-    ASSERT_EQ(r.code, 0) << failures_of(r.report);
-    ASSERT_EQ(r.report["implementations"].size(), 1u);
-    const json& i = r.report["implementations"][0];
-    EXPECT_EQ(i["implementation"]["name"], impl);
-    EXPECT_EQ(i["implementation"]["solution"], k->spec.solution);
-    EXPECT_EQ(i["implementation"]["contract_version"], k->spec.contract->version);
-    EXPECT_GT(i["coverage"]["passed"].get<int>(), 50);
-    EXPECT_EQ(i["coverage"]["failed"], 0);
-    EXPECT_LE(i["worst_headroom"].get<double>(), 1.0);
-    // Errors are measured, not zero by accident (an exact operation's errors are zero).
-    if (k->spec.contract->numerical_mode != NumericalMode::kExact) EXPECT_GT(i["worst_headroom"].get<double>(), 0.0);
-    EXPECT_EQ(r.report["environment"]["revision"], "test");
-    // Empty calls (no rows) and tails (a row width above 16 that no SIMD width divides) are covered.
-    bool zero = false, tail = false;
-    for (const auto& c : i["results"]) {
-      const numerics::RowShape shape = suite->row_shape(c["parameters"]);
-      zero |= shape.rows == 0;
-      tail |= shape.width > 16 && shape.width % 8 != 0;
-    }
-    EXPECT_TRUE(zero) << "no case without rows";
-    EXPECT_TRUE(tail) << "no case with a tail";
-    tested.insert(impl);
+    if (k->spec.device == Device::kCpu && k->spec.module != nullptr) names.push_back(k->spec.name);
   }
-  // Every CPU implementation the catalog declares is registered, and so was tested above.
+  return names;
+}
+
+// Every one of them passes its operation's suite over the default grid, each a test of its own (so
+// that a long suite has its own time budget and the test runner spreads them over its jobs). What a
+// case's rows are the suite says (row_shape); the test names no family, operation or parameter.
+class RealSuites : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RealSuites, PassForTheCpuImplementation) {
+  const std::string impl = GetParam();
+  const auto k = registry().find(impl);
+  ASSERT_NE(k, nullptr) << impl << " is not registered";
+  const std::string op = k->operation->name();
+  const numerics::OperationSuite* suite = numerics::find_suite(op);
+  ASSERT_NE(suite, nullptr) << "no numerics suite";
+  ASSERT_TRUE(suite->row_shape) << "the suite declares no row_shape";
+  ToolRun r = numerics({"--operation", op, "--implementation", impl, "--revision", "test"}, "real");
+  ASSERT_EQ(r.code, 0) << failures_of(r.report);
+  ASSERT_EQ(r.report["implementations"].size(), 1u);
+  const json& i = r.report["implementations"][0];
+  EXPECT_EQ(i["implementation"]["name"], impl);
+  EXPECT_EQ(i["implementation"]["solution"], k->spec.solution);
+  EXPECT_EQ(i["implementation"]["contract_version"], k->spec.contract->version);
+  EXPECT_GT(i["coverage"]["passed"].get<int>(), 50);
+  EXPECT_EQ(i["coverage"]["failed"], 0);
+  EXPECT_LE(i["worst_headroom"].get<double>(), 1.0);
+  // Errors are measured, not zero by accident (an exact operation's errors are zero).
+  if (k->spec.contract->numerical_mode != NumericalMode::kExact) EXPECT_GT(i["worst_headroom"].get<double>(), 0.0);
+  EXPECT_EQ(r.report["environment"]["revision"], "test");
+  // Empty calls (no rows) and tails (a row width above 16 that no SIMD width divides) are covered.
+  bool zero = false, tail = false;
+  for (const auto& c : i["results"]) {
+    const numerics::RowShape shape = suite->row_shape(c["parameters"]);
+    zero |= shape.rows == 0;
+    tail |= shape.width > 16 && shape.width % 8 != 0;
+  }
+  EXPECT_TRUE(zero) << "no case without rows";
+  EXPECT_TRUE(tail) << "no case with a tail";
+}
+
+INSTANTIATE_TEST_SUITE_P(Numerics, RealSuites, ::testing::ValuesIn(library_cpu_implementations()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '.' ? '_' : c;
+                           return n;
+                         });
+
+// Every CPU implementation the catalog declares is registered, and so has its RealSuites test.
+TEST(Numerics, EveryDeclaredCpuImplementationHasARealSuiteTest) {
+  const std::vector<std::string> names = library_cpu_implementations();
+  const std::set<std::string> tested(names.begin(), names.end());
+  EXPECT_FALSE(tested.empty());
   size_t declared = 0;
   for (const Group* group : builtin_groups()) {
     for (const BackendModule* module : group->modules) {
