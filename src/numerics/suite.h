@@ -96,6 +96,9 @@ enum class AcceptedAs {
   kValidPrefix,
   // Zero rows: every returned tensor has no elements, and every other argument is unchanged.
   kEmptyResults,
+  // Another valid call (one more token in a vocabulary, say): it must succeed, every result with the
+  // valid call's shape and dtype; its values are not the valid call's to compare with.
+  kAnotherValidCall,
 };
 
 // One variant of a valid call that the contract accepts. The bad-input test (test/ops/

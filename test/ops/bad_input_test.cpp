@@ -146,6 +146,18 @@ std::string check_accepted(AcceptedAs accepted, const std::vector<at::Tensor>& g
   if (got.size() != valid.size()) {
     return "left " + std::to_string(got.size()) + " results, the valid call " + std::to_string(valid.size());
   }
+  if (accepted == AcceptedAs::kAnotherValidCall) {
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (got[k].sizes() != valid[k].sizes() || got[k].scalar_type() != valid[k].scalar_type()) {
+        std::ostringstream s;
+        s << "result " << k << " (shape " << got[k].sizes() << ", " << got[k].scalar_type()
+          << ") differs in shape or dtype from the valid call's (shape " << valid[k].sizes() << ", "
+          << valid[k].scalar_type() << ")";
+        return s.str();
+      }
+    }
+    return {};
+  }
   for (size_t k = 0; k < got.size(); ++k) {
     const at::Tensor& g = got[k];
     const at::Tensor& w = valid[k];
