@@ -70,6 +70,15 @@ XLLM_CUDA_HD float activate(float a) {
   }
 }
 
+// An activation without the gate, with the contract's limits: act(+inf) = +inf and act(-inf) = 0
+// (the formulas above give NaN there, as -inf * 0 or inf / inf); NaN stays NaN.
+template <Act kAct>
+XLLM_CUDA_HD float activate_plain(float a) {
+  if (a == -__builtin_inff()) return 0.0f;
+  if (a == __builtin_inff()) return a;
+  return activate<kAct>(a);
+}
+
 // Kernel arguments: the launcher's params and plan.
 struct ActivationArgs {
   ActivationParams p;
@@ -117,7 +126,7 @@ XLLM_CUDA_UNROLL
     if (e < p.d) {
 XLLM_CUDA_UNROLL
       for (int i = 0; i < V; ++i) {
-        x[k][i] = gated(kAct) ? activate<kAct>(x[k][i]) * y[k][i] : activate<kAct>(x[k][i]);
+        x[k][i] = gated(kAct) ? activate<kAct>(x[k][i]) * y[k][i] : activate_plain<kAct>(x[k][i]);
       }
       store<V>(out + e, x[k]);
     }

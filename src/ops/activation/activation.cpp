@@ -31,7 +31,7 @@ OpContract gated(const char* name, const std::string& act) {
 constexpr const char* kPlainLayout =
     " input is [..., d] with any strides for the leading dimensions and a contiguous last dimension; out is a new "
     "contiguous tensor of input's shape and dtype. d >= 1, zero rows allowed. Computed in float32 and rounded once "
-    "to the input's dtype.";
+    "to the input's dtype. Non-finite inputs: act(+inf) = +inf, act(-inf) = 0 (the limits), NaN gives NaN.";
 
 // An activation without the gate: out = act(input), elementwise.
 OpContract plain(const char* name, const std::string& act) {

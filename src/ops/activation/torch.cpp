@@ -36,7 +36,10 @@ at::Tensor torch_gated(const at::Tensor& input) {
 template <c10::DeviceType kDevice, Act kAct, Accessor kOperation>
 at::Tensor torch_plain(const at::Tensor& input) {
   check_plain_input(kOperation().name().c_str(), input, kDevice);
-  return activate(kAct, input.to(at::kFloat)).to(input.scalar_type()).contiguous();
+  const at::Tensor x = input.to(at::kFloat);
+  // The contract's limits (ATen's formulas give NaN at -inf, and at::gelu at +inf too).
+  const at::Tensor limits = at::where(x.gt(0), x, at::zeros_like(x));
+  return at::where(x.isinf(), limits, activate(kAct, x)).to(input.scalar_type()).contiguous();
 }
 
 constexpr auto kCpu = c10::DeviceType::CPU;

@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "csrc/cuda/activation/activation.cuh"
@@ -454,6 +456,25 @@ TEST(HostChecks, BoundSeparatesNearbyFunctions) {
     const double wrong = 0.5 * a * (1 + std::tanh(z)) * b;
     EXPECT_GT(std::fabs(reference(Act::kGeluTanh, a, b) - wrong), bound(DType::kFloat32, a, b, wrong)) << a;
   }
+}
+
+// The activations without the gate keep the contract's limits, where the formulas give NaN:
+// act(-inf) = 0, act(+inf) = +inf, NaN stays NaN; finite inputs are activate's.
+TEST(HostChecks, PlainActivationsKeepTheLimits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto check = [&](auto act, const char* name) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(act.first(-inf), 0.0f);
+    EXPECT_EQ(act.first(inf), inf);
+    EXPECT_TRUE(std::isnan(act.first(std::numeric_limits<float>::quiet_NaN())));
+    for (const float a : {-30.0f, -2.5f, 0.0f, 0.75f, 12.0f}) EXPECT_EQ(act.first(a), act.second(a)) << a;
+  };
+  check(std::make_pair(&kernels::activate_plain<Act::kPlainGelu>, &kernels::activate<Act::kPlainGelu>), "gelu");
+  check(std::make_pair(&kernels::activate_plain<Act::kPlainGeluTanh>, &kernels::activate<Act::kPlainGeluTanh>),
+        "gelu_tanh");
+  check(std::make_pair(&kernels::activate_plain<Act::kQuickGelu>, &kernels::activate<Act::kQuickGelu>), "quick_gelu");
+  // Without the guard the formulas are NaN at -inf: the guard is what the check above sees.
+  EXPECT_TRUE(std::isnan(kernels::activate<Act::kPlainGelu>(-inf)));
 }
 
 // ---- the plan ----

@@ -37,10 +37,10 @@ const OperationSuite& fused_add_rms_norm_suite() {
   static const OperationSuite suite{
       .operation = fused_add_rms_norm_contract().operation,
       .description = "Residual add, then RMSNorm of the rounded sum, both in place",
-      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, /*with_bias=*/false); },
       .cases =
           [](const SuiteOptions& o) {
-            auto g = normalization::grid(o, false);
+            auto g = normalization::grid(o, /*with_bias=*/false);
             return tensor_cases(fused_add_rms_norm_contract().operation, g.dimensions, g.extra, build);
           },
       .has_reference = true,

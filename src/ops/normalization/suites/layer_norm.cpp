@@ -49,10 +49,10 @@ const OperationSuite& layer_norm_suite() {
   static const OperationSuite suite{
       .operation = layer_norm_contract().operation,
       .description = "LayerNorm over the last dimension (biased variance, optional bias)",
-      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, true); },
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, /*with_bias=*/true); },
       .cases =
           [](const SuiteOptions& o) {
-            auto g = normalization::grid(o, true);
+            auto g = normalization::grid(o, /*with_bias=*/true);
             return tensor_cases(layer_norm_contract().operation, g.dimensions, g.extra, build);
           },
       .has_reference = true,

@@ -34,10 +34,10 @@ const OperationSuite& rms_norm_suite() {
   static const OperationSuite suite{
       .operation = rms_norm_contract().operation,
       .description = "RMSNorm over the last dimension",
-      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, false); },
+      .add_arguments = [](CLI::App& app, SuiteOptions& o) { normalization::add_arguments(app, o, /*with_bias=*/false); },
       .cases =
           [](const SuiteOptions& o) {
-            auto g = normalization::grid(o, false);
+            auto g = normalization::grid(o, /*with_bias=*/false);
             return tensor_cases(rms_norm_contract().operation, g.dimensions, g.extra, build);
           },
       .has_reference = true,
