@@ -70,10 +70,11 @@ XLLM_CUDA_HD float activate(float a) {
   }
 }
 
-// An activation without the gate, with the contract's limits: act(+inf) = +inf and act(-inf) = 0
-// (the formulas above give NaN there, as -inf * 0 or inf / inf); NaN stays NaN.
+// The activation with the contracts' limits: act(+inf) = +inf and act(-inf) = 0 (the formulas
+// above give NaN there, as -inf * 0 or inf / inf); NaN stays NaN. The gated operations multiply
+// this by the up projection (IEEE: a gate of +inf times an up of 0 is NaN).
 template <Act kAct>
-XLLM_CUDA_HD float activate_plain(float a) {
+XLLM_CUDA_HD float activate_limited(float a) {
   if (a == -__builtin_inff()) return 0.0f;
   if (a == __builtin_inff()) return a;
   return activate<kAct>(a);
@@ -126,7 +127,7 @@ XLLM_CUDA_UNROLL
     if (e < p.d) {
 XLLM_CUDA_UNROLL
       for (int i = 0; i < V; ++i) {
-        x[k][i] = gated(kAct) ? activate<kAct>(x[k][i]) * y[k][i] : activate_plain<kAct>(x[k][i]);
+        x[k][i] = gated(kAct) ? activate_limited<kAct>(x[k][i]) * y[k][i] : activate_limited<kAct>(x[k][i]);
       }
       store<V>(out + e, x[k]);
     }

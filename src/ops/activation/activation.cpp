@@ -17,7 +17,8 @@ constexpr const char* kDtypes = "float32, bfloat16, float16 (output in the input
 constexpr const char* kLayout =
     " input is [..., 2d] with any strides for the leading dimensions and a contiguous last dimension; out is a new "
     "contiguous [..., d] tensor of input's dtype. d >= 1, zero rows allowed. Computed in float32 and rounded once "
-    "to the input's dtype (the vLLM / FlashInfer semantics).";
+    "to the input's dtype (the vLLM / FlashInfer semantics). Non-finite inputs: act(+inf) = +inf, act(-inf) = 0 (the "
+    "limits), NaN gives NaN; the product with the up projection is IEEE (a gate of +inf times 0 is NaN).";
 
 OpContract gated(const char* name, const std::string& act) {
   return OpContract{.operation = name,

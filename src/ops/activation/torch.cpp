@@ -13,8 +13,8 @@ enum class Act { kSilu, kGelu, kGeluTanh, kQuickGelu };
 
 using Accessor = const TypedOperation<ActivationFn>& (*)();
 
-// act(x) of a float32 tensor.
-at::Tensor activate(Act act, const at::Tensor& x) {
+// act(x) of a float32 tensor, as ATen computes it.
+at::Tensor aten_activate(Act act, const at::Tensor& x) {
   switch (act) {
     case Act::kSilu: return at::silu(x);
     case Act::kGelu: return at::gelu(x, "none");
@@ -22,6 +22,13 @@ at::Tensor activate(Act act, const at::Tensor& x) {
     case Act::kQuickGelu: break;
   }
   return x * at::sigmoid(x * 1.702);
+}
+
+// act(x) with the contracts' limits: act(+inf) = +inf, act(-inf) = 0 (ATen's formulas give NaN at
+// -inf, and at::gelu at +inf too); NaN stays NaN.
+at::Tensor activate(Act act, const at::Tensor& x) {
+  const at::Tensor limits = at::where(x.gt(0), x, at::zeros_like(x));
+  return at::where(x.isinf(), limits, aten_activate(act, x));
 }
 
 template <c10::DeviceType kDevice, Act kAct, Accessor kOperation>
@@ -36,10 +43,7 @@ at::Tensor torch_gated(const at::Tensor& input) {
 template <c10::DeviceType kDevice, Act kAct, Accessor kOperation>
 at::Tensor torch_plain(const at::Tensor& input) {
   check_plain_input(kOperation().name().c_str(), input, kDevice);
-  const at::Tensor x = input.to(at::kFloat);
-  // The contract's limits (ATen's formulas give NaN at -inf, and at::gelu at +inf too).
-  const at::Tensor limits = at::where(x.gt(0), x, at::zeros_like(x));
-  return at::where(x.isinf(), limits, activate(kAct, x)).to(input.scalar_type()).contiguous();
+  return activate(kAct, input.to(at::kFloat)).to(input.scalar_type()).contiguous();
 }
 
 constexpr auto kCpu = c10::DeviceType::CPU;

@@ -458,9 +458,9 @@ TEST(HostChecks, BoundSeparatesNearbyFunctions) {
   }
 }
 
-// The activations without the gate keep the contract's limits, where the formulas give NaN:
-// act(-inf) = 0, act(+inf) = +inf, NaN stays NaN; finite inputs are activate's.
-TEST(HostChecks, PlainActivationsKeepTheLimits) {
+// Every activation keeps the contracts' limits, where the formulas give NaN: act(-inf) = 0,
+// act(+inf) = +inf, NaN stays NaN; finite inputs are activate's.
+TEST(HostChecks, ActivationsKeepTheLimits) {
   const float inf = std::numeric_limits<float>::infinity();
   auto check = [&](auto act, const char* name) {
     SCOPED_TRACE(name);
@@ -469,10 +469,14 @@ TEST(HostChecks, PlainActivationsKeepTheLimits) {
     EXPECT_TRUE(std::isnan(act.first(std::numeric_limits<float>::quiet_NaN())));
     for (const float a : {-30.0f, -2.5f, 0.0f, 0.75f, 12.0f}) EXPECT_EQ(act.first(a), act.second(a)) << a;
   };
-  check(std::make_pair(&kernels::activate_plain<Act::kPlainGelu>, &kernels::activate<Act::kPlainGelu>), "gelu");
-  check(std::make_pair(&kernels::activate_plain<Act::kPlainGeluTanh>, &kernels::activate<Act::kPlainGeluTanh>),
+  check(std::make_pair(&kernels::activate_limited<Act::kPlainGelu>, &kernels::activate<Act::kPlainGelu>), "gelu");
+  check(std::make_pair(&kernels::activate_limited<Act::kPlainGeluTanh>, &kernels::activate<Act::kPlainGeluTanh>),
         "gelu_tanh");
-  check(std::make_pair(&kernels::activate_plain<Act::kQuickGelu>, &kernels::activate<Act::kQuickGelu>), "quick_gelu");
+  check(std::make_pair(&kernels::activate_limited<Act::kQuickGelu>, &kernels::activate<Act::kQuickGelu>), "quick_gelu");
+  check(std::make_pair(&kernels::activate_limited<Act::kSilu>, &kernels::activate<Act::kSilu>), "silu");
+  check(std::make_pair(&kernels::activate_limited<Act::kGelu>, &kernels::activate<Act::kGelu>), "gelu (gated)");
+  check(std::make_pair(&kernels::activate_limited<Act::kGeluTanh>, &kernels::activate<Act::kGeluTanh>),
+        "gelu_tanh (gated)");
   // Without the guard the formulas are NaN at -inf: the guard is what the check above sees.
   EXPECT_TRUE(std::isnan(kernels::activate<Act::kPlainGelu>(-inf)));
 }

@@ -154,6 +154,20 @@ inline void check_non_finite_inputs_plain(const std::string& impl, at::Device de
 
 inline void check_non_finite_inputs(const std::string& impl, at::Device device) {
   if (!gated(operation_of(impl))) return check_non_finite_inputs_plain(impl, device);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    // A gate of -inf gives act = 0 (the limit), times a finite up: 0; a gate of +inf times 2: +inf.
+    at::Tensor g = at::ones({2, 38});
+    g[0][0] = -INFINITY;
+    g[0][1] = INFINITY;
+    g[0][19] = 2;  // up of column 0
+    g[0][20] = 2;  // up of column 1
+    g[1][18] = -INFINITY;  // the last column (the tail)
+    const at::Tensor out = call(impl, g.to(dtype).to(device)).to(at::kCPU).to(at::kFloat);
+    EXPECT_EQ(out[0][0].item<float>(), 0.0f);
+    EXPECT_EQ(out[0][1].item<float>(), INFINITY);
+    EXPECT_EQ(out[1][18].item<float>(), 0.0f);
+  }
   at::Tensor x = at::zeros({1, 8});
   x[0][0] = NAN;       // gate NaN -> NaN
   x[0][5] = NAN;       // up NaN -> NaN
