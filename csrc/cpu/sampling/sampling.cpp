@@ -1,0 +1,944 @@
+// Torch-free CPU kernel of sample (csrc/common/sampling.h). This translation unit is compiled once
+// per Highway target (foreach_target) and the entry point picks the best one at runtime.
+//
+// Per row (T = temperature, K = the top-k count, p = top_p, m = min_p):
+//   scan      one pass from memory: the maximum of every 256-token block (NaN noted and cleaned
+//             only where a block holds one). l_max is the largest block maximum.
+//   greedy    T == 0: the first block whose maximum is l_max, then its first token equal to it.
+//   candidates (K <= kMaxCandidateK and K <= blocks, or vocab <= kMaxCandidates): the K-th largest
+//             block maximum t is at most the K-th largest logit (K blocks hold a token >= t), so
+//             the tokens >= t, compressed out of the blocks whose maximum is >= t, hold the first K
+//             of the order. If they are at most kMaxCandidates: an exact selection of the first K
+//             by (key, index), those K put in order, w, the top-p prefix and min-p on them, the
+//             race with scalar Philox words. (top-k 50 over 128256 tokens: about 53 candidates.)
+//   radix     otherwise, when K < vocab or p < 1: a histogram of the top 11 key bits with counts
+//             and integer masses over the row, then per descent two filtered passes (bits 20..10,
+//             9..0) over the tokens of the chosen bin, skipping blocks whose maximum is below it:
+//             the K-th token (its key, and among equal keys the index) and W; then the first token
+//             of the order whose prefix mass reaches p * W, limited to the first K. The kept set
+//             is "above the boundary token in the order".
+//   race      the kept tokens with w > 0 and w >= m, vectorized: Philox over four groups of four
+//             tokens per 512-bit vector (the words of a group are the four 32-bit lanes of a
+//             128-bit block: one MulEven, one in-block reverse and two xors per round), E = -log u,
+//             q = w / E, the largest q with ties to the lower index. Blocks wholly outside the
+//             kept set (by their maximum) are skipped without reading.
+// w_i = exp((l_i - l_max) / T) with an IEEE subtraction and division and ExpInRange (relative
+// error 4.5e-7), extended below e^-87.5 to the subnormals and 0 below e^-104.
+#include "csrc/cpu/sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "csrc/cpu/sampling/sampling_internal.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "csrc/cpu/sampling/sampling.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace sampling_detail;  // NOLINT: this family's shared layout
+
+using DI32 = hn::RebindToSigned<DF>;
+using VI32 = hn::Vec<DI32>;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---------------------------------------------------------------- logits
+
+// NaN as -inf and -0 as +0 (x + 0 is +0 for x = -0 and x otherwise): the values whose float
+// order is the order key's.
+HWY_INLINE VF Clean(VF v) {
+  const DF d;
+  return hn::IfThenElse(hn::IsNaN(v), hn::Set(d, -kInf), hn::Add(v, hn::Zero(d)));
+}
+
+// n <= N valid elements from p, cleaned; the other lanes -inf.
+template <typename T>
+HWY_INLINE VF LoadClean(const T* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  if (n == hn::Lanes(d)) return Clean(LoadF(p));
+  return hn::IfThenElse(hn::FirstN(d, n), Clean(LoadTail(p, n)), hn::Set(d, -kInf));
+}
+
+// kernels::logit_order_key of cleaned values.
+HWY_INLINE VU KeyOf(VF clean) {
+  const DU du;
+  const DI di;
+  const VU b = hn::BitCast(du, clean);
+  const VU sign = hn::BitCast(du, hn::BroadcastSignBit(hn::BitCast(di, b)));
+  return hn::Xor(b, hn::Or(sign, hn::Set(du, 0x80000000u)));
+}
+
+template <typename T>
+HWY_INLINE const T* RowOf(const SamplingParams& p, int64_t r) {
+  return static_cast<const T*>(p.logits) + r * p.logits_row_stride;
+}
+
+// ---------------------------------------------------------------- weights
+
+// e^x for x <= 0 (or -inf): ExpInRange down to kExpInRangeMin, below it e^(x + 64 ln2) 2^-64
+// (rounded once to the subnormal), and 0 below -104 (e^-104 < 2^-150, which rounds to 0).
+HWY_INLINE VF ExpNonPositive(VF x) {
+  const DF d;
+  const auto small = hn::Lt(x, hn::Set(d, kExpInRangeMin));
+  const VF xs = hn::IfThenElse(small, hn::Add(hn::Max(x, hn::Set(d, -104.0f)), hn::Set(d, 44.3614196f)), x);
+  VF e = ExpInRange(d, xs);
+  e = hn::IfThenElse(small, hn::Mul(e, hn::Set(d, 0x1p-64f)), e);
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -104.0f)), e);
+}
+
+// A row's w as a function of its (cleaned) logit.
+struct Weigher {
+  float l_max = 0.0f;
+  float t = 1.0f;
+  bool inf = false;  // l_max == +inf: w = 1 for the +inf tokens, 0 for the others
+};
+
+HWY_INLINE VF WeightOf(const Weigher& wg, VF v) {
+  const DF d;
+  if (wg.inf) return hn::IfThenElseZero(hn::Eq(v, hn::Set(d, kInf)), hn::Set(d, 1.0f));
+  return ExpNonPositive(hn::Div(hn::Sub(v, hn::Set(d, wg.l_max)), hn::Set(d, wg.t)));
+}
+
+HWY_INLINE float WeightOne(const Weigher& wg, float l) { return hn::GetLane(WeightOf(wg, hn::Set(DF(), l))); }
+
+// Whether every token of a block whose maximum is bmax has w == 0 (exact: the subtraction and
+// the division are monotone, and w is 0 below -104).
+HWY_INLINE bool BlockWeightless(const Weigher& wg, float bmax) {
+  if (wg.inf) return bmax != kInf;
+  return (bmax - wg.l_max) / wg.t < -104.0f;
+}
+
+HWY_INLINE uint64_t MassOf(float w, float scale) { return static_cast<uint64_t>(static_cast<int64_t>(w * scale)); }
+
+// Whether a prefix of integer mass `mass` reaches the top-p target p * W.
+HWY_INLINE bool Reaches(uint64_t mass, double target) { return static_cast<double>(mass) >= target; }
+
+// ---------------------------------------------------------------- per-thread scratch
+
+struct Scratch {
+  std::vector<float> bmax;  // a row's block maxima (unsplit plans)
+  std::vector<float> sel;   // a copy for the K-th largest
+  // Candidates: room for kMaxCandidates plus one block and a vector of compress slack.
+  static constexpr size_t kCap = kMaxCandidates + kSampleBlock + 64;
+  alignas(64) float vals[kCap];
+  alignas(64) int32_t idx[kCap];
+  alignas(64) uint64_t ord[kCap];
+  alignas(64) float w[kCap];
+  alignas(64) float u[kCap];
+  alignas(64) float q[kCap];
+  alignas(64) int32_t kept[kCap];
+  Histogram1 h1;
+  alignas(64) uint32_t count2[kBins2];
+  alignas(64) uint64_t mass2[kBins2];
+};
+
+Scratch& GetScratch() {
+  thread_local std::unique_ptr<Scratch> s;
+  if (!s) s = std::make_unique<Scratch>();
+  return *s;
+}
+
+// ---------------------------------------------------------------- per-row parameters
+
+struct RowParams {
+  float t = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  int64_t k = 0;  // K
+  int64_t seed = 0, offset = 0;
+  bool valid = false;
+};
+
+HWY_INLINE RowParams ParamsOf(const SamplingParams& p, int64_t r) {
+  RowParams rp;
+  rp.t = p.temperature[r];
+  rp.top_p = p.top_p[r];
+  rp.min_p = p.min_p[r];
+  rp.k = kernels::sampling_top_k(p.top_k[r], p.vocab);
+  rp.seed = p.seeds[r];
+  rp.offset = p.offsets[r];
+  rp.valid = kernels::sampling_parameters_valid(rp.t, rp.top_p, rp.min_p);
+  return rp;
+}
+
+// ---------------------------------------------------------------- scan
+
+// The maxima of blocks [b0, b1) of a row into bmax[b], their maximum and whether they hold a NaN.
+template <typename T>
+void ScanBlocks(const T* HWY_RESTRICT row, int64_t vocab, int64_t b0, int64_t b1, float* HWY_RESTRICT bmax,
+                float& seg_max, bool& seg_nan) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  float smax = -kInf;
+  bool snan = false;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t begin = b * kSampleBlock;
+    const size_t n = static_cast<size_t>(std::min<int64_t>(kSampleBlock, vocab - begin));
+    const T* x = row + begin;
+    bool exact = false;  // the block's maximum still needs the cleaned pass
+    VF m0 = hn::Set(d, -kInf), m1 = m0, m2 = m0, m3 = m0;
+    if (n == static_cast<size_t>(kSampleBlock)) {
+      // A NaN propagates through the sums (as can inf - inf, which then costs a recheck only).
+      VF s0 = hn::Zero(d), s1 = s0;
+      for (size_t i = 0; i < n; i += 4 * N) {
+        const VF a0 = LoadF(x + i), a1 = LoadF(x + i + N), a2 = LoadF(x + i + 2 * N), a3 = LoadF(x + i + 3 * N);
+        s0 = hn::Add(s0, hn::Add(a0, a1));
+        s1 = hn::Add(s1, hn::Add(a2, a3));
+        m0 = hn::Max(a0, m0);
+        m1 = hn::Max(a1, m1);
+        m2 = hn::Max(a2, m2);
+        m3 = hn::Max(a3, m3);
+      }
+      exact = hn::AllFalse(d, hn::IsNaN(hn::Add(s0, s1)));
+    }
+    if (!exact) {
+      // Cleaned values and an exact NaN test (tails, and blocks that may hold a NaN).
+      VF bad = hn::Zero(d);
+      m0 = m1 = m2 = m3 = hn::Set(d, -kInf);
+      for (size_t i = 0; i < n; i += N) {
+        const size_t nn = std::min(N, n - i);
+        const VF raw = nn == N ? LoadF(x + i) : LoadTail(x + i, nn);
+        bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(raw)));
+        m0 = hn::Max(m0, LoadClean(x + i, nn));
+      }
+      snan = snan || !hn::AllFalse(d, hn::MaskFromVec(bad));
+    }
+    const float bm = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+    bmax[b] = bm;
+    smax = std::max(smax, bm);
+  }
+  seg_max = smax;
+  seg_nan = snan;
+}
+
+// ---------------------------------------------------------------- greedy
+
+// The first token whose cleaned logit equals v, a block maximum.
+template <typename T>
+int64_t FirstEqual(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, float v) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (!(bmax[b] == v)) continue;
+    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
+      const intptr_t pos = hn::FindFirstTrue(d, hn::Eq(LoadClean(row + i, nn), hn::Set(d, v)));
+      if (pos >= 0) return i + pos;
+    }
+  }
+  return kernels::kInvalidRow;  // unreachable when v is one of the block maxima
+}
+
+// ---------------------------------------------------------------- race
+
+// The uniforms of 4-token groups g0, g0 + 1, ... (one per 128-bit block of u32 lanes): lane j is
+// word j % 4 of group g0 + j / 4, as sampling_words gives them.
+struct PhiloxLanes {
+  VU mul, key0, step, base, gmask;
+  int64_t seed = 0, offset = 0;
+
+  explicit PhiloxLanes(int64_t seed_, int64_t offset_) : seed(seed_), offset(offset_) {
+    const DU du;
+    const VU iota = hn::Iota(du, 0);
+    const VU lane = hn::And(iota, hn::Set(du, 3u));
+    const auto w0 = hn::Eq(lane, hn::Zero(du));
+    const auto w2 = hn::Eq(lane, hn::Set(du, 2u)), w3 = hn::Eq(lane, hn::Set(du, 3u));
+    const uint64_t s = static_cast<uint64_t>(seed_), o = static_cast<uint64_t>(offset_);
+    auto pair = [&](uint32_t a, uint32_t b) {
+      return hn::IfThenElse(w0, hn::Set(du, a), hn::IfThenElseZero(w2, hn::Set(du, b)));
+    };
+    mul = pair(0xD2511F53u, 0xCD9E8D57u);
+    key0 = pair(static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32));
+    step = pair(0x9E3779B9u, 0xBB67AE85u);
+    base = hn::IfThenElse(w2, hn::Set(du, static_cast<uint32_t>(o)),
+                          hn::IfThenElseZero(w3, hn::Set(du, static_cast<uint32_t>(o >> 32))));
+    base = hn::Add(base, hn::IfThenElseZero(w0, hn::ShiftRight<2>(iota)));
+    gmask = hn::IfThenElseZero(w0, hn::Set(du, 0xFFFFFFFFu));
+  }
+
+  // u of tokens first .. first + N - 1 (first a multiple of 4 where N >= 4).
+  HWY_INLINE VF Uniforms(int64_t first) const {
+    const DF d;
+#if HWY_TARGET == HWY_SCALAR
+    return hn::Set(d, kernels::sampling_uniform(seed, offset, first));
+#else
+    const DU du;
+    const hn::Repartition<uint64_t, DU> d64;
+    VU v = hn::Add(base, hn::And(hn::Set(du, static_cast<uint32_t>(first >> 2)), gmask));
+    VU key = key0;
+    for (int round = 0; round < 10; ++round) {
+      // Per block [v0, v1, v2, v3]: the products [lo0, hi0, lo1, hi1] reversed are
+      // [hi1, lo1, hi0, lo0]; v >> 32 per u64 lane is [v1, 0, v3, 0].
+      const VU prod = hn::BitCast(du, hn::MulEven(v, mul));
+      const VU shifted = hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, v)));
+      v = hn::Xor(hn::Xor(hn::Shuffle0123(prod), shifted), key);
+      key = hn::Add(key, step);
+    }
+    const DI di;
+    const VF n = hn::ConvertTo(d, hn::BitCast(di, hn::ShiftRight<9>(v)));
+    return hn::Mul(hn::Add(n, hn::Set(d, 0.5f)), hn::Set(d, 1.0f / 8388608.0f));
+#endif
+  }
+};
+
+// The race's quotient w / E with E = -log u (u in (0, 1), so E > 0).
+HWY_INLINE VF Quotient(VF w, VF u) {
+  const DF d;
+  return hn::Div(w, hn::Neg(hn::Log(d, u)));
+}
+
+struct Best {
+  float q = 0.0f;
+  int64_t index = kernels::kInvalidRow;
+};
+
+// The larger quotient, ties to the lower index.
+HWY_INLINE void Take(Best& best, float q, int64_t index) {
+  if (q > best.q || (q == best.q && q > 0.0f && index < best.index)) best = {q, index};
+}
+
+// The best quotient among the kept tokens of blocks [b0, b1): l > bound, or l == bound and index
+// <= bound_index, with w > 0 and w >= min_p.
+template <typename T>
+Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t b0, int64_t b1,
+                const Weigher& wg, float bound, int64_t bound_index, float min_p, const RowParams& rp) {
+  const DF d;
+  const DI32 di;
+  const size_t N = hn::Lanes(d);
+  const PhiloxLanes philox(rp.seed, rp.offset);
+  const VF vbound = hn::Set(d, bound);
+  const VI32 vlimit = hn::Set(di, static_cast<int32_t>(bound_index + 1));
+  const VF vmin = hn::Set(d, min_p);
+  VF best_q = hn::Zero(d);
+  VI32 best_i = hn::Set(di, -1);
+  // Below 1e-30 the w of a block maximum is not used to skip (subnormal w round non-monotonically).
+  const bool skip_min_p = min_p >= 1e-30f;
+  for (int64_t b = b0; b < b1; ++b) {
+    const float bm = bmax[b];
+    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
+    if (bm < bound || (bm == bound && begin > bound_index) || BlockWeightless(wg, bm)) continue;
+    // ExpInRange is monotone up to its relative error (4.5e-7), so a block whose maximum's w is
+    // below min_p (1 - 1e-5) has no token with w >= min_p.
+    if (skip_min_p && WeightOne(wg, bm) < min_p * (1.0f - 1e-5f)) continue;
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
+      const VF v = LoadClean(row + i, nn);
+      const VI32 index = hn::Iota(di, static_cast<int32_t>(i));
+      auto kept = hn::Or(hn::Gt(v, vbound), hn::And(hn::Eq(v, vbound), hn::RebindMask(d, hn::Lt(index, vlimit))));
+      if (hn::AllFalse(d, kept)) continue;
+      const VF w = WeightOf(wg, v);
+      kept = hn::And(kept, hn::And(hn::Gt(w, hn::Zero(d)), hn::Ge(w, vmin)));
+      if (hn::AllFalse(d, kept)) continue;
+      const VF q = hn::IfThenElseZero(kept, Quotient(w, philox.Uniforms(i)));
+      const auto better = hn::Gt(q, best_q);
+      best_q = hn::IfThenElse(better, q, best_q);
+      best_i = hn::IfThenElse(hn::RebindMask(di, better), index, best_i);
+    }
+  }
+  Best best;
+  const float mq = hn::GetLane(hn::MaxOfLanes(d, best_q));
+  if (!(mq > 0.0f)) return best;
+  const auto at = hn::RebindMask(di, hn::Eq(best_q, hn::Set(d, mq)));
+  const VI32 cand = hn::IfThenElse(at, best_i, hn::Set(di, std::numeric_limits<int32_t>::max()));
+  best.q = mq;
+  best.index = hn::GetLane(hn::MinOfLanes(di, cand));
+  return best;
+}
+
+// ---------------------------------------------------------------- candidate path
+
+// The K-th largest of the block maxima.
+float KthLargest(const float* bmax, int64_t blocks, int64_t k, Scratch& s) {
+  s.sel.assign(bmax, bmax + blocks);
+  std::nth_element(s.sel.begin(), s.sel.begin() + (k - 1), s.sel.end(), std::greater<float>());
+  return s.sel[static_cast<size_t>(k - 1)];
+}
+
+// The tokens with cleaned logit >= t into s.vals / s.idx, from the blocks whose maximum is >= t;
+// false when they are more than kMaxCandidates.
+template <typename T>
+bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, float t, Scratch& s,
+            int64_t& count) {
+  const DF d;
+  const DI32 di;
+  const size_t N = hn::Lanes(d);
+  const VF vt = hn::Set(d, t);
+  size_t n = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (!(bmax[b] >= t)) continue;
+    if (n > static_cast<size_t>(kMaxCandidates)) return false;
+    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
+      const VF v = LoadClean(row + i, nn);
+      const auto m = hn::And(hn::Ge(v, vt), hn::FirstN(d, nn));
+      hn::CompressStore(hn::Iota(di, static_cast<int32_t>(i)), hn::RebindMask(di, m), di, s.idx + n);
+      n += hn::CompressStore(v, m, d, s.vals + n);
+    }
+  }
+  count = static_cast<int64_t>(n);
+  return n <= static_cast<size_t>(kMaxCandidates);
+}
+
+// w of n values (arrays with room for a whole last vector).
+HWY_INLINE void Weights(const Weigher& wg, const float* l, size_t n, float* w) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < n; i += N) {
+    const size_t nn = std::min(N, n - i);
+    hn::Store(WeightOf(wg, LoadClean(l + i, nn)), d, w + i);
+  }
+}
+
+// The token of a row from its candidate set (count >= K tokens that hold the first K of the
+// order).
+int64_t FinishCandidates(const RowParams& rp, const Weigher& wg, float scale, int64_t count, Scratch& s) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  // (key, ~index): descending is the order.
+  for (int64_t j = 0; j < count; ++j) {
+    s.ord[j] = (static_cast<uint64_t>(kernels::logit_order_key(s.vals[j])) << 32) |
+               (0xFFFFFFFFu - static_cast<uint32_t>(s.idx[j]));
+  }
+  const int64_t k = std::min(rp.k, count);
+  if (k < count) std::nth_element(s.ord, s.ord + k, s.ord + count, std::greater<uint64_t>());
+  std::sort(s.ord, s.ord + k, std::greater<uint64_t>());
+  for (int64_t j = 0; j < k; ++j) {
+    s.vals[j] = float_of_key(static_cast<uint32_t>(s.ord[j] >> 32));
+    s.idx[j] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.ord[j]));
+  }
+  Weights(wg, s.vals, static_cast<size_t>(k), s.w);
+  int64_t end = k;
+  if (rp.top_p < 1.0f) {
+    uint64_t total = 0;
+    for (int64_t j = 0; j < k; ++j) total += MassOf(s.w[j], scale);
+    const double target = static_cast<double>(rp.top_p) * static_cast<double>(total);
+    uint64_t cum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      cum += MassOf(s.w[j], scale);
+      if (Reaches(cum, target)) {
+        end = j + 1;
+        break;
+      }
+    }
+  }
+  // The kept tokens that can be drawn, their uniforms (one Philox call per group of four).
+  size_t n = 0;
+  for (int64_t j = 0; j < end; ++j) {
+    if (!(s.w[j] > 0.0f) || s.w[j] < rp.min_p) continue;
+    s.kept[n] = s.idx[j];
+    s.q[n] = s.w[j];
+    ++n;
+  }
+  int64_t group = -1;
+  kernels::Philox4x32 words{};
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t g = s.kept[j] >> 2;
+    if (g != group) {
+      group = g;
+      words = kernels::sampling_words(rp.seed, rp.offset, g);
+    }
+    s.u[j] = kernels::sampling_uniform_from_word(words.v[s.kept[j] & 3]);
+  }
+  for (size_t j = 0; j < n; j += N) {
+    const size_t nn = std::min(N, n - j);
+    // Padding lanes: w = 0, u = 1/2.
+    const VF w = nn == N ? hn::Load(d, s.q + j) : hn::IfThenElseZero(hn::FirstN(d, nn), hn::Load(d, s.q + j));
+    const VF u = nn == N ? hn::Load(d, s.u + j) : hn::IfThenElse(hn::FirstN(d, nn), hn::Load(d, s.u + j), hn::Set(d, 0.5f));
+    hn::Store(Quotient(w, u), d, s.q + j);
+  }
+  Best best;
+  for (size_t j = 0; j < n; ++j) Take(best, s.q[j], s.kept[j]);
+  return best.index;
+}
+
+// ---------------------------------------------------------------- radix select
+
+// Adds the tokens [t0, t1) of a row to a level-1 histogram (counts; masses when want_mass).
+template <typename T>
+void HistogramTokens(const T* HWY_RESTRICT row, int64_t t0, int64_t t1, const Weigher& wg, float scale, bool want_mass,
+                     Histogram1& h) {
+  const DF d;
+  const DU du;
+  const size_t N = hn::Lanes(d);
+  alignas(64) uint32_t bins[kMaxLanes];
+  alignas(64) float w[kMaxLanes];
+  for (int64_t i = t0; i < t1; i += static_cast<int64_t>(N)) {
+    const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), t1 - i));
+    const VF v = LoadClean(row + i, nn);
+    hn::Store(hn::ShiftRight<kShift1>(KeyOf(v)), du, bins);
+    if (want_mass) {
+      hn::Store(WeightOf(wg, v), d, w);
+      for (size_t j = 0; j < nn; ++j) {
+        ++h.count[bins[j]];
+        h.mass[bins[j]] += MassOf(w[j], scale);
+      }
+    } else {
+      for (size_t j = 0; j < nn; ++j) ++h.count[bins[j]];
+    }
+  }
+}
+
+// Histogram of the tokens whose key >> prefix_shift == prefix, by (key >> bin_shift) & bin_mask;
+// blocks whose maximum's key is below the prefix's range are skipped.
+template <typename T>
+void HistogramMatching(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t prefix,
+                       int prefix_shift, int bin_shift, uint32_t bin_mask, const Weigher& wg, float scale,
+                       bool want_mass, uint32_t* count, uint64_t* mass) {
+  const DF d;
+  const DU du;
+  const size_t N = hn::Lanes(d);
+  alignas(64) uint32_t keys[kMaxLanes];
+  alignas(64) float w[kMaxLanes];
+  const VU vprefix = hn::Set(du, prefix);
+  for (int64_t b = 0; b < blocks; ++b) {
+    if ((kernels::logit_order_key(bmax[b]) >> prefix_shift) < prefix) continue;
+    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
+      const VF v = LoadClean(row + i, nn);
+      const VU key = KeyOf(v);
+      const auto m = hn::And(hn::Eq(hn::ShiftRightSame(key, prefix_shift), vprefix), hn::RebindMask(du, hn::FirstN(d, nn)));
+      if (hn::AllFalse(du, m)) continue;
+      const size_t c = hn::CompressStore(key, m, du, keys);
+      if (want_mass) hn::CompressStore(WeightOf(wg, v), hn::RebindMask(d, m), d, w);
+      for (size_t j = 0; j < c; ++j) {
+        const uint32_t bin = (keys[j] >> bin_shift) & bin_mask;
+        ++count[bin];
+        if (want_mass) mass[bin] += MassOf(w[j], scale);
+      }
+    }
+  }
+}
+
+// The index of the n-th (1-based) token, in index order, whose key is `key`.
+template <typename T>
+int64_t NthWithKey(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t key,
+                   int64_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const float v = float_of_key(key);
+  int64_t seen = 0;
+  alignas(64) float lanes[kMaxLanes];
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (!(bmax[b] >= v)) continue;
+    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
+      const auto m = hn::And(hn::Eq(LoadClean(row + i, nn), hn::Set(d, v)), hn::FirstN(d, nn));
+      const int64_t c = static_cast<int64_t>(hn::CountTrue(d, m));
+      if (seen + c < n) {
+        seen += c;
+        continue;
+      }
+      hn::Store(hn::VecFromMask(d, m), d, lanes);
+      for (size_t j = 0; j < nn; ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, &lanes[j], 4);
+        if (bits != 0 && ++seen == n) return i + static_cast<int64_t>(j);
+      }
+    }
+  }
+  return vocab - 1;  // unreachable: the histograms counted n such tokens
+}
+
+// The last token of the order's shortest prefix that holds `limit` tokens or (use_target) whose
+// mass reaches target: its key and index, and the prefix's count and mass.
+struct Boundary {
+  uint32_t key = 0;
+  int64_t index = 0;
+  uint64_t count = 0;
+  uint64_t mass = 0;
+};
+
+template <typename T>
+Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, const Histogram1& h1,
+                 uint64_t limit, bool use_target, double target, bool want_mass, const Weigher& wg, float scale,
+                 Scratch& s) {
+  uint64_t cum_c = 0, cum_m = 0;
+  auto pick = [&](const uint32_t* count, const uint64_t* mass, int bins) {
+    int last = -1;
+    for (int b = bins - 1; b >= 0; --b) {
+      if (count[b] == 0) continue;
+      last = b;
+      if (cum_c + count[b] >= limit || (use_target && Reaches(cum_m + mass[b], target))) return b;
+      cum_c += count[b];
+      cum_m += mass[b];
+    }
+    // Unreachable (the counts sum to vocab >= limit and the masses to a total >= target): the
+    // lowest non-empty bin, taken back out of the sums.
+    if (last >= 0) {
+      cum_c -= count[last];
+      cum_m -= mass[last];
+    }
+    return std::max(last, 0);
+  };
+  const int b1 = pick(h1.count, h1.mass, kBins1);
+  std::fill(s.count2, s.count2 + kBins2, 0u);
+  std::fill(s.mass2, s.mass2 + kBins2, uint64_t{0});
+  HistogramMatching(row, vocab, bmax, blocks, static_cast<uint32_t>(b1), kShift1, kShift2, kBins2 - 1, wg, scale,
+                    want_mass, s.count2, s.mass2);
+  const int b2 = pick(s.count2, s.mass2, kBins2);
+  const uint32_t prefix = (static_cast<uint32_t>(b1) << (kShift1 - kShift2)) | static_cast<uint32_t>(b2);
+  std::fill(s.count2, s.count2 + kBins3, 0u);
+  std::fill(s.mass2, s.mass2 + kBins3, uint64_t{0});
+  HistogramMatching(row, vocab, bmax, blocks, prefix, kShift2, 0, kBins3 - 1, wg, scale, want_mass, s.count2, s.mass2);
+  const int b3 = pick(s.count2, s.mass2, kBins3);
+  Boundary out;
+  out.key = (prefix << kShift2) | static_cast<uint32_t>(b3);
+  // Tokens of one key have one logit, so one w and one mass.
+  const uint64_t c = std::max<uint32_t>(s.count2[b3], 1u);
+  const uint64_t each = s.mass2[b3] / c;
+  uint64_t take = c;
+  if (cum_c + c >= limit) take = limit - cum_c;
+  if (use_target && each > 0) {
+    const double need = (target - static_cast<double>(cum_m)) / static_cast<double>(each);
+    uint64_t t = need <= 1.0 ? 1 : std::min<uint64_t>(c, static_cast<uint64_t>(std::ceil(need)));
+    while (t > 1 && Reaches(cum_m + (t - 1) * each, target)) --t;
+    while (t < c && !Reaches(cum_m + t * each, target)) ++t;
+    take = std::min(take, t);
+  }
+  take = std::max<uint64_t>(take, 1);
+  out.index = NthWithKey(row, vocab, bmax, blocks, out.key, static_cast<int64_t>(take));
+  out.count = cum_c + take;
+  out.mass = cum_m + take * each;
+  return out;
+}
+
+// The kept set's boundary of a row whose level-1 histogram is h1 (stage kStageHistogram).
+template <typename T>
+void Select(const SamplingParams& p, int64_t r, const float* bmax, int64_t blocks, const Histogram1& h1,
+            RowState& st, Scratch& s) {
+  const T* row = RowOf<T>(p, r);
+  const RowParams rp = ParamsOf(p, r);
+  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
+  const float scale = std::ldexp(1.0f, mass_shift(p.vocab));
+  const bool want_mass = rp.top_p < 1.0f;
+  const uint64_t limit = static_cast<uint64_t>(rp.k);
+  Boundary b;
+  uint64_t total = 0;
+  if (rp.k < p.vocab) {
+    b = Descend(row, p.vocab, bmax, blocks, h1, limit, false, 0.0, want_mass, wg, scale, s);
+    total = b.mass;
+  } else {
+    for (int i = 0; i < kBins1; ++i) total += h1.mass[i];
+  }
+  if (want_mass) {
+    const double target = static_cast<double>(rp.top_p) * static_cast<double>(total);
+    b = Descend(row, p.vocab, bmax, blocks, h1, limit, true, target, true, wg, scale, s);
+  }
+  st.bound = float_of_key(b.key);
+  st.bound_index = b.index;
+  st.stage = kStageRace;
+}
+
+// ---------------------------------------------------------------- a row's steps
+
+// After the scan: the row's flags, and its token where no later phase is needed.
+template <typename T>
+void Prepare(const SamplingParams& p, int64_t r, float l_max, bool nan, const float* bmax, int64_t blocks,
+             RowState& st, Scratch& s) {
+  if (p.row_nan != nullptr) p.row_nan[r] = nan ? 1 : 0;
+  st.stage = kStageDone;
+  st.l_max = l_max;
+  const RowParams rp = ParamsOf(p, r);
+  if (!rp.valid || !(l_max > -kInf)) {
+    p.out[r] = kernels::kInvalidRow;
+    return;
+  }
+  const T* row = RowOf<T>(p, r);
+  if (rp.t == 0.0f) {
+    p.out[r] = FirstEqual(row, p.vocab, bmax, blocks, l_max);
+    return;
+  }
+  const Weigher wg{l_max, rp.t, l_max == kInf};
+  bool candidates = false;
+  float t = -kInf;
+  if (rp.k <= blocks && rp.k <= kMaxCandidateK) {
+    t = KthLargest(bmax, blocks, rp.k, s);
+    candidates = true;
+  } else if (p.vocab <= kMaxCandidates) {
+    candidates = true;
+  }
+  int64_t count = 0;
+  if (candidates && Gather(row, p.vocab, bmax, blocks, t, s, count)) {
+    p.out[r] = FinishCandidates(rp, wg, std::ldexp(1.0f, mass_shift(p.vocab)), count, s);
+    return;
+  }
+  st.bound = -kInf;
+  st.bound_index = p.vocab - 1;
+  st.stage = rp.k < p.vocab || rp.top_p < 1.0f ? kStageHistogram : kStageRace;
+}
+
+template <typename T>
+Best Race(const SamplingParams& p, int64_t r, const float* bmax, int64_t b0, int64_t b1, const RowState& st) {
+  const RowParams rp = ParamsOf(p, r);
+  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
+  return RaceBlocks(RowOf<T>(p, r), p.vocab, bmax, b0, b1, wg, st.bound, st.bound_index,
+                    rp.min_p > 0.0f ? rp.min_p : 0.0f, rp);
+}
+
+template <typename T>
+void Histogram(const SamplingParams& p, int64_t r, int64_t t0, int64_t t1, const RowState& st, Histogram1& h) {
+  const RowParams rp = ParamsOf(p, r);
+  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
+  std::fill(h.count, h.count + kBins1, 0u);
+  std::fill(h.mass, h.mass + kBins1, uint64_t{0});
+  HistogramTokens(RowOf<T>(p, r), t0, t1, wg, std::ldexp(1.0f, mass_shift(p.vocab)), rp.top_p < 1.0f, h);
+}
+
+// An unsplit plan's item: a row from the scan to its token.
+template <typename T>
+void RunRow(const SamplingParams& p, const SamplePlan& plan, int64_t r) {
+  Scratch& s = GetScratch();
+  if (s.bmax.size() < static_cast<size_t>(plan.blocks)) s.bmax.resize(static_cast<size_t>(plan.blocks));
+  float* bmax = s.bmax.data();
+  float l_max;
+  bool nan;
+  ScanBlocks(RowOf<T>(p, r), p.vocab, 0, plan.blocks, bmax, l_max, nan);
+  RowState st;
+  Prepare<T>(p, r, l_max, nan, bmax, plan.blocks, st, s);
+  if (st.stage == kStageHistogram) {
+    Histogram<T>(p, r, 0, p.vocab, st, s.h1);
+    Select<T>(p, r, bmax, plan.blocks, s.h1, st, s);
+  }
+  if (st.stage == kStageRace) p.out[r] = Race<T>(p, r, bmax, 0, plan.blocks, st).index;
+}
+
+// ---------------------------------------------------------------- split plans
+
+struct Layout {
+  char* base;
+  const SamplePlan& plan;
+  RowState& row(int64_t r) const {
+    return reinterpret_cast<RowState*>(base + plan.row_state_offset)[r];
+  }
+  float* bmax(int64_t r) const {
+    return reinterpret_cast<float*>(base + plan.block_max_offset) + r * plan.block_stride;
+  }
+  SegmentState& seg(int64_t r, int64_t g) const {
+    return reinterpret_cast<SegmentState*>(base + plan.segment_state_offset)[r * plan.segments + g];
+  }
+  Histogram1& hist(int64_t r, int64_t g) const {
+    return reinterpret_cast<Histogram1*>(base + plan.histogram_offset)[r * plan.segments + g];
+  }
+};
+
+template <typename T>
+void RunSplitItem(const SamplingParams& p, const SamplePlan& plan, const Layout& ws, int phase, int64_t item) {
+  const bool per_segment = phase % 2 == 0;
+  const int64_t r = per_segment ? item / plan.segments : item;
+  const int64_t g = per_segment ? item % plan.segments : 0;
+  const int64_t b0 = g * plan.segment_blocks, b1 = std::min(plan.blocks, b0 + plan.segment_blocks);
+  switch (phase) {
+    case 0: {
+      float mx;
+      bool nan;
+      ScanBlocks(RowOf<T>(p, r), p.vocab, b0, b1, ws.bmax(r), mx, nan);
+      ws.seg(r, g).max = mx;
+      ws.seg(r, g).nan = nan ? 1u : 0u;
+      break;
+    }
+    case 1: {
+      float mx = -kInf;
+      bool nan = false;
+      for (int64_t k = 0; k < plan.segments; ++k) {
+        mx = std::max(mx, ws.seg(r, k).max);
+        nan = nan || ws.seg(r, k).nan != 0;
+      }
+      Prepare<T>(p, r, mx, nan, ws.bmax(r), plan.blocks, ws.row(r), GetScratch());
+      break;
+    }
+    case 2: {
+      RowState& st = ws.row(r);
+      if (st.stage != kStageHistogram) break;
+      Histogram<T>(p, r, b0 * kSampleBlock, std::min(p.vocab, b1 * kSampleBlock), st, ws.hist(r, g));
+      break;
+    }
+    case 3: {
+      RowState& st = ws.row(r);
+      if (st.stage != kStageHistogram) break;
+      Scratch& s = GetScratch();
+      s.h1 = ws.hist(r, 0);
+      for (int64_t k = 1; k < plan.segments; ++k) {
+        const Histogram1& h = ws.hist(r, k);
+        for (int i = 0; i < kBins1; ++i) {
+          s.h1.count[i] += h.count[i];
+          s.h1.mass[i] += h.mass[i];
+        }
+      }
+      Select<T>(p, r, ws.bmax(r), plan.blocks, s.h1, st, s);
+      break;
+    }
+    case 4: {
+      const RowState& st = ws.row(r);
+      if (st.stage != kStageRace) break;
+      const Best best = Race<T>(p, r, ws.bmax(r), b0, b1, st);
+      ws.seg(r, g).best_q = best.q;
+      ws.seg(r, g).best_index = static_cast<int32_t>(best.index);
+      break;
+    }
+    case 5: {
+      RowState& st = ws.row(r);
+      if (st.stage != kStageRace) break;
+      Best best;
+      for (int64_t k = 0; k < plan.segments; ++k) Take(best, ws.seg(r, k).best_q, ws.seg(r, k).best_index);
+      p.out[r] = best.index;
+      st.stage = kStageDone;
+      break;
+    }
+    default: break;
+  }
+}
+
+template <typename T>
+void RunTyped(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
+              int64_t end) {
+  if (plan.segments <= 1) {
+    for (int64_t r = begin; r < end; ++r) RunRow<T>(p, plan, r);
+    return;
+  }
+  const Layout ws{static_cast<char*>(workspace), plan};
+  for (int64_t item = begin; item < end; ++item) RunSplitItem<T>(p, plan, ws, phase, item);
+}
+
+void RunSample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
+               int64_t end) {
+  switch (p.dtype) {
+    case DType::kFloat32: RunTyped<float>(p, plan, workspace, phase, begin, end); break;
+    case DType::kBFloat16: RunTyped<hwy::bfloat16_t>(p, plan, workspace, phase, begin, end); break;
+    case DType::kFloat16: RunTyped<hwy::float16_t>(p, plan, workspace, phase, begin, end); break;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace xllm_kernel::cpu {
+
+HWY_EXPORT(RunSample);
+
+namespace {
+
+using namespace sampling_detail;  // NOLINT: this family's shared layout
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Defence only: the bridge validates the tensors before calling.
+const char* InvalidShapes(const SamplingParams& p) {
+  if (!kernels::valid_dtype(p.dtype)) return "sample: unknown logits dtype";
+  if (p.batch < 0) return "sample: negative batch";
+  if (p.vocab < 1 || p.vocab >= (int64_t{1} << 31)) return "sample: vocab must be in [1, 2^31)";
+  if (p.batch > 1 && p.logits_row_stride < p.vocab) return "sample: logits_row_stride below vocab";
+  return nullptr;
+}
+
+const char* InvalidPointers(const SamplingParams& p) {
+  if (p.batch == 0) return nullptr;
+  if (p.logits == nullptr) return "sample: null logits";
+  if (p.temperature == nullptr || p.top_k == nullptr || p.top_p == nullptr || p.min_p == nullptr) {
+    return "sample: null temperature, top_k, top_p or min_p";
+  }
+  if (p.seeds == nullptr || p.offsets == nullptr) return "sample: null seeds or offsets";
+  if (p.out == nullptr) return "sample: null out";
+  return nullptr;
+}
+
+// The plan of p's shapes with segments of segment_blocks blocks (>= 1): unsplit when they make
+// one segment.
+SamplePlan PlanWith(const SamplingParams& p, int64_t segment_blocks) {
+  SamplePlan plan;
+  plan.batch = p.batch;
+  plan.vocab = p.vocab;
+  plan.blocks = (p.vocab + kSampleBlock - 1) / kSampleBlock;
+  plan.segment_blocks = std::min(std::max<int64_t>(segment_blocks, 1), plan.blocks);
+  plan.segments = (plan.blocks + plan.segment_blocks - 1) / plan.segment_blocks;
+  if (plan.segments <= 1 || p.batch == 0) {
+    plan.segments = 1;
+    plan.segment_blocks = plan.blocks;
+    plan.phase_items = {p.batch};
+    return plan;
+  }
+  const int64_t rows = p.batch, items = p.batch * plan.segments;
+  plan.phase_items = {items, rows, items, rows, items, rows};
+  plan.block_stride = RoundUp(plan.blocks, 16);
+  int64_t bytes = 0;
+  plan.row_state_offset = bytes;
+  bytes += RoundUp(rows * static_cast<int64_t>(sizeof(RowState)), 64);
+  plan.block_max_offset = bytes;
+  bytes += RoundUp(rows * plan.block_stride * static_cast<int64_t>(sizeof(float)), 64);
+  plan.segment_state_offset = bytes;
+  bytes += RoundUp(items * static_cast<int64_t>(sizeof(SegmentState)), 64);
+  plan.histogram_offset = bytes;
+  bytes += items * static_cast<int64_t>(sizeof(Histogram1));
+  plan.workspace_bytes = bytes;
+  return plan;
+}
+
+bool SameLayout(const SamplePlan& a, const SamplePlan& b) {
+  return a.batch == b.batch && a.vocab == b.vocab && a.blocks == b.blocks && a.segments == b.segments &&
+         a.segment_blocks == b.segment_blocks && a.phase_items == b.phase_items &&
+         a.workspace_bytes == b.workspace_bytes &&
+         a.row_state_offset == b.row_state_offset && a.block_max_offset == b.block_max_offset &&
+         a.block_stride == b.block_stride && a.segment_state_offset == b.segment_state_offset &&
+         a.histogram_offset == b.histogram_offset;
+}
+
+}  // namespace
+
+SamplePlan plan_sample(const SamplingParams& p, int threads) {
+  if (InvalidShapes(p) != nullptr) {
+    SamplePlan plan;
+    plan.batch = p.batch;
+    plan.vocab = p.vocab;
+    plan.phase_items = {std::max<int64_t>(p.batch, 0)};
+    return plan;
+  }
+  const int64_t t = std::max(threads, 1);
+  const int64_t blocks = (p.vocab + kSampleBlock - 1) / kSampleBlock;
+  // Fewer rows than threads: split each row into segments of at least kMinSegmentBlocks blocks,
+  // about one per thread.
+  int64_t segments = 1;
+  if (p.batch > 0 && p.batch < t) segments = std::min((t + p.batch - 1) / p.batch, blocks / kMinSegmentBlocks);
+  return PlanWith(p, segments <= 1 ? blocks : (blocks + segments - 1) / segments);
+}
+
+Status sample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
+              int64_t end) {
+  if (const char* why = InvalidShapes(p)) return Status::invalid(why);
+  if (const char* why = InvalidPointers(p)) return Status::invalid(why);
+  // The plan must be plan_sample's for these shapes (some thread count): its layout is rebuilt from
+  // its segment size and compared, so that a plan of other shapes never indexes the workspace.
+  if (plan.batch != p.batch || plan.vocab != p.vocab || !SameLayout(plan, PlanWith(p, plan.segment_blocks))) {
+    return Status::invalid("sample: the plan was made for other shapes");
+  }
+  if (phase < 0 || static_cast<size_t>(phase) >= plan.phase_items.size()) {
+    return Status::invalid("sample: phase not within the plan's phases");
+  }
+  if (begin < 0 || begin > end || end > plan.phase_items[static_cast<size_t>(phase)]) {
+    return Status::invalid("sample: item range not within [0, plan.phase_items[phase]]");
+  }
+  if (begin == end) return Status::ok();
+  if (plan.workspace_bytes > 0 && workspace == nullptr) return Status::invalid("sample: null workspace");
+  HWY_DYNAMIC_DISPATCH(RunSample)(p, plan, workspace, phase, begin, end);
+  return Status::ok();
+}
+
+}  // namespace xllm_kernel::cpu
+#endif  // HWY_ONCE
