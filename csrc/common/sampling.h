@@ -10,8 +10,8 @@
 //   order    tokens by l descending, then by index ascending: the probability order of exact
 //            arithmetic (p_i is a strictly increasing function of l_i), with every tie broken by
 //            the lower index. A function of the input alone, so it is the same on every device.
-//   T == 0   greedy: the first token of the order (the argmax, ties to the lowest index). k, p, m,
-//            seed and offset are not used.
+//   T == 0   greedy: the first token of the order (the argmax, ties to the lowest index). k, seed
+//            and offset are not used; p and m must still be in their domains (below).
 //   T > 0    w_i = exp((l_i - l_max) / T), float32 (l_max = the largest logit): the unnormalized
 //            softmax of l / T, w = 1 for the first token of the order. The subtraction and the
 //            division are IEEE float32 operations (correctly rounded, the same on every device);
