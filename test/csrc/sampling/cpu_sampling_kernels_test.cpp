@@ -351,7 +351,13 @@ Outcome RunBatch(DType dtype, int64_t v, const std::vector<const Row*>& rows, co
   std::vector<int32_t> k(batch);
   std::vector<int64_t> seeds(batch), offsets(batch);
   for (int64_t r = 0; r < batch; ++r) {
-    for (int64_t i = 0; i < stride; ++i) StoreBits(dtype, logits.data(), r * stride + i, i < v ? rows[r]->bits[i] : nan_bits);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(logits.data() + r * stride * 4, rows[r]->bits.data(), static_cast<size_t>(v) * 4);
+    } else {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(logits.data()) + r * stride;
+      for (int64_t i = 0; i < v; ++i) dst[i] = static_cast<uint16_t>(rows[r]->bits[i]);
+    }
+    for (int64_t i = v; i < stride; ++i) StoreBits(dtype, logits.data(), r * stride + i, nan_bits);
     const RowSpec& s = rows[r]->spec;
     t[r] = s.t;
     k[r] = s.k;
