@@ -9,21 +9,25 @@
 //             block maximum t is at most the K-th largest logit (K blocks hold a token >= t), so
 //             the tokens >= t, compressed out of the blocks whose maximum is >= t, hold the first K
 //             of the order. If they are at most kMaxCandidates: an exact selection of the first K
-//             by (key, index), those K put in order, w, the top-p prefix and min-p on them, the
-//             race with scalar Philox words. (top-k 50 over 128256 tokens: about 53 candidates.)
-//   radix     otherwise, when K < vocab or p < 1: a histogram of the top 11 key bits with counts
-//             and integer masses over the row, then per descent two filtered passes (bits 20..10,
-//             9..0) over the tokens of the chosen bin, skipping blocks whose maximum is below it:
-//             the K-th token (its key, and among equal keys the index) and W; then the first token
-//             of the order whose prefix mass reaches p * W, limited to the first K. The kept set
-//             is "above the boundary token in the order".
+//             by (key, index) (nth_element), and where p < 1 those K put in order for the prefix;
+//             w, top-p and min-p on them, the race with scalar Philox words. (Top-k 50 over 128256
+//             N(0, 2) logits: about 53 candidates from 50 blocks.)
+//   radix     otherwise, when K < vocab or p < 1: one histogram pass of the top 11 key bits with
+//             counts (K < vocab) and integer masses (p < 1); per descent one pass collecting the
+//             tokens of the chosen bin (blocks whose maximum is below it skipped), whose bits
+//             20..10 and 9..0 and, among equal keys, indices finish it: the K-th token and W, then
+//             the first token of the order whose prefix mass reaches p W, limited to the first K.
+//             The kept set is "the tokens up to that boundary token in the order".
 //   race      the kept tokens with w > 0 and w >= m, vectorized: Philox over four groups of four
 //             tokens per 512-bit vector (the words of a group are the four 32-bit lanes of a
-//             128-bit block: one MulEven, one in-block reverse and two xors per round), E = -log u,
-//             q = w / E, the largest q with ties to the lower index. Blocks wholly outside the
-//             kept set (by their maximum) are skipped without reading.
+//             128-bit block: one MulEven, one in-block reverse and two xors per round), four
+//             vectors interleaved; E = -log u, q = w / E, the largest q with ties to the lower
+//             index. Blocks wholly outside the kept set (by their maximum) are not read, and
+//             tokens that cannot beat their lane's best (E >= 1 - u) skip exp, log and divisions.
 // w_i = exp((l_i - l_max) / T) with an IEEE subtraction and division and ExpInRange (relative
-// error 4.5e-7), extended below e^-87.5 to the subnormals and 0 below e^-104.
+// error 4.5e-7), extended below e^-87.5 to the subnormals and 0 below e^-104. The integer masses
+// (w 2^s truncated, s from vocab) add up in any order to the same sum, so split rows get the bits
+// of unsplit ones.
 #include "csrc/cpu/sampling/sampling.h"
 
 #include <algorithm>
@@ -500,7 +504,8 @@ int64_t FinishCandidates(const RowParams& rp, const Weigher& wg, float scale, in
   }
   const int64_t k = std::min(rp.k, count);
   if (k < count) std::nth_element(s.ord, s.ord + k, s.ord + count, std::greater<uint64_t>());
-  std::sort(s.ord, s.ord + k, std::greater<uint64_t>());
+  // Only the top-p prefix needs the K in order (min-p and the race do not).
+  if (rp.top_p < 1.0f) std::sort(s.ord, s.ord + k, std::greater<uint64_t>());
   for (int64_t j = 0; j < k; ++j) {
     s.vals[j] = float_of_key(static_cast<uint32_t>(s.ord[j] >> 32));
     s.idx[j] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.ord[j]));
