@@ -55,6 +55,9 @@ HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+// Every kernel family defines its helpers in this target's namespace; this family's are in their
+// own, so that a same-named inline helper of another translation unit cannot replace one (ODR).
+namespace sample_impl {
 using namespace sampling_detail;  // NOLINT: this family's shared layout
 
 using DI32 = hn::RebindToSigned<DF>;
@@ -911,8 +914,11 @@ void RunTyped(const SamplingParams& p, const SamplePlan& plan, void* workspace, 
   for (int64_t item = begin; item < end; ++item) RunSplitItem<T>(p, plan, ws, phase, item);
 }
 
+}  // namespace sample_impl
+
 void RunSample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
                int64_t end) {
+  using sample_impl::RunTyped;
   switch (p.dtype) {
     case DType::kFloat32: RunTyped<float>(p, plan, workspace, phase, begin, end); break;
     case DType::kBFloat16: RunTyped<hwy::bfloat16_t>(p, plan, workspace, phase, begin, end); break;
