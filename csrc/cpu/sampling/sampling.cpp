@@ -359,6 +359,7 @@ Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int
   const VI32 vlimit = hn::Set(di, static_cast<int32_t>(bound_index + 1));
   const VF vmin = hn::Set(d, min_p);
   const VF one = hn::Set(d, 1.0f);
+  const VI32 iota = hn::Iota(di, 0);  // hoisted: Highway 1.0.3 builds it through memory
   using MF = decltype(hn::FirstN(d, 0));
   VF best_q[kRaceVectors];
   VI32 best_i[kRaceVectors];
@@ -401,7 +402,7 @@ Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int
         bool any = false;
         for (int j = 0; j < kRaceVectors; ++j) {
           v[j] = Clean(LoadF(row + i + j * static_cast<int64_t>(N)));
-          index[j] = hn::Iota(di, static_cast<int32_t>(i + j * static_cast<int64_t>(N)));
+          index[j] = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i + j * static_cast<int64_t>(N))));
           kept[j] = keep(v[j], index[j]);
           any = any || !hn::AllFalse(d, kept[j]);
         }
@@ -423,7 +424,7 @@ Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int
     for (; i < end; i += static_cast<int64_t>(N)) {
       const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
       const VF v = LoadClean(row + i, nn);
-      const VI32 index = hn::Iota(di, static_cast<int32_t>(i));
+      const VI32 index = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i)));
       MF kept = keep(v, index);
       if (hn::AllFalse(d, kept)) continue;
       VF u;
@@ -467,6 +468,7 @@ bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t
   const DI32 di;
   const size_t N = hn::Lanes(d);
   const VF vt = hn::Set(d, t);
+  const VI32 iota = hn::Iota(di, 0);  // hoisted: Highway 1.0.3 builds it through memory
   size_t n = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     if (!(bmax[b] >= t)) continue;
@@ -476,9 +478,13 @@ bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t
       const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
       const VF v = LoadClean(row + i, nn);
       const auto m = hn::And(hn::Ge(v, vt), hn::FirstN(d, nn));
-      if (hn::AllFalse(d, m)) continue;  // most vectors (and a compress to memory is slow on AVX-512)
-      hn::CompressStore(hn::Iota(di, static_cast<int32_t>(i)), hn::RebindMask(di, m), di, s.idx + n);
-      n += hn::CompressStore(v, m, d, s.vals + n);
+      // Compressed in registers and stored whole (the buffers have a vector of slack): a compress
+      // to memory is slow on AVX-512, and a branch on the mask mispredicts where candidates are
+      // dense.
+      const VI32 index = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i)));
+      hn::StoreU(hn::Compress(index, hn::RebindMask(di, m)), di, s.idx + n);
+      hn::StoreU(hn::Compress(v, m), d, s.vals + n);
+      n += hn::CountTrue(d, m);
     }
   }
   count = static_cast<int64_t>(n);
