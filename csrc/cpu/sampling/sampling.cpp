@@ -1043,6 +1043,9 @@ Status sample(const SamplingParams& p, const SamplePlan& plan, void* workspace, 
   }
   if (begin == end) return Status::ok();
   if (plan.workspace_bytes > 0 && workspace == nullptr) return Status::invalid("sample: null workspace");
+  if (plan.workspace_bytes > 0 && reinterpret_cast<uintptr_t>(workspace) % 64 != 0) {
+    return Status::invalid("sample: workspace not 64-byte aligned");
+  }
   HWY_DYNAMIC_DISPATCH(RunSample)(p, plan, workspace, phase, begin, end);
   return Status::ok();
 }

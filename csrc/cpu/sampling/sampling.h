@@ -73,8 +73,8 @@ SamplePlan plan_sample(const SamplingParams& p, int threads);
 // the same phase. Writes out[r] (and row_nan[r] where row_nan is not null) for every row by the
 // end of the last phase. An invalid status (null pointers where rows exist, vocab outside
 // [1, 2^31), an unknown dtype, a negative batch, a row stride below vocab with more than one row,
-// a plan of other shapes, a phase or item range outside the plan, a null workspace the plan needs)
-// writes nothing.
+// a plan of other shapes, a phase or item range outside the plan, a null or misaligned workspace
+// the plan needs) writes nothing.
 Status sample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
               int64_t end);
 

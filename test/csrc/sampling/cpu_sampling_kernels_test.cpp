@@ -1197,8 +1197,10 @@ TEST(CpuSamplingKernel, RejectsInvalidArguments) {
   EXPECT_EQ(sample(sp, plan, nullptr, 0, 0, 1), Status::kInvalidArgument);
   tampered = plan;
   tampered.histogram_offset += 64;
-  auto ws = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(plan.workspace_bytes));
+  auto ws = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(plan.workspace_bytes) + 64);
   EXPECT_EQ(sample(sp, tampered, ws.get(), 0, 0, 1), Status::kInvalidArgument);
+  EXPECT_EQ(sample(sp, plan, ws.get() + 8, 0, 0, 1), Status::kInvalidArgument);  // misaligned
+  EXPECT_TRUE(sample(sp, plan, ws.get(), 0, 0, 1).is_ok());
   // No rows: nothing to read, null pointers are fine.
   SamplingParams empty;
   empty.vocab = 10;
