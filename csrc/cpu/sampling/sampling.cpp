@@ -9,21 +9,25 @@
 //             block maximum t is at most the K-th largest logit (K blocks hold a token >= t), so
 //             the tokens >= t, compressed out of the blocks whose maximum is >= t, hold the first K
 //             of the order. If they are at most kMaxCandidates: an exact selection of the first K
-//             by (key, index), those K put in order, w, the top-p prefix and min-p on them, the
-//             race with scalar Philox words. (top-k 50 over 128256 tokens: about 53 candidates.)
-//   radix     otherwise, when K < vocab or p < 1: a histogram of the top 11 key bits with counts
-//             and integer masses over the row, then per descent two filtered passes (bits 20..10,
-//             9..0) over the tokens of the chosen bin, skipping blocks whose maximum is below it:
-//             the K-th token (its key, and among equal keys the index) and W; then the first token
-//             of the order whose prefix mass reaches p * W, limited to the first K. The kept set
-//             is "above the boundary token in the order".
+//             by (key, index) (nth_element), and where p < 1 those K put in order for the prefix;
+//             w, top-p and min-p on them, the race with scalar Philox words. (Top-k 50 over 128256
+//             N(0, 2) logits: about 53 candidates from 50 blocks.)
+//   radix     otherwise, when K < vocab or p < 1: one histogram pass of the top 11 key bits with
+//             counts (K < vocab) and integer masses (p < 1); per descent one pass collecting the
+//             tokens of the chosen bin (blocks whose maximum is below it skipped), whose bits
+//             20..10 and 9..0 and, among equal keys, indices finish it: the K-th token and W, then
+//             the first token of the order whose prefix mass reaches p W, limited to the first K.
+//             The kept set is "the tokens up to that boundary token in the order".
 //   race      the kept tokens with w > 0 and w >= m, vectorized: Philox over four groups of four
 //             tokens per 512-bit vector (the words of a group are the four 32-bit lanes of a
-//             128-bit block: one MulEven, one in-block reverse and two xors per round), E = -log u,
-//             q = w / E, the largest q with ties to the lower index. Blocks wholly outside the
-//             kept set (by their maximum) are skipped without reading.
+//             128-bit block: one MulEven, one in-block reverse and two xors per round), four
+//             vectors interleaved; E = -log u, q = w / E, the largest q with ties to the lower
+//             index. Blocks wholly outside the kept set (by their maximum) are not read, and
+//             tokens that cannot beat their lane's best (E >= 1 - u) skip exp, log and divisions.
 // w_i = exp((l_i - l_max) / T) with an IEEE subtraction and division and ExpInRange (relative
-// error 4.5e-7), extended below e^-87.5 to the subnormals and 0 below e^-104.
+// error 4.5e-7), extended below e^-87.5 to the subnormals and 0 below e^-104. The integer masses
+// (w 2^s truncated, s from vocab) add up in any order to the same sum, so split rows get the bits
+// of unsplit ones.
 #include "csrc/cpu/sampling/sampling.h"
 
 #include <algorithm>
@@ -51,6 +55,9 @@ HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+// Every kernel family defines its helpers in this target's namespace; this family's are in their
+// own, so that a same-named inline helper of another translation unit cannot replace one (ODR).
+namespace sample_impl {
 using namespace sampling_detail;  // NOLINT: this family's shared layout
 
 using DI32 = hn::RebindToSigned<DF>;
@@ -130,8 +137,16 @@ HWY_INLINE bool Reaches(uint64_t mass, double target) { return static_cast<doubl
 
 // ---------------------------------------------------------------- per-thread scratch
 
+// A token of the radix select's chosen level-1 bin.
+struct Match {
+  uint32_t key;
+  int32_t index;
+  uint64_t mass;
+};
+
 struct Scratch {
   std::vector<float> bmax;  // a row's block maxima (unsplit plans)
+  std::vector<Match> matches;
   std::vector<float> sel;   // a copy for the K-th largest
   // Candidates: room for kMaxCandidates plus one block and a vector of compress slack.
   static constexpr size_t kCap = kMaxCandidates + kSampleBlock + 64;
@@ -270,27 +285,37 @@ struct PhiloxLanes {
     gmask = hn::IfThenElseZero(w0, hn::Set(du, 0xFFFFFFFFu));
   }
 
-  // u of tokens first .. first + N - 1 (first a multiple of 4 where N >= 4).
-  HWY_INLINE VF Uniforms(int64_t first) const {
+  // u of tokens first .. first + kV N - 1 into u[0, kV) (first a multiple of 4 where N >= 4). The kV
+  // vectors' rounds are interleaved: each is a chain of 10 dependent multiplications.
+  template <int kV>
+  HWY_INLINE void Uniforms(int64_t first, VF* u) const {
     const DF d;
 #if HWY_TARGET == HWY_SCALAR
-    return hn::Set(d, kernels::sampling_uniform(seed, offset, first));
+    for (int j = 0; j < kV; ++j) u[j] = hn::Set(d, kernels::sampling_uniform(seed, offset, first + j));
 #else
     const DU du;
+    const DI di;
     const hn::Repartition<uint64_t, DU> d64;
-    VU v = hn::Add(base, hn::And(hn::Set(du, static_cast<uint32_t>(first >> 2)), gmask));
+    const uint32_t groups = static_cast<uint32_t>(hn::Lanes(du) / 4);
+    VU v[kV];
+    for (int j = 0; j < kV; ++j) {
+      v[j] = hn::Add(base, hn::And(hn::Set(du, static_cast<uint32_t>(first >> 2) + j * groups), gmask));
+    }
     VU key = key0;
     for (int round = 0; round < 10; ++round) {
       // Per block [v0, v1, v2, v3]: the products [lo0, hi0, lo1, hi1] reversed are
       // [hi1, lo1, hi0, lo0]; v >> 32 per u64 lane is [v1, 0, v3, 0].
-      const VU prod = hn::BitCast(du, hn::MulEven(v, mul));
-      const VU shifted = hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, v)));
-      v = hn::Xor(hn::Xor(hn::Shuffle0123(prod), shifted), key);
+      for (int j = 0; j < kV; ++j) {
+        const VU prod = hn::BitCast(du, hn::MulEven(v[j], mul));
+        const VU shifted = hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, v[j])));
+        v[j] = hn::Xor(hn::Xor(hn::Shuffle0123(prod), shifted), key);
+      }
       key = hn::Add(key, step);
     }
-    const DI di;
-    const VF n = hn::ConvertTo(d, hn::BitCast(di, hn::ShiftRight<9>(v)));
-    return hn::Mul(hn::Add(n, hn::Set(d, 0.5f)), hn::Set(d, 1.0f / 8388608.0f));
+    for (int j = 0; j < kV; ++j) {
+      const VF n = hn::ConvertTo(d, hn::BitCast(di, hn::ShiftRight<9>(v[j])));
+      u[j] = hn::Mul(hn::Add(n, hn::Set(d, 0.5f)), hn::Set(d, 1.0f / 8388608.0f));
+    }
 #endif
   }
 };
@@ -312,7 +337,17 @@ HWY_INLINE void Take(Best& best, float q, int64_t index) {
 }
 
 // The best quotient among the kept tokens of blocks [b0, b1): l > bound, or l == bound and index
-// <= bound_index, with w > 0 and w >= min_p.
+// <= bound_index, with w > 0 and w >= min_p. Full blocks go kRaceVectors vectors at a time (their
+// chains interleaved, one best accumulator each), a row's last block one vector at a time.
+//
+// A shortcut that changes no result: E = -log u >= 1 - u, so a token with w <= w_hi (a bound of
+// its block's w) and (1 - u) best >= w_hi, best its lane's best quotient so far, has q < best and
+// cannot win its lane: its w, E and q are not computed. Margins: w_hi = w(block maximum)
+// (1 + 1e-5) + 1e-37 covers ExpInRange's non-monotonicity (relative 1e-6, and an absolute 2^-149
+// where w is subnormal); with the roundings of (1 - u) best (exact 1 - u), of log (a few ulp) and of
+// the division, a skipped token's computed q would be below best by a relative 6e-6 at least.
+constexpr int kRaceVectors = 4;
+
 template <typename T>
 Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t b0, int64_t b1,
                 const Weigher& wg, float bound, int64_t bound_index, float min_p, const RowParams& rp) {
@@ -323,37 +358,93 @@ Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int
   const VF vbound = hn::Set(d, bound);
   const VI32 vlimit = hn::Set(di, static_cast<int32_t>(bound_index + 1));
   const VF vmin = hn::Set(d, min_p);
-  VF best_q = hn::Zero(d);
-  VI32 best_i = hn::Set(di, -1);
+  const VF one = hn::Set(d, 1.0f);
+  const VI32 iota = hn::Iota(di, 0);  // hoisted: Highway 1.0.3 builds it through memory
+  using MF = decltype(hn::FirstN(d, 0));
+  VF best_q[kRaceVectors];
+  VI32 best_i[kRaceVectors];
+  for (int j = 0; j < kRaceVectors; ++j) {
+    best_q[j] = hn::Zero(d);
+    best_i[j] = hn::Set(di, -1);
+  }
+  auto keep = [&](VF v, VI32 index) {
+    return hn::Or(hn::Gt(v, vbound), hn::And(hn::Eq(v, vbound), hn::RebindMask(d, hn::Lt(index, vlimit))));
+  };
+  // Lanes that may still beat their best: (1 - u) best < w_hi.
+  auto may_win = [&](int j, MF kept, VF u, VF w_hi) {
+    return hn::And(kept, hn::Lt(hn::Mul(hn::Sub(one, u), best_q[j]), w_hi));
+  };
+  auto drawable = [&](MF kept, VF w) { return hn::And(kept, hn::And(hn::Gt(w, hn::Zero(d)), hn::Ge(w, vmin))); };
+  auto update = [&](int j, MF kept, VF q, VI32 index) {
+    q = hn::IfThenElseZero(kept, q);
+    const auto better = hn::Gt(q, best_q[j]);  // strictly: the lower index stays on a tie
+    best_q[j] = hn::IfThenElse(better, q, best_q[j]);
+    best_i[j] = hn::IfThenElse(hn::RebindMask(di, better), index, best_i[j]);
+  };
   // Below 1e-30 the w of a block maximum is not used to skip (subnormal w round non-monotonically).
   const bool skip_min_p = min_p >= 1e-30f;
+  const int64_t step = static_cast<int64_t>(N) * kRaceVectors;
   for (int64_t b = b0; b < b1; ++b) {
     const float bm = bmax[b];
     const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
     if (bm < bound || (bm == bound && begin > bound_index) || BlockWeightless(wg, bm)) continue;
+    const float w_block = WeightOne(wg, bm);
     // ExpInRange is monotone up to its relative error (4.5e-7), so a block whose maximum's w is
     // below min_p (1 - 1e-5) has no token with w >= min_p.
-    if (skip_min_p && WeightOne(wg, bm) < min_p * (1.0f - 1e-5f)) continue;
-    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
+    if (skip_min_p && w_block < min_p * (1.0f - 1e-5f)) continue;
+    const VF w_hi = hn::Set(d, w_block * (1.0f + 1e-5f) + 1e-37f);
+    int64_t i = begin;
+    if (end - begin == kSampleBlock) {  // a multiple of step: N * kRaceVectors divides 256
+      for (; i < end; i += step) {
+        VF v[kRaceVectors], u[kRaceVectors];
+        VI32 index[kRaceVectors];
+        MF kept[kRaceVectors];
+        bool any = false;
+        for (int j = 0; j < kRaceVectors; ++j) {
+          v[j] = Clean(LoadF(row + i + j * static_cast<int64_t>(N)));
+          index[j] = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i + j * static_cast<int64_t>(N))));
+          kept[j] = keep(v[j], index[j]);
+          any = any || !hn::AllFalse(d, kept[j]);
+        }
+        if (!any) continue;
+        philox.Uniforms<kRaceVectors>(i, u);
+        any = false;
+        for (int j = 0; j < kRaceVectors; ++j) {
+          kept[j] = may_win(j, kept[j], u[j], w_hi);
+          any = any || !hn::AllFalse(d, kept[j]);
+        }
+        if (!any) continue;
+        for (int j = 0; j < kRaceVectors; ++j) {
+          if (hn::AllFalse(d, kept[j])) continue;
+          const VF w = WeightOf(wg, v[j]);
+          update(j, drawable(kept[j], w), Quotient(w, u[j]), index[j]);
+        }
+      }
+    }
+    for (; i < end; i += static_cast<int64_t>(N)) {
       const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
       const VF v = LoadClean(row + i, nn);
-      const VI32 index = hn::Iota(di, static_cast<int32_t>(i));
-      auto kept = hn::Or(hn::Gt(v, vbound), hn::And(hn::Eq(v, vbound), hn::RebindMask(d, hn::Lt(index, vlimit))));
+      const VI32 index = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i)));
+      MF kept = keep(v, index);
+      if (hn::AllFalse(d, kept)) continue;
+      VF u;
+      philox.Uniforms<1>(i, &u);
+      kept = may_win(0, kept, u, w_hi);
       if (hn::AllFalse(d, kept)) continue;
       const VF w = WeightOf(wg, v);
-      kept = hn::And(kept, hn::And(hn::Gt(w, hn::Zero(d)), hn::Ge(w, vmin)));
-      if (hn::AllFalse(d, kept)) continue;
-      const VF q = hn::IfThenElseZero(kept, Quotient(w, philox.Uniforms(i)));
-      const auto better = hn::Gt(q, best_q);
-      best_q = hn::IfThenElse(better, q, best_q);
-      best_i = hn::IfThenElse(hn::RebindMask(di, better), index, best_i);
+      update(0, drawable(kept, w), Quotient(w, u), index);
     }
   }
   Best best;
-  const float mq = hn::GetLane(hn::MaxOfLanes(d, best_q));
+  VF all_q = best_q[0];
+  for (int j = 1; j < kRaceVectors; ++j) all_q = hn::Max(all_q, best_q[j]);
+  const float mq = hn::GetLane(hn::MaxOfLanes(d, all_q));
   if (!(mq > 0.0f)) return best;
-  const auto at = hn::RebindMask(di, hn::Eq(best_q, hn::Set(d, mq)));
-  const VI32 cand = hn::IfThenElse(at, best_i, hn::Set(di, std::numeric_limits<int32_t>::max()));
+  VI32 cand = hn::Set(di, std::numeric_limits<int32_t>::max());
+  for (int j = 0; j < kRaceVectors; ++j) {
+    const auto at = hn::RebindMask(di, hn::Eq(best_q[j], hn::Set(d, mq)));
+    cand = hn::Min(cand, hn::IfThenElse(at, best_i[j], hn::Set(di, std::numeric_limits<int32_t>::max())));
+  }
   best.q = mq;
   best.index = hn::GetLane(hn::MinOfLanes(di, cand));
   return best;
@@ -377,6 +468,7 @@ bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t
   const DI32 di;
   const size_t N = hn::Lanes(d);
   const VF vt = hn::Set(d, t);
+  const VI32 iota = hn::Iota(di, 0);  // hoisted: Highway 1.0.3 builds it through memory
   size_t n = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     if (!(bmax[b] >= t)) continue;
@@ -386,8 +478,13 @@ bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t
       const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
       const VF v = LoadClean(row + i, nn);
       const auto m = hn::And(hn::Ge(v, vt), hn::FirstN(d, nn));
-      hn::CompressStore(hn::Iota(di, static_cast<int32_t>(i)), hn::RebindMask(di, m), di, s.idx + n);
-      n += hn::CompressStore(v, m, d, s.vals + n);
+      // Compressed in registers and stored whole (the buffers have a vector of slack): a compress
+      // to memory is slow on AVX-512, and a branch on the mask mispredicts where candidates are
+      // dense.
+      const VI32 index = hn::Add(iota, hn::Set(di, static_cast<int32_t>(i)));
+      hn::StoreU(hn::Compress(index, hn::RebindMask(di, m)), di, s.idx + n);
+      hn::StoreU(hn::Compress(v, m), d, s.vals + n);
+      n += hn::CountTrue(d, m);
     }
   }
   count = static_cast<int64_t>(n);
@@ -416,7 +513,8 @@ int64_t FinishCandidates(const RowParams& rp, const Weigher& wg, float scale, in
   }
   const int64_t k = std::min(rp.k, count);
   if (k < count) std::nth_element(s.ord, s.ord + k, s.ord + count, std::greater<uint64_t>());
-  std::sort(s.ord, s.ord + k, std::greater<uint64_t>());
+  // Only the top-p prefix needs the K in order (min-p and the race do not).
+  if (rp.top_p < 1.0f) std::sort(s.ord, s.ord + k, std::greater<uint64_t>());
   for (int64_t j = 0; j < k; ++j) {
     s.vals[j] = float_of_key(static_cast<uint32_t>(s.ord[j] >> 32));
     s.idx[j] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.ord[j]));
@@ -468,92 +566,78 @@ int64_t FinishCandidates(const RowParams& rp, const Weigher& wg, float scale, in
 
 // ---------------------------------------------------------------- radix select
 
-// Adds the tokens [t0, t1) of a row to a level-1 histogram (counts; masses when want_mass).
+// Adds the tokens of blocks [b0, b1) of a row to a level-1 histogram: counts when want_count
+// (K < vocab), masses when want_mass (p < 1). Without counts, blocks whose tokens all have w = 0
+// add nothing and are skipped (rows masked with -inf).
 template <typename T>
-void HistogramTokens(const T* HWY_RESTRICT row, int64_t t0, int64_t t1, const Weigher& wg, float scale, bool want_mass,
-                     Histogram1& h) {
+void HistogramTokens(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t b0, int64_t b1,
+                     const Weigher& wg, float scale, bool want_count, bool want_mass, Histogram1& h) {
   const DF d;
   const DU du;
   const size_t N = hn::Lanes(d);
-  alignas(64) uint32_t bins[kMaxLanes];
-  alignas(64) float w[kMaxLanes];
-  for (int64_t i = t0; i < t1; i += static_cast<int64_t>(N)) {
-    const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), t1 - i));
-    const VF v = LoadClean(row + i, nn);
-    hn::Store(hn::ShiftRight<kShift1>(KeyOf(v)), du, bins);
-    if (want_mass) {
-      hn::Store(WeightOf(wg, v), d, w);
-      for (size_t j = 0; j < nn; ++j) {
-        ++h.count[bins[j]];
-        h.mass[bins[j]] += MassOf(w[j], scale);
+  // Four vectors' bins and weights first (their exp chains interleave), then their tokens.
+  constexpr size_t kVectors = 4;
+  alignas(64) uint32_t bins[kVectors * kMaxLanes];
+  alignas(64) float w[kVectors * kMaxLanes];
+  for (int64_t b = b0; b < b1; ++b) {
+    if (!want_count && BlockWeightless(wg, bmax[b])) continue;
+    const int64_t t1 = std::min(vocab, (b + 1) * kSampleBlock);
+    for (int64_t i = b * kSampleBlock; i < t1; i += static_cast<int64_t>(kVectors * N)) {
+      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kVectors * N), t1 - i));
+      for (size_t j = 0; j * N < nn; ++j) {
+        const VF v = LoadClean(row + i + j * N, std::min(N, nn - j * N));
+        hn::Store(hn::ShiftRight<kShift1>(KeyOf(v)), du, bins + j * N);
+        if (want_mass) hn::Store(WeightOf(wg, v), d, w + j * N);
       }
-    } else {
-      for (size_t j = 0; j < nn; ++j) ++h.count[bins[j]];
+      if (want_count && want_mass) {
+        for (size_t j = 0; j < nn; ++j) {
+          ++h.count[bins[j]];
+          h.mass[bins[j]] += MassOf(w[j], scale);
+        }
+      } else if (want_mass) {
+        for (size_t j = 0; j < nn; ++j) h.mass[bins[j]] += MassOf(w[j], scale);
+      } else {
+        for (size_t j = 0; j < nn; ++j) ++h.count[bins[j]];
+      }
     }
   }
 }
 
-// Histogram of the tokens whose key >> prefix_shift == prefix, by (key >> bin_shift) & bin_mask;
-// blocks whose maximum's key is below the prefix's range are skipped.
+// The tokens whose key >> kShift1 == prefix, in index order, with their masses (0 unless
+// want_mass), into s.matches; blocks whose maximum's key is below the prefix's range are skipped.
 template <typename T>
-void HistogramMatching(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t prefix,
-                       int prefix_shift, int bin_shift, uint32_t bin_mask, const Weigher& wg, float scale,
-                       bool want_mass, uint32_t* count, uint64_t* mass) {
+void CollectBin(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t prefix,
+                const Weigher& wg, float scale, bool want_mass, Scratch& s) {
   const DF d;
   const DU du;
   const size_t N = hn::Lanes(d);
   alignas(64) uint32_t keys[kMaxLanes];
   alignas(64) float w[kMaxLanes];
   const VU vprefix = hn::Set(du, prefix);
+  s.matches.clear();
   for (int64_t b = 0; b < blocks; ++b) {
-    if ((kernels::logit_order_key(bmax[b]) >> prefix_shift) < prefix) continue;
+    if ((kernels::logit_order_key(bmax[b]) >> kShift1) < prefix) continue;
     const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
     for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
       const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
       const VF v = LoadClean(row + i, nn);
       const VU key = KeyOf(v);
-      const auto m = hn::And(hn::Eq(hn::ShiftRightSame(key, prefix_shift), vprefix), hn::RebindMask(du, hn::FirstN(d, nn)));
+      const auto m = hn::And(hn::Eq(hn::ShiftRight<kShift1>(key), vprefix), hn::RebindMask(du, hn::FirstN(d, nn)));
       if (hn::AllFalse(du, m)) continue;
-      const size_t c = hn::CompressStore(key, m, du, keys);
-      if (want_mass) hn::CompressStore(WeightOf(wg, v), hn::RebindMask(d, m), d, w);
-      for (size_t j = 0; j < c; ++j) {
-        const uint32_t bin = (keys[j] >> bin_shift) & bin_mask;
-        ++count[bin];
-        if (want_mass) mass[bin] += MassOf(w[j], scale);
+      // The matching lanes by their mask bits (plain stores: a compress to memory is slow on
+      // AVX-512).
+      hn::Store(key, du, keys);
+      if (want_mass) hn::Store(WeightOf(wg, v), d, w);
+      uint8_t bits[(kMaxLanes + 7) / 8] = {};
+      hn::StoreMaskBits(du, m, bits);
+      uint64_t lanes = 0;
+      std::memcpy(&lanes, bits, std::min(sizeof lanes, sizeof bits));
+      for (; lanes != 0; lanes &= lanes - 1) {
+        const int j = __builtin_ctzll(lanes);
+        s.matches.push_back({keys[j], static_cast<int32_t>(i + j), want_mass ? MassOf(w[j], scale) : 0});
       }
     }
   }
-}
-
-// The index of the n-th (1-based) token, in index order, whose key is `key`.
-template <typename T>
-int64_t NthWithKey(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t key,
-                   int64_t n) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  const float v = float_of_key(key);
-  int64_t seen = 0;
-  alignas(64) float lanes[kMaxLanes];
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (!(bmax[b] >= v)) continue;
-    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
-    for (int64_t i = begin; i < end; i += static_cast<int64_t>(N)) {
-      const size_t nn = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(N), end - i));
-      const auto m = hn::And(hn::Eq(LoadClean(row + i, nn), hn::Set(d, v)), hn::FirstN(d, nn));
-      const int64_t c = static_cast<int64_t>(hn::CountTrue(d, m));
-      if (seen + c < n) {
-        seen += c;
-        continue;
-      }
-      hn::Store(hn::VecFromMask(d, m), d, lanes);
-      for (size_t j = 0; j < nn; ++j) {
-        uint32_t bits;
-        std::memcpy(&bits, &lanes[j], 4);
-        if (bits != 0 && ++seen == n) return i + static_cast<int64_t>(j);
-      }
-    }
-  }
-  return vocab - 1;  // unreachable: the histograms counted n such tokens
 }
 
 // The last token of the order's shortest prefix that holds `limit` tokens or (use_target) whose
@@ -570,10 +654,11 @@ Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, in
                  uint64_t limit, bool use_target, double target, bool want_mass, const Weigher& wg, float scale,
                  Scratch& s) {
   uint64_t cum_c = 0, cum_m = 0;
+  // The level-1 counts are all 0 when K == vocab (not counted): bins are then walked by mass.
   auto pick = [&](const uint32_t* count, const uint64_t* mass, int bins) {
     int last = -1;
     for (int b = bins - 1; b >= 0; --b) {
-      if (count[b] == 0) continue;
+      if (count[b] == 0 && mass[b] == 0) continue;
       last = b;
       if (cum_c + count[b] >= limit || (use_target && Reaches(cum_m + mass[b], target))) return b;
       cum_c += count[b];
@@ -588,15 +673,24 @@ Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, in
     return std::max(last, 0);
   };
   const int b1 = pick(h1.count, h1.mass, kBins1);
+  // Levels 2 and 3 on the tokens of bin b1, collected once (in index order).
+  CollectBin(row, vocab, bmax, blocks, static_cast<uint32_t>(b1), wg, scale, want_mass, s);
   std::fill(s.count2, s.count2 + kBins2, 0u);
   std::fill(s.mass2, s.mass2 + kBins2, uint64_t{0});
-  HistogramMatching(row, vocab, bmax, blocks, static_cast<uint32_t>(b1), kShift1, kShift2, kBins2 - 1, wg, scale,
-                    want_mass, s.count2, s.mass2);
+  for (const Match& m : s.matches) {
+    const uint32_t bin = (m.key >> kShift2) & (kBins2 - 1);
+    ++s.count2[bin];
+    s.mass2[bin] += m.mass;
+  }
   const int b2 = pick(s.count2, s.mass2, kBins2);
   const uint32_t prefix = (static_cast<uint32_t>(b1) << (kShift1 - kShift2)) | static_cast<uint32_t>(b2);
   std::fill(s.count2, s.count2 + kBins3, 0u);
   std::fill(s.mass2, s.mass2 + kBins3, uint64_t{0});
-  HistogramMatching(row, vocab, bmax, blocks, prefix, kShift2, 0, kBins3 - 1, wg, scale, want_mass, s.count2, s.mass2);
+  for (const Match& m : s.matches) {
+    if ((m.key >> kShift2) != prefix) continue;
+    ++s.count2[m.key & (kBins3 - 1)];
+    s.mass2[m.key & (kBins3 - 1)] += m.mass;
+  }
   const int b3 = pick(s.count2, s.mass2, kBins3);
   Boundary out;
   out.key = (prefix << kShift2) | static_cast<uint32_t>(b3);
@@ -613,7 +707,15 @@ Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, in
     take = std::min(take, t);
   }
   take = std::max<uint64_t>(take, 1);
-  out.index = NthWithKey(row, vocab, bmax, blocks, out.key, static_cast<int64_t>(take));
+  // The take-th token of the key, in index order.
+  out.index = vocab - 1;  // unreachable: the histograms counted take such tokens
+  uint64_t seen = 0;
+  for (const Match& m : s.matches) {
+    if (m.key == out.key && ++seen == take) {
+      out.index = m.index;
+      break;
+    }
+  }
   out.count = cum_c + take;
   out.mass = cum_m + take * each;
   return out;
@@ -693,12 +795,14 @@ Best Race(const SamplingParams& p, int64_t r, const float* bmax, int64_t b0, int
 }
 
 template <typename T>
-void Histogram(const SamplingParams& p, int64_t r, int64_t t0, int64_t t1, const RowState& st, Histogram1& h) {
+void Histogram(const SamplingParams& p, int64_t r, const float* bmax, int64_t b0, int64_t b1, const RowState& st,
+               Histogram1& h) {
   const RowParams rp = ParamsOf(p, r);
   const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
   std::fill(h.count, h.count + kBins1, 0u);
   std::fill(h.mass, h.mass + kBins1, uint64_t{0});
-  HistogramTokens(RowOf<T>(p, r), t0, t1, wg, std::ldexp(1.0f, mass_shift(p.vocab)), rp.top_p < 1.0f, h);
+  HistogramTokens(RowOf<T>(p, r), p.vocab, bmax, b0, b1, wg, std::ldexp(1.0f, mass_shift(p.vocab)), rp.k < p.vocab,
+                  rp.top_p < 1.0f, h);
 }
 
 // An unsplit plan's item: a row from the scan to its token.
@@ -713,7 +817,7 @@ void RunRow(const SamplingParams& p, const SamplePlan& plan, int64_t r) {
   RowState st;
   Prepare<T>(p, r, l_max, nan, bmax, plan.blocks, st, s);
   if (st.stage == kStageHistogram) {
-    Histogram<T>(p, r, 0, p.vocab, st, s.h1);
+    Histogram<T>(p, r, bmax, 0, plan.blocks, st, s.h1);
     Select<T>(p, r, bmax, plan.blocks, s.h1, st, s);
   }
   if (st.stage == kStageRace) p.out[r] = Race<T>(p, r, bmax, 0, plan.blocks, st).index;
@@ -766,7 +870,7 @@ void RunSplitItem(const SamplingParams& p, const SamplePlan& plan, const Layout&
     case 2: {
       RowState& st = ws.row(r);
       if (st.stage != kStageHistogram) break;
-      Histogram<T>(p, r, b0 * kSampleBlock, std::min(p.vocab, b1 * kSampleBlock), st, ws.hist(r, g));
+      Histogram<T>(p, r, ws.bmax(r), b0, b1, st, ws.hist(r, g));
       break;
     }
     case 3: {
@@ -816,8 +920,11 @@ void RunTyped(const SamplingParams& p, const SamplePlan& plan, void* workspace, 
   for (int64_t item = begin; item < end; ++item) RunSplitItem<T>(p, plan, ws, phase, item);
 }
 
+}  // namespace sample_impl
+
 void RunSample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
                int64_t end) {
+  using sample_impl::RunTyped;
   switch (p.dtype) {
     case DType::kFloat32: RunTyped<float>(p, plan, workspace, phase, begin, end); break;
     case DType::kBFloat16: RunTyped<hwy::bfloat16_t>(p, plan, workspace, phase, begin, end); break;
@@ -936,6 +1043,9 @@ Status sample(const SamplingParams& p, const SamplePlan& plan, void* workspace, 
   }
   if (begin == end) return Status::ok();
   if (plan.workspace_bytes > 0 && workspace == nullptr) return Status::invalid("sample: null workspace");
+  if (plan.workspace_bytes > 0 && reinterpret_cast<uintptr_t>(workspace) % 64 != 0) {
+    return Status::invalid("sample: workspace not 64-byte aligned");
+  }
   HWY_DYNAMIC_DISPATCH(RunSample)(p, plan, workspace, phase, begin, end);
   return Status::ok();
 }

@@ -2,10 +2,10 @@
 // csrc/common/sampling.h defines, without sorting a row. Per row: one pass over the logits for the
 // maximum and the maxima of 256-token blocks; top-k by selection (the k-th largest block maximum
 // bounds the k-th largest logit from below, so a compare-and-compress pass over the few blocks
-// above it gives a small candidate set, selected exactly); top-p without a small candidate set by
-// a radix selection over the order keys with integer masses (a histogram pass and two filtered
-// passes); then the exponential race over the kept tokens with Philox4x32-10 uniforms, four tokens
-// per Philox call, vectorized.
+// above it gives a small candidate set, selected exactly); top-p and large K without a small
+// candidate set by a radix selection over the order keys with integer masses (a histogram pass,
+// then one pass per descent collecting the chosen bin's tokens); then the exponential race over
+// the kept tokens with Philox4x32-10 uniforms, four tokens per Philox call, vectorized.
 //
 // A bridge checks the tensors, fills a SamplingParams, plans from the shapes and the thread
 // count, allocates the plan's workspace and runs the phases in order, each phase's items spread
@@ -73,8 +73,8 @@ SamplePlan plan_sample(const SamplingParams& p, int threads);
 // the same phase. Writes out[r] (and row_nan[r] where row_nan is not null) for every row by the
 // end of the last phase. An invalid status (null pointers where rows exist, vocab outside
 // [1, 2^31), an unknown dtype, a negative batch, a row stride below vocab with more than one row,
-// a plan of other shapes, a phase or item range outside the plan, a null workspace the plan needs)
-// writes nothing.
+// a plan of other shapes, a phase or item range outside the plan, a null or misaligned workspace
+// the plan needs) writes nothing.
 Status sample(const SamplingParams& p, const SamplePlan& plan, void* workspace, int phase, int64_t begin,
               int64_t end);
 

@@ -7,12 +7,20 @@
 //   100, 500} x top_p {0.1, 0.5, 0.9, 1} x min_p {0, 0.05, 0.2} with N(0,1), N(0,5), spiky,
 //   quantized (ties everywhere) logits, -inf shares, all -inf but one, +inf tokens, NaN, ties at
 //   the k-th place and at the top-p boundary, invalid parameters and all -inf rows; float32,
-//   bfloat16 and float16; strided rows with NaN padding; each row run in batches of 1, 7 and 64
-//   with 1, 2, 5 or 16 threads and items in order, reversed, in random splits or on threads;
-//   batch invariance: the same token for a row in every batch, plan and split;
-//   the distribution of draws over many offsets (chi-squared), on the candidate path and on the
-//   radix path with the vectorized race;
-//   rows that end at an inaccessible page; the kernel's rejections.
+//   bfloat16 and float16; vocabularies around the block and vector sizes; strided rows with NaN
+//   padding; each row run in batches of 1, 7 and 64 with 1, 2, 5 or 16 threads and items in
+//   order, reversed, in random splits or on threads; batch invariance: the same token for a row in
+//   every batch, plan and split;
+//   the cuts exactly: rows and offsets (found from the reference) where the token just inside or
+//   just outside a top-k, top-p or min-p cut wins the race, with cuts inside tie groups, between
+//   neighbouring indices and 2e-4 from a prefix mass or a weight, on the candidate path, the radix
+//   path and split plans;
+//   equal quotients (equal logits, equal uniforms) go to the lower index, in one vector lane or
+//   across lanes and segments;
+//   the distribution of draws over many offsets (chi-squared, false alarm 1e-6, and power against
+//   nearby wrong distributions), on the candidate path and on the radix path with the vectorized
+//   race;
+//   rows that end at an inaccessible page; plans; the kernel's rejections.
 //
 // When the token may differ from the reference's. The kernel's w carries ExpInRange's relative
 // error (4.5e-7) and its E Highway's log (a few ulp); sums of masses differ by at most that. So
@@ -351,7 +359,13 @@ Outcome RunBatch(DType dtype, int64_t v, const std::vector<const Row*>& rows, co
   std::vector<int32_t> k(batch);
   std::vector<int64_t> seeds(batch), offsets(batch);
   for (int64_t r = 0; r < batch; ++r) {
-    for (int64_t i = 0; i < stride; ++i) StoreBits(dtype, logits.data(), r * stride + i, i < v ? rows[r]->bits[i] : nan_bits);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(logits.data() + r * stride * 4, rows[r]->bits.data(), static_cast<size_t>(v) * 4);
+    } else {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(logits.data()) + r * stride;
+      for (int64_t i = 0; i < v; ++i) dst[i] = static_cast<uint16_t>(rows[r]->bits[i]);
+    }
+    for (int64_t i = v; i < stride; ++i) StoreBits(dtype, logits.data(), r * stride + i, nan_bits);
     const RowSpec& s = rows[r]->spec;
     t[r] = s.t;
     k[r] = s.k;
@@ -423,9 +437,8 @@ struct Tally {
   int64_t rows = 0, exact = 0;
 };
 
-// Checks one run's tokens against the references and against the first run's tokens.
-void CheckOutcome(const std::vector<const Row*>& rows, const Outcome& o, std::vector<int64_t>& first, Tally& tally,
-                  const std::string& what) {
+// Checks one run's tokens and NaN flags against the references.
+void CheckOutcome(const std::vector<const Row*>& rows, const Outcome& o, Tally& tally, const std::string& what) {
   for (size_t r = 0; r < rows.size(); ++r) {
     const Expect& e = rows[r]->expect;
     const int64_t got = o.out[r];
@@ -496,8 +509,7 @@ void CheckRows(DType dtype, int64_t v, const std::vector<Row>& rows, Tally& tall
         for (size_t i = b0; i < std::min(rows.size(), b0 + static_cast<size_t>(batch)); ++i) part.push_back(&rows[i]);
         const Run& run = runs[run_index++ % std::size(runs)];
         const Outcome o = RunBatch(dtype, v, part, run, rng);
-        std::vector<int64_t> unused;
-        CheckOutcome(part, o, unused, tally,
+        CheckOutcome(part, o, tally,
                      std::string(hwy::TargetName(target)) + " " + ShortName(dtype) + " vocab " + std::to_string(v) +
                          " batch " + std::to_string(batch) + " threads " + std::to_string(run.threads));
         for (size_t i = 0; i < part.size(); ++i) tokens[b0 + i].push_back(o.out[i]);
@@ -711,7 +723,7 @@ TEST(CpuSamplingKernel, BoundaryTokensDecideExactly) {
   enum Tighten { kAsIs, kTightP, kTightM, kTightMDrop };
   struct Config {
     int64_t vocab;
-    int live;          // tokens drawn N(0, 1) * 2 (0: every token)
+    int live;          // tokens drawn N(0, spread^2) (0: every token)
     int tied;          // live tokens set to one value (a tie group at the top)
     float background;  // the other tokens
     RowSpec spec;
@@ -857,7 +869,9 @@ TEST(CpuSamplingKernel, EqualQuotientsGoToTheLowerIndex) {
     const float ua = kernels::sampling_uniform(tie.seed, tie.offset, tie.a);
     ASSERT_EQ(ua, kernels::sampling_uniform(tie.seed, tie.offset, tie.b));
     for (int64_t i = 0; i < tie.vocab; ++i) {
-      if (i != tie.a && i != tie.b) ASSERT_LT(kernels::sampling_uniform(tie.seed, tie.offset, i), ua) << i;
+      if (i != tie.a && i != tie.b) {
+        ASSERT_LT(kernels::sampling_uniform(tie.seed, tie.offset, i), ua) << i;
+      }
     }
     Row row;
     row.spec = {1.0f, 0, 1.0f, 0.0f, tie.seed, tie.offset};
@@ -1183,8 +1197,10 @@ TEST(CpuSamplingKernel, RejectsInvalidArguments) {
   EXPECT_EQ(sample(sp, plan, nullptr, 0, 0, 1), Status::kInvalidArgument);
   tampered = plan;
   tampered.histogram_offset += 64;
-  auto ws = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(plan.workspace_bytes));
+  auto ws = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(plan.workspace_bytes) + 64);
   EXPECT_EQ(sample(sp, tampered, ws.get(), 0, 0, 1), Status::kInvalidArgument);
+  EXPECT_EQ(sample(sp, plan, ws.get() + 8, 0, 0, 1), Status::kInvalidArgument);  // misaligned
+  EXPECT_TRUE(sample(sp, plan, ws.get(), 0, 0, 1).is_ok());
   // No rows: nothing to read, null pointers are fine.
   SamplingParams empty;
   empty.vocab = 10;
