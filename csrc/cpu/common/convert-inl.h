@@ -253,8 +253,9 @@ HWY_INLINE void StoreEvenOdd(VF& even, VF& odd, bfloat16_t* p) {
     // halves lo round up, lo > 0x8000 or lo = 0x8000 with hi odd, i.e. (lo | (hi & 1)) > 0x8000
     // (bit for bit Bf16UpperFromF32NoNaNPayload: lo + (hi & 1) > 0x8000 is the same test).
     const __m512i ue = hn::BitCast(du, even).raw, uo = hn::BitCast(du, odd).raw;
-    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ue, 16), uo, mask.raw, 0xF8);  // a | (b & c)
-    const __m512i lo = _mm512_ternarylogic_epi32(ue, _mm512_slli_epi32(uo, 16), mask.raw, 0xDC);  // (a & ~c) | b
+    // ternlog immediates: 0xF8 = a | (b & c), 0xDC = (a & ~c) | b
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ue, 16), uo, mask.raw, 0xF8);
+    const __m512i lo = _mm512_ternarylogic_epi32(ue, _mm512_slli_epi32(uo, 16), mask.raw, 0xDC);
     const __m512i t = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x00010001), 0xF8);
     const __mmask32 up = _mm512_cmpgt_epu16_mask(t, _mm512_set1_epi16(static_cast<short>(0x8000)));
     const VU packed{_mm512_mask_add_epi16(hi, up, hi, _mm512_set1_epi16(1))};
