@@ -246,6 +246,26 @@ template <bool kNaNPayload, bool kStream = false>
 HWY_INLINE void StoreEvenOdd(VF& even, VF& odd, bfloat16_t* p) {
   const DU du;
   const VU mask = hn::Set(du, 0xFFFF0000u);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (!kNaNPayload) {
+    // The same rounding in 16-bit lanes, 7 operations per vector pair instead of 10: the upper
+    // halves hi (the truncated results, already in memory order) get 1 added where the lower
+    // halves lo round up, lo > 0x8000 or lo = 0x8000 with hi odd, i.e. (lo | (hi & 1)) > 0x8000
+    // (bit for bit Bf16UpperFromF32NoNaNPayload: lo + (hi & 1) > 0x8000 is the same test).
+    const __m512i ue = hn::BitCast(du, even).raw, uo = hn::BitCast(du, odd).raw;
+    // ternlog immediates: 0xF8 = a | (b & c), 0xDC = (a & ~c) | b
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ue, 16), uo, mask.raw, 0xF8);
+    const __m512i lo = _mm512_ternarylogic_epi32(ue, _mm512_slli_epi32(uo, 16), mask.raw, 0xDC);
+    const __m512i t = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(0x00010001), 0xF8);
+    const __mmask32 up = _mm512_cmpgt_epu16_mask(t, _mm512_set1_epi16(static_cast<short>(0x8000)));
+    const VU packed{_mm512_mask_add_epi16(hi, up, hi, _mm512_set1_epi16(1))};
+    StoreVec<kStream>(packed, du, reinterpret_cast<uint32_t*>(p));
+    even = hn::BitCast(DF(), hn::ShiftLeft<16>(packed));
+    odd = hn::BitCast(DF(), hn::And(packed, mask));
+    return;
+  }
+#endif
+
   const VU ue = kNaNPayload ? Bf16UpperFromF32(even) : Bf16UpperFromF32NoNaNPayload(even);
   const VU uo = hn::And(kNaNPayload ? Bf16UpperFromF32(odd) : Bf16UpperFromF32NoNaNPayload(odd), mask);
   const VU packed = hn::Or(hn::ShiftRight<16>(ue), uo);
