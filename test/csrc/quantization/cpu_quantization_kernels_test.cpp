@@ -654,6 +654,92 @@ TEST(QuantConversions, Int8OnEveryTarget) {
   }
 }
 
+// Per-token quant of rows that each hold `amax` once (at a varying position) and otherwise the
+// given values (all with |v| <= amax): with amax 448 the fp8 scale is exactly 1, with amax 127 the
+// int8 multiplier is exactly 1, so q = e4m3(v) or int8(v) through the per-token kernels' own
+// conversions (those for rows whose amax bounds the quotients). Returns q of the values, in order.
+std::vector<uint8_t> PerTokenOfValues(Method m, DType t, const std::vector<float>& values, float amax, int64_t hidden,
+                                      bool stream) {
+  const int64_t per_row = hidden - 1;
+  const int64_t n = static_cast<int64_t>(values.size());
+  const int64_t rows = (n + per_row - 1) / per_row;
+  std::vector<unsigned char, LineAligned<unsigned char>> in(rows * hidden * ElemSize(t)), out(rows * hidden + 64);
+  std::vector<float> scale(rows);
+  std::vector<int64_t> where(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    where[r] = (r * 37) % hidden;
+    int64_t k = r * per_row;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float v = j == where[r] ? (r % 2 ? -amax : amax) : k < n ? values[k++] : 0.0f;
+      StoreBits(t, in.data(), r * hidden + j, EncodeBits(t, v));
+    }
+  }
+  Constants c;
+  kq::QuantParams p = BaseParams(t, MakeShape(rows, false), hidden);
+  SetMethod(m, c, p);
+  p.input = in.data();
+  p.input_strides.s[0] = hidden;
+  p.out = out.data();
+  p.out_strides.s[0] = hidden;
+  p.scale_out = scale.data();
+  p.scale_strides.s[0] = 1;
+  p.stream_out = stream;
+  EXPECT_EQ(quant(p, 0, rows), Status::kOk);
+  std::vector<uint8_t> q;
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(scale[r], 1.0f) << "row " << r;
+    for (int64_t j = 0; j < hidden; ++j) {
+      if (j != where[r] && static_cast<int64_t>(q.size()) < n) q.push_back(out[r * hidden + j]);
+    }
+  }
+  return q;
+}
+
+TEST(QuantConversions, PerTokenRowsOnEveryTarget) {
+  // fp8: every bf16 and f16 value and the boundary sweep with |v| <= 448 (NaN excluded); int8:
+  // the integer sweep with |v| <= 127.
+  std::vector<SweepSet> fp8, int8;
+  for (const SweepSet& set : ConversionSets(false)) {
+    SweepSet in_range{set.name, set.dtype, {}};
+    for (float v : set.values) {
+      if (std::fabs(v) <= 448.0f) in_range.values.push_back(v);
+    }
+    fp8.push_back(in_range);
+  }
+  for (const SweepSet& set : ConversionSets(true)) {
+    SweepSet in_range{set.name, set.dtype, {}};
+    for (float v : set.values) {
+      if (std::fabs(v) <= 127.0f) in_range.values.push_back(v);
+    }
+    int8.push_back(in_range);
+  }
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    for (int k = 0; k < 2; ++k) {
+      const Method m = k == 0 ? Method::kFp8PerToken : Method::kInt8PerToken;
+      for (const SweepSet& set : k == 0 ? fp8 : int8) {
+        SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(m) + " " + set.name);
+        std::vector<uint8_t> want(set.values.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          want[i] = k == 0 ? RefE4m3(set.values[i]) : static_cast<uint8_t>(RefInt8(set.values[i]));
+        }
+        for (auto [hidden, stream] : {std::pair<int64_t, bool>{4097, false}, {1000, true}, {18, false}}) {
+          const std::vector<uint8_t> got = PerTokenOfValues(m, set.dtype, set.values, k == 0 ? 448.0f : 127.0f, hidden, stream);
+          ASSERT_EQ(got.size(), want.size());
+          int64_t bad = 0;
+          for (size_t i = 0; i < want.size(); ++i) {
+            if (got[i] != want[i] && bad++ < 5) {
+              ADD_FAILURE() << "hidden " << hidden << " v " << set.values[i] << " (" << Hex(F32Bits(set.values[i]))
+                            << "): " << Hex(got[i]) << " want " << Hex(want[i]);
+            }
+          }
+          EXPECT_EQ(bad, 0) << "hidden " << hidden;
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- kernels against the reference
 
 // Fills row r of a tensor of dtype t with generated values (stored rounded to t) and returns them.
