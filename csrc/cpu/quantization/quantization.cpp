@@ -387,7 +387,8 @@ class RowQuantizer {
         const float s = kernels::fp8_per_token_scale(amax, scale_ub_);
         *scale = s;
         if (std::isnan(s)) return Fill(y, count, 0x7F);  // x / NaN
-        if (amax <= (scale_ub_ != nullptr ? *scale_ub_ : kernels::quant_float_from_bits(0x7F7FFFFFu))) {
+        // amax finite and not above scale_ub (which may be +inf): |x / s| <= 448 (1 + 2^-23).
+        if (std::isfinite(amax) && (scale_ub_ == nullptr || amax <= *scale_ub_)) {
           return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRange{hn::Set(d, s)}, next);
         }
         return Quantize<kPrefetch>(src, y, count, Fp8PerToken{hn::Set(d, s)}, next);

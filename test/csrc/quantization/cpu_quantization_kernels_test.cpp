@@ -942,6 +942,8 @@ TEST(QuantSpecialValues, NonFiniteRowsFollowTheHeader) {
        Bytes({0x00, 0x7F, 0x7F, 0x80}), false},
       {"fp8 inf row, scale_ub 6", Method::kFp8PerTokenUb, {1.0f, kInf, -kInf, -3.0f}, 6.0f, 0, 0, F32Bits(s_ub), 0,
        {RefE4m3(1.0f / s_ub), 0x7E, 0xFE, RefE4m3(-3.0f / s_ub)}, false},
+      {"fp8 inf row, scale_ub inf", Method::kFp8PerTokenUb, {1.0f, kInf, -kInf, -3.0f}, kInf, 0, 0, F32Bits(kInf), 0,
+       Bytes({0x00, 0x7F, 0x7F, 0x80}), false},
       {"fp8 zero row", Method::kFp8PerToken, {0.0f, -0.0f, 0.0f}, 0, 0, 0, F32Bits(1.0f / 229376.0f), 0,
        Bytes({0x00, 0x80, 0x00}), false},
       {"int8 NaN row", Method::kInt8PerToken, {1.0f, kNaN}, 0, 0, 0, kCanonicalNaN, 0, Bytes({0, 0}), false},
