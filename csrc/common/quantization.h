@@ -58,8 +58,8 @@
 //     scale is NaN (the canonical quiet NaN 0x7FC00000), every fp8 q of the row is the e4m3 NaN
 //     0x7F (x / NaN is NaN), every int8 q is 0 and the row's azp is 0. A dequantized row is NaN.
 //   - e4m3(NaN) = 0x7F whatever the NaN's sign (a CUDA kernel using a hardware conversion must
-//     not pass a negative NaN's 0xFF through); e4m3 has no
-//     infinity: e4m3(+-inf) = +-448 (0x7E / 0xFE), as every |v| >= 448.
+//     not pass a negative NaN's 0xFF through). e4m3 has no infinity: e4m3(+-inf) = +-448
+//     (0x7E / 0xFE), as every |v| >= 448.
 //   - int8(NaN) = int32(NaN) = 0; +-inf and out-of-range values saturate.
 //   - Infinities otherwise follow IEEE arithmetic: a row holding +-inf has amax = inf, so without
 //     scale_ub its fp8 scale is inf, its finite elements give +-0 and its infinities inf / inf =
