@@ -1,0 +1,679 @@
+// Torch-free CPU quantization kernels. This translation unit is compiled once per Highway target
+// (foreach_target) and the entry points pick the best one at runtime. The arithmetic is the
+// contract's (csrc/common/quantization.h); the SIMD forms below compute the same bits as its
+// scalar functions, which the tests check on every target.
+#include "csrc/cpu/quantization/quantization.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "csrc/cpu/quantization/quantization.cpp"
+#include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "csrc/cpu/activation/activation-inl.h"
+#include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/row_cursor.h"
+#include "csrc/cpu/common/stream-inl.h"
+#include "csrc/cpu/normalization/normalization-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using VI = hn::Vec<DI>;
+using DQ = hn::Rebind<uint8_t, DF>;  // one byte per float lane
+
+// ---------------------------------------------------------------- conversions
+// Each maps float32 lanes to int32 lanes holding the quantized element: int8 values in
+// [-128, 127], or float8_e4m3fn bits in [0, 255]; exactly as the scalar functions of
+// csrc/common/quantization.h.
+
+// x86 targets convert with the instructions directly: cvtps2dq rounds to nearest even in the
+// default rounding mode (as every kernel here assumes) and Highway's NearestInt / ConvertTo add
+// an overflow fix-up the callers below make unnecessary.
+#undef XLLM_QUANT_X86
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3
+#define XLLM_QUANT_X86 1
+#else
+#define XLLM_QUANT_X86 0
+#endif
+
+// v rounded to nearest even, for v not NaN with |v| < 2^31.
+HWY_INLINE VI RoundToInt(VF v) {
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+  return VI{_mm512_cvtps_epi32(v.raw)};
+#elif XLLM_QUANT_X86 && HWY_TARGET == HWY_AVX2
+  return VI{_mm256_cvtps_epi32(v.raw)};
+#elif XLLM_QUANT_X86
+  return VI{_mm_cvtps_epi32(v.raw)};
+#else
+  return hn::ConvertTo(DI(), hn::Round(v));
+#endif
+}
+
+// float8_e4m3fn_from_float for |v| <= 448 (1 + 2^-20), not NaN. Normal range: rebias the
+// exponent and round the 20 dropped mantissa bits (ties to even) in integer arithmetic; a carry
+// out of the mantissa bumps the exponent. Below 2^-6: adding 2^14 makes the float32 ulp 2^-9, the
+// e4m3 subnormal spacing, so the FPU rounds |v| to m * 2^-9 (ties to even) and the low mantissa
+// bits are m (8 for 2^-6, the smallest normal's encoding).
+HWY_INLINE VI E4m3BitsInRange(VF v) {
+  const DF d;
+  const DI di;
+  const VI bits = hn::BitCast(di, v);
+  const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const VI lsb = hn::And(hn::ShiftRight<20>(abs), hn::Set(di, 1));
+  // (abs - (120 << 23) + 0x7FFFF + lsb) >> 20; for |v| < 2^-7 the subtraction wraps, and those
+  // lanes take the subnormal result. A logical shift: the wrapped lanes are not used.
+  const VI sum = hn::Add(hn::Add(abs, hn::Set(di, static_cast<int32_t>(0x7FFFFu - 0x3C000000u))), lsb);
+  const VI normal = hn::BitCast(di, hn::ShiftRight<20>(hn::BitCast(DU(), sum)));
+  const VI subnormal = hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(d, abs), hn::Set(d, 16384.0f))),
+                               hn::Set(di, 0x46800000));
+  const VI mag = hn::IfThenElse(abs < hn::Set(di, 0x3C800000), subnormal, normal);
+  return hn::OrAnd(mag, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));  // the sign (bits >> 24 is arithmetic)
+}
+
+// float8_e4m3fn_from_float for every v: from 448 on (inf included) the normal result is at or
+// above 0x7E, so a min saturates it; NaN gives 0x7F.
+HWY_INLINE VI E4m3Bits(VF v) {
+  const DF d;
+  const DI di;
+  const VI bits = hn::BitCast(di, v);
+  const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const VI lsb = hn::And(hn::ShiftRight<20>(abs), hn::Set(di, 1));
+  const VI sum = hn::Add(hn::Add(abs, hn::Set(di, static_cast<int32_t>(0x7FFFFu - 0x3C000000u))), lsb);
+  const VI normal = hn::Min(hn::BitCast(di, hn::ShiftRight<20>(hn::BitCast(DU(), sum))), hn::Set(di, 0x7E));
+  const VI subnormal = hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(d, abs), hn::Set(d, 16384.0f))),
+                               hn::Set(di, 0x46800000));
+  const VI mag = hn::IfThenElse(abs < hn::Set(di, 0x3C800000), subnormal, normal);
+  const VI q = hn::OrAnd(mag, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));
+  return hn::IfThenElse(abs > hn::Set(di, 0x7F800000), hn::Set(di, 0x7F), q);
+}
+
+// int8_from_float: NaN to 0, clamped to [-128, 127] (both integers, so clamping before rounding
+// changes nothing), rounded to nearest even.
+HWY_INLINE VI Int8Bits(VF v) {
+  const DF d;
+  const VF clean = hn::IfThenZeroElse(hn::IsNaN(v), v);
+  return RoundToInt(hn::Min(hn::Max(clean, hn::Set(d, -128.0f)), hn::Set(d, 127.0f)));
+}
+
+// int8_from_float_azp(v, azp) with lo = max(-128 - azp, -2^31) and hi = min(127 - azp, 2^31 - 1):
+// int32(v) clamped to [lo, hi] plus azp is the saturated sum, and the int32 addition cannot
+// overflow. int32(v): NaN to 0, rounded, >= 2^31 to 2^31 - 1, <= -2^31 to -2^31 (2147483520 is the
+// largest float32 below 2^31; -2^31 is a float32).
+HWY_INLINE VI Int8AzpBits(VF v, VI lo, VI hi, VI azp) {
+  const DF d;
+  const DI di;
+  const VF clean = hn::IfThenZeroElse(hn::IsNaN(v), v);
+  VI i = RoundToInt(hn::Min(hn::Max(clean, hn::Set(d, -2147483648.0f)), hn::Set(d, 2147483520.0f)));
+  i = hn::IfThenElse(hn::RebindMask(di, clean >= hn::Set(d, 2147483648.0f)), hn::Set(di, 2147483647), i);
+  i = hn::Min(hn::Max(i, lo), hi);
+  return hn::Add(i, azp);
+}
+
+// The quantizers: one float vector to its quantized elements, as the contract's quantize_*
+// functions. kUnsigned: the elements are e4m3 bits (0..255), else int8 values.
+struct Fp8PerToken {  // e4m3(x / scale)
+  static constexpr bool kUnsigned = true;
+  VF scale;
+  HWY_INLINE VI operator()(VF x) const { return E4m3Bits(hn::Div(x, scale)); }
+};
+// The same for a row whose amax is finite and at most scale_ub: |x / scale| <= 448 (1 + 2^-23).
+struct Fp8PerTokenInRange {
+  static constexpr bool kUnsigned = true;
+  VF scale;
+  HWY_INLINE VI operator()(VF x) const { return E4m3BitsInRange(hn::Div(x, scale)); }
+};
+struct Fp8Static {  // e4m3(x * (1 / scale))
+  static constexpr bool kUnsigned = true;
+  VF inv_scale;
+  HWY_INLINE VI operator()(VF x) const { return E4m3Bits(hn::Mul(x, inv_scale)); }
+};
+// int8(x * multiplier) for a row whose amax is finite with a finite multiplier > 0: |x * m| <=
+// 127 (1 + 2^-22), never NaN, so the rounding alone is the conversion.
+struct Int8PerTokenInRange {
+  static constexpr bool kUnsigned = false;
+  VF multiplier;
+  HWY_INLINE VI operator()(VF x) const { return RoundToInt(hn::Mul(x, multiplier)); }
+};
+struct Int8PerToken {  // int8(x * multiplier), any multiplier
+  static constexpr bool kUnsigned = false;
+  VF multiplier;
+  HWY_INLINE VI operator()(VF x) const { return Int8Bits(hn::Mul(x, multiplier)); }
+};
+struct Int8Static {  // int8(x / scale)
+  static constexpr bool kUnsigned = false;
+  VF scale;
+  HWY_INLINE VI operator()(VF x) const { return Int8Bits(hn::Div(x, scale)); }
+};
+struct Int8Azp {  // int8(int32(x * multiplier) + azp)
+  static constexpr bool kUnsigned = false;
+  VF multiplier;
+  VI lo, hi, azp;
+  HWY_INLINE VI operator()(VF x) const { return Int8AzpBits(hn::Mul(x, multiplier), lo, hi, azp); }
+};
+
+Int8Azp MakeInt8Azp(float multiplier, int32_t azp) {
+  const DF d;
+  const DI di;
+  const int64_t lo = -128 - static_cast<int64_t>(azp), hi = 127 - static_cast<int64_t>(azp);
+  return Int8Azp{hn::Set(d, multiplier), hn::Set(di, static_cast<int32_t>(lo < INT32_MIN ? INT32_MIN : lo)),
+                 hn::Set(di, static_cast<int32_t>(hi > INT32_MAX ? INT32_MAX : hi)), hn::Set(di, azp)};
+}
+
+// ---------------------------------------------------------------- row passes
+
+// Fewer than a full byte vector: float vectors of N, then a partial one through a stack buffer
+// (no access past the row's end).
+template <class Q, typename T>
+HWY_INLINE void QuantizePartial(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, size_t count, const Q& q) {
+  const DF d;
+  const DQ dq;
+  const DU du;
+  const size_t n = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + n <= count; i += n) hn::StoreU(hn::TruncateTo(dq, hn::BitCast(du, q(LoadF(x + i)))), dq, y + i);
+  if (i < count) {
+    alignas(64) uint8_t buf[kMaxLanes];
+    hn::StoreU(hn::TruncateTo(dq, hn::BitCast(du, q(LoadTail(x + i, count - i)))), dq, buf);
+    std::memcpy(y + i, buf, count - i);
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+using D8 = hn::ScalableTag<uint8_t>;
+
+// The elements of four int32 vectors (4N elements in memory order, each in [-128, 127] or, with
+// kUnsigned, [0, 255]) as one full vector of bytes. x86: two saturating packs to 16 bits, one to
+// 8 bits, and (256 and 512 bits, whose packs work per 128-bit block) one permutation of the
+// 32-bit groups back into memory order.
+template <bool kUnsigned>
+HWY_INLINE hn::Vec<D8> PackBytes(VI a, VI b, VI c, VI e) {
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+  const __m512i ab = _mm512_packs_epi32(a.raw, b.raw), ce = _mm512_packs_epi32(c.raw, e.raw);
+  const __m512i packed = kUnsigned ? _mm512_packus_epi16(ab, ce) : _mm512_packs_epi16(ab, ce);
+  // Block k holds a[4k..4k+3], b[4k..], c[4k..], e[4k..] as its four 32-bit groups.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return hn::Vec<D8>{_mm512_permutexvar_epi32(order, packed)};
+#elif XLLM_QUANT_X86 && HWY_TARGET == HWY_AVX2
+  const __m256i ab = _mm256_packs_epi32(a.raw, b.raw), ce = _mm256_packs_epi32(c.raw, e.raw);
+  const __m256i packed = kUnsigned ? _mm256_packus_epi16(ab, ce) : _mm256_packs_epi16(ab, ce);
+  return hn::Vec<D8>{_mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))};
+#elif XLLM_QUANT_X86
+  const __m128i ab = _mm_packs_epi32(a.raw, b.raw), ce = _mm_packs_epi32(c.raw, e.raw);
+  return hn::Vec<D8>{kUnsigned ? _mm_packus_epi16(ab, ce) : _mm_packs_epi16(ab, ce)};
+#else
+  const D8 d8;
+  const hn::Half<D8> dh;
+  const DQ dq;
+  const DU du;
+  const auto lo = hn::Combine(dh, hn::TruncateTo(dq, hn::BitCast(du, b)), hn::TruncateTo(dq, hn::BitCast(du, a)));
+  const auto hi = hn::Combine(dh, hn::TruncateTo(dq, hn::BitCast(du, e)), hn::TruncateTo(dq, hn::BitCast(du, c)));
+  return hn::Combine(d8, hi, lo);
+#endif
+}
+#endif
+
+// y[j] = q(x[j]) for j < count, a full vector of bytes (4 float vectors) at a time. kStream: the
+// bytes from the first one aligned to the vector size on are stored non-temporally (the head
+// before it normally). kPrefetch: the same span of `next` (the next row) is prefetched in step.
+template <bool kStream, bool kPrefetch, class Q, typename T>
+HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, size_t count, const Q& q,
+                            const T* next) {
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const D8 d8;
+  const size_t v = hn::Lanes(d8);
+  const size_t n = hn::Lanes(DF());
+  if constexpr (kStream) {
+    const size_t misaligned = reinterpret_cast<uintptr_t>(y) % v;
+    const size_t head = misaligned == 0 ? 0 : HWY_MIN(count, v - misaligned);
+    QuantizePartial(x, y, head, q);
+    i = head;
+  }
+  for (; i + v <= count; i += v) {
+    if constexpr (kPrefetch) PrefetchElems(next + i, v);
+    const VI q0 = q(LoadF(x + i)), q1 = q(LoadF(x + i + n));
+    const VI q2 = q(LoadF(x + i + 2 * n)), q3 = q(LoadF(x + i + 3 * n));
+    StoreVec<kStream>(PackBytes<Q::kUnsigned>(q0, q1, q2, q3), d8, y + i);
+  }
+#else
+  (void)next;
+#endif
+  QuantizePartial(x + i, y + i, count - i, q);
+}
+
+// A tail of `count` elements (< a vector's worth of bytes), zero-padded.
+template <typename T, class D>
+HWY_INLINE hn::Vec<D> LoadBitsTail(D d, const T* p, size_t count) {
+  alignas(64) unsigned char buf[HWY_MAX_BYTES] = {};
+  std::memcpy(buf, p, count * sizeof(T));
+  return hn::Load(d, reinterpret_cast<const hn::TFromD<D>*>(buf));
+}
+
+// max |x| over a row as float32, NaN (quant_nan) if the row holds one: the largest magnitude bits
+// (sign cleared), where every NaN is above inf. On the element type's own bits, so bf16 and f16
+// rows are not widened.
+template <typename T>
+HWY_INLINE float RowAbsMax(const T* HWY_RESTRICT x, size_t count) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+  const hn::ScalableTag<U> du;
+  const size_t n = hn::Lanes(du);
+  const auto mask = hn::Set(du, static_cast<U>(sizeof(T) == 4 ? 0x7FFFFFFFu : 0x7FFFu));
+  const U* p = reinterpret_cast<const U*>(x);
+  auto a0 = hn::Zero(du), a1 = hn::Zero(du), a2 = hn::Zero(du), a3 = hn::Zero(du);
+  size_t i = 0;
+  for (; i + 4 * n <= count; i += 4 * n) {
+    a0 = hn::Max(a0, hn::And(hn::LoadU(du, p + i), mask));
+    a1 = hn::Max(a1, hn::And(hn::LoadU(du, p + i + n), mask));
+    a2 = hn::Max(a2, hn::And(hn::LoadU(du, p + i + 2 * n), mask));
+    a3 = hn::Max(a3, hn::And(hn::LoadU(du, p + i + 3 * n), mask));
+  }
+  for (; i + n <= count; i += n) a0 = hn::Max(a0, hn::And(hn::LoadU(du, p + i), mask));
+  if (i < count) a1 = hn::Max(a1, hn::And(LoadBitsTail(du, p + i, count - i), mask));
+  alignas(64) U lanes[HWY_MAX_BYTES / sizeof(U)];
+  hn::Store(hn::Max(hn::Max(a0, a1), hn::Max(a2, a3)), du, lanes);
+  U m = 0;
+  for (size_t k = 0; k < n; ++k) m = lanes[k] > m ? lanes[k] : m;
+  if constexpr (std::is_same_v<T, float>) {
+    return m > 0x7F800000u ? kernels::quant_nan() : kernels::quant_float_from_bits(m);
+  } else if constexpr (std::is_same_v<T, bfloat16_t>) {
+    return m > 0x7F80u ? kernels::quant_nan() : kernels::quant_float_from_bits(static_cast<uint32_t>(m) << 16);
+  } else {
+    return m > 0x7C00u ? kernels::quant_nan() : hn::GetLane(F32FromF16Bits(hn::Set(DU(), m)));
+  }
+}
+
+// A signed integer whose order is the order of the floats (-0 below +0); NaN with the sign clear
+// above +inf's key, with the sign set below -inf's. Its own inverse.
+HWY_INLINE VI OrderKey(VF v) {
+  const DI di;
+  const VI b = hn::BitCast(di, v);
+  return hn::Xor(b, hn::And(hn::ShiftRight<31>(b), hn::Set(di, 0x7FFFFFFF)));
+}
+
+inline int32_t OrderKeyScalar(uint32_t bits) {
+  const int32_t b = static_cast<int32_t>(bits);
+  return b ^ ((b >> 31) & 0x7FFFFFFF);
+}
+
+// min and max of a row as float32; both NaN (quant_nan) if the row holds a NaN.
+template <typename T>
+HWY_INLINE void RowMinMax(const T* HWY_RESTRICT x, size_t count, float& min, float& max) {
+  const DF d;
+  const DI di;
+  const size_t n = hn::Lanes(d);
+  const VI top = hn::Set(di, INT32_MAX), bottom = hn::Set(di, INT32_MIN);
+  VI lo0 = top, lo1 = top, hi0 = bottom, hi1 = bottom;
+  size_t i = 0;
+  for (; i + 2 * n <= count; i += 2 * n) {
+    const VI k0 = OrderKey(LoadF(x + i)), k1 = OrderKey(LoadF(x + i + n));
+    lo0 = hn::Min(lo0, k0);
+    hi0 = hn::Max(hi0, k0);
+    lo1 = hn::Min(lo1, k1);
+    hi1 = hn::Max(hi1, k1);
+  }
+  for (; i + n <= count; i += n) {
+    const VI k = OrderKey(LoadF(x + i));
+    lo0 = hn::Min(lo0, k);
+    hi0 = hn::Max(hi0, k);
+  }
+  if (i < count) {
+    const auto valid = hn::RebindMask(di, hn::FirstN(d, count - i));
+    const VI k = OrderKey(LoadTail(x + i, count - i));
+    lo1 = hn::Min(lo1, hn::IfThenElse(valid, k, top));
+    hi1 = hn::Max(hi1, hn::IfThenElse(valid, k, bottom));
+  }
+  alignas(64) int32_t lo_lanes[kMaxLanes], hi_lanes[kMaxLanes];
+  hn::Store(hn::Min(lo0, lo1), di, lo_lanes);
+  hn::Store(hn::Max(hi0, hi1), di, hi_lanes);
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  for (size_t k = 0; k < n; ++k) {
+    lo = lo_lanes[k] < lo ? lo_lanes[k] : lo;
+    hi = hi_lanes[k] > hi ? hi_lanes[k] : hi;
+  }
+  if (lo < OrderKeyScalar(0xFF800000u) || hi > OrderKeyScalar(0x7F800000u)) {
+    min = max = kernels::quant_nan();
+    return;
+  }
+  min = kernels::quant_float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(lo))));
+  max = kernels::quant_float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(hi))));
+}
+
+// ---------------------------------------------------------------- quantizing rows
+
+enum class Method : int { kFp8PerToken, kInt8PerToken, kInt8Azp, kFp8Static, kInt8Static, kInt8AzpStatic };
+
+Method MethodOf(const QuantParams& p) {
+  const bool fp8 = p.qdtype == QuantDType::kFloat8E4M3;
+  switch (p.scheme) {
+    case QuantScheme::kPerToken: return fp8 ? Method::kFp8PerToken : Method::kInt8PerToken;
+    case QuantScheme::kPerTokenAzp: return Method::kInt8Azp;
+    case QuantScheme::kStatic: break;
+  }
+  return fp8 ? Method::kFp8Static : p.static_azp != nullptr ? Method::kInt8AzpStatic : Method::kInt8Static;
+}
+
+// Quantizes rows of T as p's scheme says: the per-token schemes find each row's parameters (and
+// write them), the static ones use the constants read once here.
+class RowQuantizer {
+ public:
+  explicit RowQuantizer(const QuantParams& p) : method_(MethodOf(p)), scale_ub_(p.scale_ub), stream_(p.stream_out) {
+    if (p.scheme == QuantScheme::kStatic) {
+      static_scale_ = *p.static_scale;
+      static_azp_ = p.static_azp != nullptr ? *p.static_azp : 0;
+    }
+  }
+
+  bool streams() const { return stream_; }
+
+  // Row src of `count` elements into y; per-token: its scale into *scale (and azp into *azp).
+  // kPrefetch: prefetch the same span of `next` while quantizing. Rows whose values all map to one
+  // element (a NaN row, an int8 row with multiplier 0) are filled; rows whose amax bounds the
+  // quotients take the conversions without NaN and saturation handling.
+  template <bool kPrefetch, typename T>
+  HWY_INLINE void Row(const T* src, uint8_t* y, size_t count, float* scale, int32_t* azp, const T* next) const {
+    const DF d;
+    switch (method_) {
+      case Method::kFp8PerToken: {
+        const float amax = RowAbsMax(src, count);
+        const float s = kernels::fp8_per_token_scale(amax, scale_ub_);
+        *scale = s;
+        if (std::isnan(s)) return Fill(y, count, 0x7F);  // x / NaN
+        // amax finite and not above scale_ub (which may be +inf): |x / s| <= 448 (1 + 2^-23).
+        if (std::isfinite(amax) && (scale_ub_ == nullptr || amax <= *scale_ub_)) {
+          return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRange{hn::Set(d, s)}, next);
+        }
+        return Quantize<kPrefetch>(src, y, count, Fp8PerToken{hn::Set(d, s)}, next);
+      }
+      case Method::kInt8PerToken: {
+        const float amax = RowAbsMax(src, count);
+        const float m = kernels::int8_per_token_multiplier(amax);
+        *scale = kernels::int8_per_token_scale(amax);
+        // NaN rows (m NaN) and rows of zeros or with an infinity (m = 0: x * 0 is 0 or NaN).
+        if (!(m > 0.0f)) return Fill(y, count, 0);
+        if (std::isfinite(m) && std::isfinite(amax)) {
+          return Quantize<kPrefetch>(src, y, count, Int8PerTokenInRange{hn::Set(d, m)}, next);
+        }
+        return Quantize<kPrefetch>(src, y, count, Int8PerToken{hn::Set(d, m)}, next);
+      }
+      case Method::kInt8Azp: {
+        float min, max;
+        RowMinMax(src, count, min, max);
+        const kernels::Int8AzpParams a = kernels::int8_azp_params(min, max);
+        *scale = a.scale;
+        *azp = a.azp;
+        return Quantize<kPrefetch>(src, y, count, MakeInt8Azp(a.multiplier, a.azp), next);
+      }
+      case Method::kFp8Static:
+        return Quantize<kPrefetch>(src, y, count, Fp8Static{hn::Set(d, 1.0f / static_scale_)}, next);
+      case Method::kInt8Static:
+        return Quantize<kPrefetch>(src, y, count, Int8Static{hn::Set(d, static_scale_)}, next);
+      case Method::kInt8AzpStatic:
+        return Quantize<kPrefetch>(src, y, count, MakeInt8Azp(1.0f / static_scale_, static_azp_), next);
+    }
+  }
+
+ private:
+  template <bool kPrefetch, class Q, typename T>
+  HWY_INLINE void Quantize(const T* src, uint8_t* y, size_t count, const Q& q, const T* next) const {
+    if (stream_) {
+      QuantizeRow<true, kPrefetch>(src, y, count, q, next);
+    } else {
+      QuantizeRow<false, kPrefetch>(src, y, count, q, next);
+    }
+  }
+
+  static void Fill(uint8_t* y, size_t count, uint8_t value) { std::memset(y, value, count); }
+
+  Method method_;
+  const float* scale_ub_;
+  bool stream_;
+  float static_scale_ = 0.0f;
+  int32_t static_azp_ = 0;
+};
+
+// The per-row outputs of row `row` through a cursor whose tensors 1, 2, 3 are out, scale, azp.
+struct RowOutputs {
+  uint8_t* out;
+  float* scale;
+  int32_t* azp;
+};
+
+template <class Cursor>
+HWY_INLINE RowOutputs OutputsAt(const QuantParams& p, const Cursor& rc, int first) {
+  return RowOutputs{static_cast<uint8_t*>(p.out) + rc.offset[first],
+                    p.scale_out != nullptr ? p.scale_out + rc.offset[first + 1] : nullptr,
+                    p.azp_out != nullptr ? p.azp_out + rc.offset[first + 2] : nullptr};
+}
+
+// ---------------------------------------------------------------- kernels
+
+// quant: the input rows themselves. The row stays in L1 between the amax pass and the quantizing
+// pass, which prefetches the next row.
+template <typename T>
+void QuantRowsT(const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  const size_t hidden = static_cast<size_t>(p.hidden);
+  const RowQuantizer rq(p);
+  const T* input = static_cast<const T*>(p.input);
+  RowCursor<4> rc(p.shape, row_begin, {&p.input_strides, &p.out_strides, &p.scale_strides, &p.azp_strides});
+  for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
+    const T* x = input + rc.offset[0];
+    const T* next = row + 1 < row_end ? input + rc.NextOffset(0) : x;
+    const RowOutputs o = OutputsAt(p, rc, 1);
+    rq.Row<true>(x, o.out, hidden, o.scale, o.azp, next);
+  }
+  if (rq.streams()) hwy::FlushStream();  // order the non-temporal stores before returning
+}
+
+// rms_norm_quant: rms_norm's row passes (ReduceRow, RmsInverse, PreparedWeights::Row, as
+// RmsNormT in csrc/cpu/normalization/normalization.cpp) into buf, then buf quantized.
+template <typename T, typename W>
+void RmsNormQuantRowsT(const QuantParams& p, int64_t row_begin, int64_t row_end, T* buf) {
+  const size_t hidden = static_cast<size_t>(p.hidden);
+  const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const float eps = static_cast<float>(p.eps);
+  const RowQuantizer rq(p);
+  const T* input = static_cast<const T*>(p.input);
+  RowCursor<4> rc(p.shape, row_begin, {&p.input_strides, &p.out_strides, &p.scale_strides, &p.azp_strides});
+  for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
+    const T* x = input + rc.offset[0];
+    const T* next = row + 1 < row_end ? input + rc.NextOffset(0) : x;
+    const float ss = ReduceRow(x, hidden, SquareOp());
+    const float inv = RmsInverse(ss, inv_hidden, eps);
+    weights.template Row<false, false>(x, 0.0f, inv, buf, hidden, next, std::isnan(ss), /*stream=*/false);
+    const RowOutputs o = OutputsAt(p, rc, 1);
+    // The next row is prefetched again while quantizing: with fp8 the divisions make this the
+    // longest pass, and the fetch spreads over it instead of stalling the short normalizing pass.
+    rq.Row<true>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);
+  }
+  if (rq.streams()) hwy::FlushStream();
+}
+
+// fused_add_rms_norm_quant: residual = round(input + residual) in place and its sum of squares
+// (as FusedAddRmsNormT), the normalized residual into buf, then buf quantized. input is only read.
+template <typename T, typename W>
+void FusedAddRmsNormQuantRowsT(const QuantParams& p, int64_t row_begin, int64_t row_end, T* buf) {
+  const size_t hidden = static_cast<size_t>(p.hidden);
+  const PreparedWeights<T, W> weights(static_cast<const W*>(p.weight), nullptr, hidden, row_end - row_begin);
+  const float inv_hidden = 1.0f / static_cast<float>(p.hidden);
+  const float eps = static_cast<float>(p.eps);
+  const RowQuantizer rq(p);
+  const T* input = static_cast<const T*>(p.input);
+  T* residual = static_cast<T*>(p.residual);
+  RowCursor<5> rc(p.shape, row_begin,
+                  {&p.input_strides, &p.residual_strides, &p.out_strides, &p.scale_strides, &p.azp_strides});
+  for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
+    const T* x = input + rc.offset[0];
+    T* r = residual + rc.offset[1];
+    const T* next = row + 1 < row_end ? residual + rc.NextOffset(1) : r;
+    float ss;
+    if constexpr (std::is_same_v<T, bfloat16_t>) {
+      ss = AddRoundSumSquaresEvenOdd(x, r, hidden);
+    } else {
+      ss = AddRoundSumSquares(x, r, hidden);
+    }
+    const float inv = RmsInverse(ss, inv_hidden, eps);
+    weights.template Row<false, false>(static_cast<const T*>(r), 0.0f, inv, buf, hidden, next, std::isnan(ss),
+                                       /*stream=*/false);
+    const RowOutputs o = OutputsAt(p, rc, 2);
+    rq.Row<true>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);  // as in RmsNormQuantRowsT
+  }
+  if (rq.streams()) hwy::FlushStream();
+}
+
+// silu_and_mul_quant: silu_and_mul's row pass (ActRow<Silu, gated>, as the silu_and_mul kernel)
+// into buf, then buf quantized.
+template <typename T>
+void SiluAndMulQuantRowsT(const QuantParams& p, int64_t row_begin, int64_t row_end, T* buf) {
+  const size_t d_size = static_cast<size_t>(p.hidden);
+  const RowQuantizer rq(p);
+  const T* input = static_cast<const T*>(p.input);
+  RowCursor<4> rc(p.shape, row_begin, {&p.input_strides, &p.out_strides, &p.scale_strides, &p.azp_strides});
+  for (int64_t row = row_begin; row < row_end; ++row, rc.Next()) {
+    ActRow<Silu, /*kGated=*/true, /*kStream=*/false>(input + rc.offset[0], buf, d_size);
+    const RowOutputs o = OutputsAt(p, rc, 1);
+    rq.Row<false>(static_cast<const T*>(buf), o.out, d_size, o.scale, o.azp, static_cast<const T*>(nullptr));
+  }
+  if (rq.streams()) hwy::FlushStream();
+}
+
+void QuantRows(const QuantParams& p, int64_t b, int64_t e, void* /*buf*/) {
+  switch (p.dtype) {
+    case DType::kFloat32: return QuantRowsT<float>(p, b, e);
+    case DType::kBFloat16: return QuantRowsT<bfloat16_t>(p, b, e);
+    case DType::kFloat16: return QuantRowsT<float16_t>(p, b, e);
+  }
+}
+
+template <template <typename, typename> class K>
+void NormDTypes(const QuantParams& p, int64_t b, int64_t e, void* buf) {
+  const bool w32 = p.weight_dtype == DType::kFloat32;
+  switch (p.dtype) {
+    case DType::kFloat32: return K<float, float>::Run(p, b, e, buf);
+    case DType::kBFloat16:
+      return w32 ? K<bfloat16_t, float>::Run(p, b, e, buf) : K<bfloat16_t, bfloat16_t>::Run(p, b, e, buf);
+    case DType::kFloat16:
+      return w32 ? K<float16_t, float>::Run(p, b, e, buf) : K<float16_t, float16_t>::Run(p, b, e, buf);
+  }
+}
+
+template <typename T, typename W>
+struct RmsNormQuantK {
+  static void Run(const QuantParams& p, int64_t b, int64_t e, void* buf) {
+    RmsNormQuantRowsT<T, W>(p, b, e, static_cast<T*>(buf));
+  }
+};
+template <typename T, typename W>
+struct FusedAddRmsNormQuantK {
+  static void Run(const QuantParams& p, int64_t b, int64_t e, void* buf) {
+    FusedAddRmsNormQuantRowsT<T, W>(p, b, e, static_cast<T*>(buf));
+  }
+};
+
+void RmsNormQuantRows(const QuantParams& p, int64_t b, int64_t e, void* buf) { NormDTypes<RmsNormQuantK>(p, b, e, buf); }
+void FusedAddRmsNormQuantRows(const QuantParams& p, int64_t b, int64_t e, void* buf) {
+  NormDTypes<FusedAddRmsNormQuantK>(p, b, e, buf);
+}
+
+void SiluAndMulQuantRows(const QuantParams& p, int64_t b, int64_t e, void* buf) {
+  switch (p.dtype) {
+    case DType::kFloat32: return SiluAndMulQuantRowsT<float>(p, b, e, static_cast<float*>(buf));
+    case DType::kBFloat16: return SiluAndMulQuantRowsT<bfloat16_t>(p, b, e, static_cast<bfloat16_t*>(buf));
+    case DType::kFloat16: return SiluAndMulQuantRowsT<float16_t>(p, b, e, static_cast<float16_t*>(buf));
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace xllm_kernel::cpu {
+
+HWY_EXPORT(QuantRows);
+HWY_EXPORT(RmsNormQuantRows);
+HWY_EXPORT(FusedAddRmsNormQuantRows);
+HWY_EXPORT(SiluAndMulQuantRows);
+
+namespace {
+
+enum class Producer { kInput, kRmsNorm, kFusedAddRmsNorm, kSiluAndMul };
+
+// Defence only: the bridge validates dtypes, shapes and pointers before calling.
+Status Check(Producer producer, const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("quantization: unknown dtype");
+  if (!kernels::valid_quant_dtype(p.qdtype)) return Status::invalid("quantization: unknown quantized dtype");
+  if (!kernels::valid_quant_scheme(p.scheme, p.qdtype)) {
+    return Status::invalid("quantization: unknown scheme, or kPerTokenAzp with float8_e4m3fn");
+  }
+  // 2 * hidden elements per input row (silu_and_mul), and the row buffer's bytes, must be addressable.
+  if (p.hidden < 1 || p.hidden > (INT64_MAX >> 3)) return Status::invalid("quantization: hidden must be in [1, 2^60)");
+  if (const char* why = kernels::invalid_rows(p.shape, row_begin, row_end)) return Status::invalid(why);
+  if (producer != Producer::kInput && producer != Producer::kSiluAndMul) {
+    if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
+      return Status::invalid("quantization: weight_dtype must be float32 or dtype");
+    }
+    if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return Status::invalid("quantization: eps must be finite and >= 0");
+  }
+  if (p.scale_ub != nullptr && !(p.scheme == QuantScheme::kPerToken && p.qdtype == QuantDType::kFloat8E4M3)) {
+    return Status::invalid("quantization: scale_ub is for per-token float8_e4m3fn only");
+  }
+  if (p.static_azp != nullptr && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kInt8)) {
+    return Status::invalid("quantization: static_azp is for static int8 only");
+  }
+  if (row_begin == row_end) return Status::ok();
+  if (p.input == nullptr || p.out == nullptr) return Status::invalid("quantization: null input or out");
+  if (p.scheme != QuantScheme::kStatic && p.scale_out == nullptr) return Status::invalid("quantization: null scale_out");
+  if (p.scheme == QuantScheme::kPerTokenAzp && p.azp_out == nullptr) return Status::invalid("quantization: null azp_out");
+  if (p.scheme == QuantScheme::kStatic && p.static_scale == nullptr) {
+    return Status::invalid("quantization: null static_scale");
+  }
+  if ((producer == Producer::kRmsNorm || producer == Producer::kFusedAddRmsNorm) && p.weight == nullptr) {
+    return Status::invalid("quantization: null weight");
+  }
+  if (producer == Producer::kFusedAddRmsNorm && p.residual == nullptr) return Status::invalid("quantization: null residual");
+  return Status::ok();
+}
+
+template <class Rows>
+Status Run(Producer producer, Rows rows, const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  const Status s = Check(producer, p, row_begin, row_end);
+  if (!s.is_ok() || row_begin == row_end) return s;
+  hwy::AlignedFreeUniquePtr<unsigned char[]> buf;
+  if (producer != Producer::kInput) {
+    buf = hwy::AllocateAligned<unsigned char>(static_cast<size_t>(p.hidden) * kernels::element_size(p.dtype));
+    if (!buf) return Status::invalid("quantization: cannot allocate the row buffer");
+  }
+  rows(p, row_begin, row_end, buf.get());
+  return s;
+}
+
+}  // namespace
+
+Status quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(Producer::kInput, HWY_DYNAMIC_DISPATCH(QuantRows), p, row_begin, row_end);
+}
+
+Status rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(Producer::kRmsNorm, HWY_DYNAMIC_DISPATCH(RmsNormQuantRows), p, row_begin, row_end);
+}
+
+Status fused_add_rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(Producer::kFusedAddRmsNorm, HWY_DYNAMIC_DISPATCH(FusedAddRmsNormQuantRows), p, row_begin, row_end);
+}
+
+Status silu_and_mul_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  return Run(Producer::kSiluAndMul, HWY_DYNAMIC_DISPATCH(SiluAndMulQuantRows), p, row_begin, row_end);
+}
+
+}  // namespace xllm_kernel::cpu
+#endif  // HWY_ONCE

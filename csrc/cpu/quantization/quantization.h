@@ -1,0 +1,67 @@
+// Torch-free CPU quantization kernels (Highway, runtime ISA dispatch). The operations, their
+// arithmetic and the non-finite rules are in csrc/common/quantization.h; each kernel here computes
+// exactly those bits (tolerance 0) on every SIMD target.
+//
+// A bridge checks every argument, fills a QuantParams and splits the rows over threads. Kernels
+// assume valid arguments; a status other than ok names what a buggy bridge got wrong.
+//
+//   xllm_kernel::cpu::QuantParams p;  // the fields as in csrc/common/quantization.h
+//   p.scheme = QuantScheme::kPerToken; p.qdtype = QuantDType::kFloat8E4M3;
+//   xllm_kernel::cpu::quant(p, 0, p.shape.rows);               // per_token_quant
+//   xllm_kernel::cpu::rms_norm_quant(p, 0, p.shape.rows);      // rms_norm_per_token_quant
+//
+// Which operation is which call (scheme in p.scheme, the quantized type in p.qdtype):
+//   per_token_quant                      quant                      kPerToken     int8 or fp8 (+ scale_ub)
+//   per_token_quant_int8_azp             quant                      kPerTokenAzp  int8
+//   static_quant                         quant                      kStatic       int8 (+ azp) or fp8
+//   rms_norm_per_token_quant             rms_norm_quant             kPerToken
+//   rms_norm_static_quant                rms_norm_quant             kStatic
+//   fused_add_rms_norm_per_token_quant   fused_add_rms_norm_quant   kPerToken
+//   fused_add_rms_norm_static_quant      fused_add_rms_norm_quant   kStatic
+//   silu_and_mul_per_token_quant         silu_and_mul_quant         kPerToken
+// Every kernel takes every scheme (kPerTokenAzp after a normalization or silu_and_mul, and static
+// silu_and_mul, are there for free).
+//
+// How they run. Rows [row_begin, row_end) in order; per row, at most:
+//   1. the producer (rms_norm, fused_add_rms_norm, silu_and_mul: the same row passes as those
+//      kernels, csrc/cpu/normalization/normalization-inl.h and csrc/cpu/activation/activation-inl.h)
+//      writes the row rounded to dtype into a per-call buffer of hidden elements, which stays in L1
+//      or L2 (8 KiB for a 4096-wide bfloat16 row); quant reads the input row instead;
+//   2. per-token schemes: one pass over that row for amax (or min and max), on the raw bits;
+//   3. one pass that quantizes it, 4 vectors (a full vector of bytes) at a time; with stream_out
+//      the part of the out row aligned to the vector size is written with non-temporal stores.
+// quant, rms_norm_quant and fused_add_rms_norm_quant prefetch the next row (input, residual)
+// while they quantize this one, the longest pass with fp8 (its divisions); the row itself is in L1
+// by then.
+//
+// Cost per element and core, rows in cache (AVX-512, Sapphire Rapids, bfloat16 in): int8
+// per-token about 0.06 ns, so it is bound by memory; fp8 per-token about 0.21 ns: the contract's
+// true division x / scale runs at the divider's throughput (16 floats per about 10 cycles), which
+// no exact multiply-based replacement beats here; rms_norm adds about 0.1 ns (its two row passes).
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/common/quantization.h"
+#include "csrc/common/rows.h"
+
+namespace xllm_kernel::cpu {
+
+using kernels::DType;
+using kernels::QuantDType;
+using kernels::QuantParams;
+using kernels::QuantScheme;
+using kernels::RowShape;
+using kernels::RowStrides;
+using kernels::Status;
+
+// Each processes rows [row_begin, row_end) and may run concurrently on disjoint ranges. Pointers
+// may be null when the range is empty. Besides a bridge's bugs, the one failure is an allocation
+// of the row buffer (hidden elements of dtype, once per call) that fails: kInvalidArgument with
+// the reason "quantization: cannot allocate the row buffer", nothing written.
+Status quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
+Status rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
+Status fused_add_rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
+Status silu_and_mul_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
+
+}  // namespace xllm_kernel::cpu
