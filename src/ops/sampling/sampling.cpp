@@ -18,7 +18,8 @@ const OpContract& sample_contract() {
       .schema = "sample(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, Tensor seeds, "
                 "Tensor offsets) -> Tensor",
       .mutates = {},
-      .numerical_mode = NumericalMode::kFp32Accumulate,
+      // exact: the result is a token, which must be one the float64 reference allows (no tolerance).
+      .numerical_mode = NumericalMode::kExact,
       .semantics =
           "One token per row of logits [batch, vocab], each row with its own temperature, top_k, top_p, min_p, "
           "seed and offset ([batch] tensors); a row's token never depends on another row. Tokens are ordered by "
