@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "csrc/cpu/common/simd.h"
@@ -87,6 +88,56 @@ int describe_rows(const char* op, const at::Tensor& shape,
     for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
   }
   return static_cast<int>(dims.size());
+}
+
+namespace {
+
+// The runs [begin, end) of t's rows in its storage, in elements, sorted by begin.
+std::vector<std::pair<int64_t, int64_t>> row_runs(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  if (t.numel() == 0) return runs;
+  const int64_t width = t.dim() == 0 ? 1 : t.size(-1);
+  const int64_t lead = std::max<int64_t>(t.dim() - 1, 0);
+  runs.reserve(static_cast<size_t>(t.numel() / width));
+  std::vector<int64_t> index(static_cast<size_t>(lead), 0);
+  int64_t offset = t.storage_offset();
+  while (true) {
+    runs.emplace_back(offset, offset + width);
+    int64_t d = lead - 1;  // the next row: an odometer over the leading dimensions
+    for (; d >= 0; --d) {
+      if (++index[d] < t.size(d)) {
+        offset += t.stride(d);
+        break;
+      }
+      offset -= t.stride(d) * (t.size(d) - 1);
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs;
+}
+
+bool sorted_runs_intersect(const std::vector<std::pair<int64_t, int64_t>>& runs) {
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].first < runs[i - 1].second) return true;
+  return false;
+}
+
+}  // namespace
+
+bool rows_overlap_within(const at::Tensor& t) { return sorted_runs_intersect(row_runs(t)); }
+
+bool rows_overlap_between(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.is_alias_of(b)) return false;
+  const auto ra = row_runs(a), rb = row_runs(b);
+  // Two sorted lists of runs, each free of overlaps or not: any run of one that meets a run of the other.
+  size_t i = 0, j = 0;
+  while (i < ra.size() && j < rb.size()) {
+    if (ra[i].first < rb[j].second && rb[j].first < ra[i].second) return true;
+    if (ra[i].second <= rb[j].second) ++i; else ++j;
+  }
+  return false;
 }
 
 void describe_rows(const char* op, const at::Tensor& shape,

@@ -42,6 +42,16 @@ void describe_rows(const char* op, const at::Tensor& shape,
                    std::initializer_list<std::pair<const at::Tensor*, kernels::RowStrides*>> tensors,
                    kernels::RowShape& out);
 
+// Exact overlap of tensors whose last dimension is contiguous (stride 1; checked before): each
+// row is the run [offset, offset + last size) of its storage, so two rows share an element iff
+// their runs intersect. For the layouts at::get_overlap_status and at::has_internal_overlap call
+// TooHard (anything not dense). Costs a sort of the rows; a 0-element tensor overlaps nothing.
+// Whether two rows of t share an element:
+bool rows_overlap_within(const at::Tensor& t);
+// Whether a row of a shares an element with a row of b (same element size; different storages:
+// false):
+bool rows_overlap_between(const at::Tensor& a, const at::Tensor& b);
+
 // torch's CUDA backend (libtorch_cuda) sees a device; asks the driver first, since torch's own
 // check warns when there is no driver.
 ProbeResult probe_torch_cuda();

@@ -61,15 +61,22 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
     TORCH_CHECK(residual->stride(-1) == 1 || hidden == 1, op,
                 ": residual's last dimension must be contiguous (stride 1), got stride ", residual->stride(-1));
     // Both are written: each element must be written once, and not through the other.
-    TORCH_CHECK(at::has_internal_overlap(input) != at::MemOverlap::Yes, op,
+    // torch's checks decide dense tensors; the rest (TooHard) gets the exact check of the rows.
+    const auto overlaps_itself = [](const at::Tensor& t) {
+      const at::MemOverlap o = at::has_internal_overlap(t);
+      return o == at::MemOverlap::Yes || (o == at::MemOverlap::TooHard && bridge::rows_overlap_within(t));
+    };
+    TORCH_CHECK(!overlaps_itself(input), op,
                 ": input is written in place and must not have overlapping elements (e.g. from expand), got strides ",
                 input.strides());
-    TORCH_CHECK(at::has_internal_overlap(*residual) != at::MemOverlap::Yes, op,
+    TORCH_CHECK(!overlaps_itself(*residual), op,
                 ": residual is written in place and must not have overlapping elements (e.g. from expand), got strides ",
                 residual->strides());
     const at::MemOverlapStatus overlap = at::get_overlap_status(input, *residual);
-    TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
-                ": input and residual must not share memory, got overlapping tensors");
+    TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial &&
+                    !(overlap == at::MemOverlapStatus::TooHard && bridge::rows_overlap_between(input, *residual)),
+                op, ": input and residual must not share memory, got overlapping tensors (input strides ",
+                input.strides(), ", residual strides ", residual->strides(), ")");
   }
 }
 

@@ -47,6 +47,10 @@ TEST_P(CudaFusedAddRmsNormImpl, MatchesFloat64ReferenceOverGrid) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
   check_fused_add_rms_norm_grid(GetParam().implementation, GetParam().dtype, kGpu);
 }
+TEST_P(CudaFusedAddRmsNormImpl, HalvesOfOneBufferAreDisjoint) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  check_fused_add_rms_norm_halves_of_one_buffer(GetParam().implementation, kGpu);
+}
 TEST_P(CudaLayerNormImpl, MatchesFloat64ReferenceOverGrid) {
   XLLM_SKIP_WITHOUT_CUDA_DEVICE();
   check_layer_norm_grid(GetParam().implementation, GetParam().dtype, kGpu);

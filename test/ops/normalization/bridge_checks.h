@@ -126,6 +126,21 @@ inline void check_fused_add_rms_norm_grid(const std::string& impl, at::ScalarTyp
         }
 }
 
+// Input and residual as the two halves of each row of one buffer (strided, so torch's overlap
+// checks say TooHard): disjoint, so the call is valid and matches the reference.
+inline void check_fused_add_rms_norm_halves_of_one_buffer(const std::string& impl, at::Device device) {
+  auto fn = function_of<FusedAddRmsNormFn>(impl);
+  at::manual_seed(3);
+  const int64_t tokens = 7, hidden = 40;
+  const at::Tensor buf = at::randn({tokens, 2 * hidden}, at::kBFloat16).to(device);
+  at::Tensor input = buf.narrow(1, 0, hidden), residual = buf.narrow(1, hidden, hidden);
+  const at::Tensor w = make_weight(hidden, at::kBFloat16, device);
+  const FusedAddRmsNormReference want = reference_fused_add_rms_norm(input, residual, w, 1e-5);
+  fn(input, residual, w, 1e-5);
+  EXPECT_TRUE(at::equal(host(residual), want.residual)) << impl << ": residual is not the rounded sum";
+  EXPECT_LE(headroom(host(input), want.input, tolerance_for(at::kBFloat16)), 1.0) << impl;
+}
+
 inline void check_layer_norm_grid(const std::string& impl, at::ScalarType dtype, at::Device device) {
   auto fn = function_of<LayerNormFn>(impl);
   const Tolerance tol = tolerance_for(dtype);
@@ -264,6 +279,17 @@ inline std::vector<BadCase> fused_add_rms_norm_bad_cases(at::Device device) {
        }, "fused_add_rms_norm: input and residual must not share memory"},
       {"expanded residual", call(x.clone(), on(at::randn({1, 16}, at::kHalf)).expand({4, 16}), w, 1e-6),
        "fused_add_rms_norm: residual is written in place and must not have overlapping elements"},
+      // Not dense, so torch's overlap checks say TooHard; the rows decide.
+      {"overlapping slices of one buffer", [on, w](const std::string& impl) {
+         const at::Tensor buf = on(at::randn({4, 24}, at::kHalf));
+         at::Tensor input = buf.narrow(1, 0, 16), residual = buf.narrow(1, 8, 16);
+         function_of<FusedAddRmsNormFn>(impl)(input, residual, w, 1e-6);
+       }, "fused_add_rms_norm: input and residual must not share memory"},
+      {"rows overlapping each other", [on, x, w](const std::string& impl) {
+         const at::Tensor buf = on(at::randn({48}, at::kHalf));
+         at::Tensor input = buf.as_strided({4, 16}, {8, 1}), residual = x.clone();
+         function_of<FusedAddRmsNormFn>(impl)(input, residual, w, 1e-6);
+       }, "fused_add_rms_norm: input is written in place and must not have overlapping elements"},
       {"weight length", call(x.clone(), x.clone(), on(at::ones({17})), 1e-6), "fused_add_rms_norm: weight must have 16 elements (hidden size, the input's last dimension), got 17"},
       {"bfloat16 weight with half input", call(x.clone(), x.clone(), on(at::ones({16}, at::kBFloat16)), 1e-6),
        "fused_add_rms_norm: weight must be float32 or float16 (the input's dtype), got bfloat16"},

@@ -40,6 +40,10 @@ INSTANTIATE_TEST_SUITE_P(All, RmsNormImpl, ::testing::ValuesIn(params_for("rms_n
 INSTANTIATE_TEST_SUITE_P(All, FusedAddRmsNormImpl, ::testing::ValuesIn(params_for("fused_add_rms_norm")), param_name);
 INSTANTIATE_TEST_SUITE_P(All, LayerNormImpl, ::testing::ValuesIn(params_for("layer_norm")), param_name);
 
+TEST_P(FusedAddRmsNormImpl, HalvesOfOneBufferAreDisjoint) {
+  check_fused_add_rms_norm_halves_of_one_buffer(GetParam().implementation, kCpu);
+}
+
 TEST(NormalizationLargeStride, RowStrideBeyond2To31Elements) {
   if (!check_row_stride_beyond_2_to_31(kCpu, implementations_of)) GTEST_SKIP() << "cannot reserve 8 GiB";
 }
