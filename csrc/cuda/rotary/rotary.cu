@@ -30,7 +30,8 @@ Status check(const RotaryParams& p) {
     return Status::invalid("rotary_embedding: query needs >= 1 head; key null exactly when it has 0 heads");
   }
   if (p.tokens == 0) return Status::ok();
-  if (p.positions == nullptr || p.query == nullptr || p.cos_sin_cache == nullptr) {
+  // An empty cache (max_position 0) may have no data: every position is then out of range.
+  if (p.positions == nullptr || p.query == nullptr || (p.cos_sin_cache == nullptr && p.max_position > 0)) {
     return Status::invalid("rotary_embedding: null positions, query or cache");
   }
   // Pieces per token (at least one element or pair each) fit the kernel's int arithmetic.
@@ -75,7 +76,9 @@ RotaryPlan plan_rotary(const RotaryParams& p, int sm_count) {
 
 Status rotary_embedding(const RotaryParams& p, cudaStream_t stream) {
   if (const Status s = check(p); !s.is_ok()) return s;
-  if (p.tokens == 0) return Status::ok();
+  // No tokens, or an empty cache: every position is out of range, so no row changes (the
+  // contract's CUDA rule); nothing to launch.
+  if (p.tokens == 0 || p.max_position == 0) return Status::ok();
   int sm_count = 0;
   if (cudaError_t e = current_sm_count(&sm_count); e != cudaSuccess) {
     return cuda_status(e, "querying the device's SM count");

@@ -385,6 +385,13 @@ TEST(RotaryKernelsHost, LauncherRejectsWhatTheKernelCannotHandle) {
   empty.tokens = 0;
   empty.query = nullptr;
   EXPECT_TRUE(accepted(rotary_embedding(empty, nullptr)));  // nothing to launch, no GPU needed
+  // An empty cache ([0, rot_dim], possibly without data): every position is out of range, so no
+  // row changes and nothing is launched (no GPU needed); a null cache with positions to read is
+  // still rejected (above).
+  RotaryParams no_cache = good;
+  no_cache.max_position = 0;
+  no_cache.cos_sin_cache = nullptr;
+  EXPECT_TRUE(accepted(rotary_embedding(no_cache, nullptr)));
   // Valid parameters without a usable device: the runtime's error, nothing launched.
   if (!cuda_device_present()) EXPECT_TRUE(device_failure(rotary_embedding(good, nullptr)));
 }

@@ -154,6 +154,23 @@ inline void check_out_of_range_positions(const std::string& impl, at::Device dev
   }
 }
 
+// An empty cos_sin_cache ([0, rot_dim]): every position is out of range. On the CPU an error
+// before anything is written; on CUDA no row changes.
+inline void check_empty_cache(const std::string& impl, at::Device device) {
+  const at::Tensor cache = at::empty({0, 64}, at::TensorOptions().dtype(at::kFloat).device(device));
+  const at::Tensor positions = at::tensor({int64_t{0}, int64_t{1}}, at::kLong).to(device);
+  const at::Tensor query = at::randn({2, 128}).to(device), key = at::randn({2, 64}).to(device);
+  const at::Tensor q0 = query.clone(), k0 = key.clone();
+  if (device.is_cpu()) {
+    const std::string e = error_message([&] { call(impl, positions, query, key, 64, cache, true); });
+    EXPECT_NE(e.find("rotary_embedding: positions must be in [0, max_position = 0)"), std::string::npos) << e;
+  } else {
+    call(impl, positions, query, key, 64, cache, true);
+  }
+  EXPECT_TRUE(at::equal(query, q0));
+  EXPECT_TRUE(at::equal(key, k0));
+}
+
 // Rows 2^31 + 64 elements apart, as a strided view of one large allocation would be (4 GiB of
 // bfloat16 reserved, two rows touched). Returns false where the memory cannot be reserved.
 inline bool check_token_stride_beyond_2_to_31(const std::string& impl, at::Device device) {
@@ -240,6 +257,7 @@ inline void check_bridge(const std::string& impl, at::Device device) {
   check_fused_qkv(impl, device);
   check_layouts(impl, device);
   check_out_of_range_positions(impl, device);
+  check_empty_cache(impl, device);
   check_argument_errors(impl, device);
 }
 
