@@ -60,13 +60,19 @@ XLLM_CUDA_HD float activate(float a) {
     // value is below 1e-36 in magnitude); a = -inf gives NaN, as inf / inf.
     return a / (1.0f + expf(-a));
   } else if constexpr (kAct == Act::kGelu || kAct == Act::kPlainGelu) {
+    // 0.5 a (1 + erf(a / sqrt 2)) = 0.5 a erfc(-a / sqrt 2): erfc keeps its relative accuracy
+    // (4 ulp) where 1 + erf would cancel (a < 0), down to a = -13.2, below which the result is
+    // smaller than float32's subnormals and erfcf gives 0 (a * 0 = -0).
     constexpr float kSqrtHalf = 0.70710678118654752440f;
-    return 0.5f * a * (1.0f + erff(a * kSqrtHalf));
+    return 0.5f * a * erfcf(-a * kSqrtHalf);
   } else {
-    constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+    // 0.5 a (1 + tanh(v)) = a / (1 + e^(-2 v)), v = sqrt(2 / pi) (a + 0.044715 a^3): no
+    // cancellation for a < 0. e^(-2 v) overflows to inf below a = -10.4 or so, giving -0 where the
+    // exact value is below 1e-38 anyway.
+    constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;  // 2 sqrt(2 / pi)
     constexpr float kCubic = 0.044715f;
-    const float inner = kSqrt2OverPi * (a + kCubic * a * a * a);
-    return 0.5f * a * (1.0f + tanhf(inner));
+    const float twice_inner = kTwoSqrt2OverPi * (a + kCubic * a * a * a);
+    return a / (1.0f + expf(-twice_inner));
   }
 }
 

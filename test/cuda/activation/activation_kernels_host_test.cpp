@@ -458,6 +458,47 @@ TEST(HostChecks, BoundSeparatesNearbyFunctions) {
   }
 }
 
+// For a < 0 the GELUs keep their relative accuracy (no cancellation in 1 + erf or 1 + tanh):
+// within 8 float32 ulps of the float64 value (plus the argument's rounding times the function's
+// condition) wherever the factor of a is a normal float32, and never -0 there. The textbook forms 0.5 a (1 + erff(a / sqrt 2)) and 0.5 a (1 + tanhf(v)) fail this
+// (checked below, so the bound can tell them apart).
+TEST(HostChecks, GelusDoNotCancelForNegativeInputs) {
+  const double u = std::ldexp(1.0, -24);
+  int textbook_failures = 0, points = 0;
+  for (const Act act : {Act::kPlainGelu, Act::kPlainGeluTanh, Act::kGelu, Act::kGeluTanh}) {
+    SCOPED_TRACE(name_of(act));
+    for (double a = -13.0; a <= -2.0; a += 1.0 / 16) {
+      const double want = reference(act, a, 1.0);
+      // The factor of a (Phi(a), sigmoid(2 v)) must be a normal float32 with some margin: below
+      // a = -12.8 erfcf's own result is subnormal and loses bits, as any float32 form would.
+      if (std::fabs(want / a) < 0x1p-122) continue;
+      const float af = static_cast<float>(a);
+      float got = 0;
+      switch (act) {
+        case Act::kPlainGelu: got = kernels::activate<Act::kPlainGelu>(af); break;
+        case Act::kPlainGeluTanh: got = kernels::activate<Act::kPlainGeluTanh>(af); break;
+        case Act::kGelu: got = kernels::activate<Act::kGelu>(af); break;
+        default: got = kernels::activate<Act::kGeluTanh>(af); break;
+      }
+      // The float32 argument's own rounding (a few u) is amplified by the function's condition:
+      // erfc(z) ~ e^(-z^2) turns a relative error d of z (two roundings: the constant and the
+      // product) into 2 z^2 d = a^2 d, sigmoid(2 v)
+      // for v << 0 turns it into 2 |v| d (v has four roundings).
+      const bool erf_form = act == Act::kPlainGelu || act == Act::kGelu;
+      const double v = std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
+      const double bound = (8 + (erf_form ? 2 * a * a : 16 * std::fabs(v))) * u * std::fabs(want);
+      EXPECT_LE(std::fabs(got - want), bound) << a << ": " << got << " vs " << want;
+      EXPECT_NE(got, 0.0f) << a;
+      const float vf = 0.79788456f * (af + 0.044715f * af * af * af);
+      const float textbook = erf_form ? 0.5f * af * (1.0f + std::erf(af * 0.70710678f)) : 0.5f * af * (1.0f + std::tanh(vf));
+      textbook_failures += std::fabs(textbook - want) > bound;
+      ++points;
+    }
+  }
+  EXPECT_GT(points, 400);
+  EXPECT_GT(textbook_failures, points / 2);
+}
+
 // Every activation keeps the contracts' limits, where the formulas give NaN: act(-inf) = 0,
 // act(+inf) = +inf, NaN stays NaN; finite inputs are activate's.
 TEST(HostChecks, ActivationsKeepTheLimits) {
