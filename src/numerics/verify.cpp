@@ -54,12 +54,16 @@ void compare(Validation& v, const std::string& name, const std::string& kind, co
   if (n > 0) {
     at::Tensor g = got.to(at::kCPU).to(at::kDouble).contiguous();
     at::Tensor w = want.to(at::kDouble).contiguous();
-    at::Tensor diff = (g - w).abs();
-    // A NaN or infinity where the reference is finite is an infinite error.
+    // Non-finite references are matched exactly: a NaN by any NaN, an infinity by the same
+    // infinity (error 0). Elsewhere a NaN or infinity where the reference is finite, and any
+    // finite value where it is not, is an infinite error.
+    const at::Tensor matched = at::isnan(w).logical_and(at::isnan(g)).logical_or(at::isinf(w).logical_and(g == w));
+    at::Tensor diff = at::where(matched, at::zeros({}, w.options()), (g - w).abs());
     at::Tensor bad = at::isnan(diff).logical_or(at::isinf(diff));
     diff = at::where(bad, at::full({}, std::numeric_limits<double>::infinity(), diff.options()), diff);
+    w = at::where(w.isfinite(), w, at::zeros({}, w.options()));  // for the limits and ulps below
     at::Tensor limit = w.abs() * tol.rtol + tol.atol;
-    at::Tensor ratio = diff / limit;
+    at::Tensor ratio = at::where(diff == 0, at::zeros({}, diff.options()), diff / limit);  // 0 / 0 is no error
     const Format f = format_of(got.scalar_type());
     // ULPs of values below the absolute tolerance are counted at the tolerance's magnitude:
     // near zero a ULP says nothing about accuracy (layer_norm with hidden 1 returns exactly bias).

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
+#include <vector>
 
 namespace xllm_kernel::numerics {
 namespace {
@@ -62,6 +65,25 @@ TEST(CheckTensors, ComparesOutputsWithTheirToleranceOverride) {
   v = check_tensors(c);
   EXPECT_TRUE(v.passed);
   EXPECT_EQ(v.checks[0]["atol"], 1e-2);
+}
+
+// A NaN in the reference is matched by any NaN, an infinity by the same infinity; anything else
+// there (a finite value, the other infinity, a NaN for an infinity) is a mismatch, as is a
+// non-finite value where the reference is finite.
+TEST(Compare, MatchesNonFiniteReferencesExactly) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const at::Tensor want = at::tensor({nan, inf, -inf, 1.0, 2.0}, at::kDouble);
+  const auto mismatches = [&](std::vector<float> got) {
+    Validation v;
+    compare(v, "out0", "output", at::tensor(got, at::kFloat), want, {1e-6, 1e-6});
+    return v.mismatches;
+  };
+  const float finf = std::numeric_limits<float>::infinity(), fnan = std::nanf("");
+  EXPECT_EQ(mismatches({-fnan, finf, -finf, 1.0f, 2.0f}), 0);
+  EXPECT_EQ(mismatches({0.0f, finf, -finf, 1.0f, 2.0f}), 1);      // a finite value for a NaN
+  EXPECT_EQ(mismatches({fnan, -finf, -finf, 1.0f, 2.0f}), 1);     // the other infinity
+  EXPECT_EQ(mismatches({fnan, fnan, 3e38f, 1.0f, 2.0f}), 2);      // NaN or finite for an infinity
+  EXPECT_EQ(mismatches({fnan, finf, -finf, fnan, finf}), 2);      // non-finite for finite
 }
 
 TEST(CheckTensors, AWrongNumberOfOutputsStopsTheChecks) {
