@@ -26,7 +26,10 @@ const OpContract& rms_norm_contract() {
           "out = input * rsqrt(mean(input^2 over the last dimension) + eps) * weight, computed in float32 and "
           "rounded once to the input's dtype. input is [..., hidden] with any strides for the leading dimensions "
           "and a contiguous last dimension; out is a new contiguous tensor of input's shape and dtype. hidden >= 1, "
-          "zero rows allowed, eps finite and >= 0.",
+          "zero rows allowed, eps finite and >= 0. Non-finite values follow IEEE arithmetic in this order: a NaN "
+          "in a row makes the whole row NaN; an infinity (and no NaN) makes the mean infinite, so that row's "
+          "finite elements become 0 (times weight) and its infinities NaN (inf * 0); a NaN or infinite weight "
+          "element gives NaN or +-inf in its column (NaN where the normalized value is 0 and the weight infinite).",
       .dtypes = kDtypes};
   return contract;
 }
@@ -41,7 +44,8 @@ const OpContract& fused_add_rms_norm_contract() {
       .semantics =
           "residual <- input + residual, rounded to residual's dtype; input <- rms_norm(residual, weight, eps) "
           "computed from that rounded residual (the Hugging Face / vLLM semantics). Both tensors are written in "
-          "place and must not overlap; residual has input's shape and dtype. Returns nothing.",
+          "place and must not overlap; residual has input's shape and dtype. Non-finite values: the sum is IEEE "
+          "(inf + -inf is NaN), then rms_norm's rules apply to the rounded residual. Returns nothing.",
       .dtypes = kDtypes};
   return contract;
 }
@@ -55,7 +59,9 @@ const OpContract& layer_norm_contract() {
       .semantics =
           "out = (input - mean) * rsqrt(var + eps) * weight + bias over the last dimension, with the biased "
           "variance (divided by hidden), computed in float32 and rounded once to the input's dtype; bias is "
-          "optional and has weight's dtype. Layout rules as rms_norm; out is a new contiguous tensor.",
+          "optional and has weight's dtype. Layout rules as rms_norm; out is a new contiguous tensor. Non-finite "
+          "values: a NaN or an infinity in a row makes the mean or the variance non-finite, so the whole row is NaN; "
+          "a NaN or infinite weight or bias element gives NaN or +-inf in its column (IEEE).",
       .dtypes = kDtypes};
   return contract;
 }

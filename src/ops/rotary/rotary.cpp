@@ -29,7 +29,9 @@ const OpContract& rotary_embedding_contract() {
           "rot_dim even and <= head_size. Any token and head strides with a contiguous last dimension: query and "
           "key may be slices of one fused qkv tensor but must not overlap. Zero tokens allowed. Positions outside "
           "[0, max_position): an error on the CPU (before anything is written); on CUDA that token's rows are left "
-          "unchanged. Returns nothing.",
+          "unchanged. Non-finite values follow IEEE arithmetic: a pair holding a NaN gives NaN in both of its elements, "
+          "an infinity gives +-inf or NaN (inf * 0 where the sine or cosine is 0) by the formulas above; elements past "
+          "rot_dim stay as they are, NaN included. Returns nothing.",
       .dtypes = "query and key float32, bfloat16 or float16 (the same); cos_sin_cache float32 or the query's dtype; "
                 "positions int64"};
   return contract;

@@ -11,7 +11,9 @@ Example build(const json& p, at::Generator& g) {
   using namespace normalization;
   Example ex;
   at::Tensor input = make_input(p, g, /*offset=*/2);
+  add_nonfinite(p, input, /*residual=*/false);
   at::Tensor residual = make_input(p, g, /*offset=*/2);
+  add_nonfinite(p, residual, /*residual=*/true);
   at::Tensor weight = make_weight(p, g);
   ex.names = {"input", "residual", "weight"};
   ex.tensors = {input, residual, weight};

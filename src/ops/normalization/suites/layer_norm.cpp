@@ -14,6 +14,7 @@ Example build(const json& p, at::Generator& g) {
   Example ex;
   // Offset 50 with unit spread: E[x^2] - E[x]^2 or half-precision sums fail here.
   at::Tensor input = make_input(p, g, /*offset=*/50);
+  add_nonfinite(p, input, /*residual=*/false);
   at::Tensor weight = make_weight(p, g);
   at::Tensor bias;
   if (p.at("bias") == "true") bias = at::randn({input.size(-1)}, g, at::kDouble).to(weight.scalar_type());

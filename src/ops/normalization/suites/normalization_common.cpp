@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <vector>
 #include <utility>
 
 namespace xllm_kernel::numerics::normalization {
@@ -72,6 +74,14 @@ Grid grid(const SuiteOptions& o, bool with_bias) {
       g.extra.push_back(p);
     }
   }
+  // Non-finite values (NaN, +-inf) in some rows of the input (and the residual): each dtype,
+  // strided rows (custom points).
+  for (const auto& dtype : g.dimensions[2].values) {
+    json p{{"tokens", 7}, {"hidden", 64}, {"dtype", dtype}, {"weight_dtype", "input"}, {"layout", "strided"},
+           {"values", "nonfinite"}};
+    if (with_bias) p["bias"] = "true";
+    g.extra.push_back(p);
+  }
   const auto& dtypes = g.dimensions[2].values;
   if (default_tokens && default_hidden && on_cuda(o) && std::find(dtypes.begin(), dtypes.end(), "bfloat16") != dtypes.end()) {
     for (const auto& [tokens, hidden] : kCudaKernelPathShapes) {
@@ -99,6 +109,19 @@ at::Tensor make_input(const json& p, at::Generator& g, double offset) {
   if (layout == "contiguous") return base;
   if (layout == "strided") return base.narrow(1, 0, hidden);
   return base.narrow(1, 0, 2).narrow(2, 0, hidden);
+}
+
+void add_nonfinite(const json& p, at::Tensor& t, bool residual) {
+  if (p.value("values", "finite") != "nonfinite") return;
+  const double nan = std::nan(""), inf = INFINITY;
+  // input: row 0 a NaN, row 1 +inf, row 2 -inf and +inf, row 3 -inf; residual: row 1 -inf where
+  // the input has +inf (the sum is NaN), row 4 +inf, row 5 a NaN. Rows 6 and on stay finite.
+  const std::vector<std::tuple<int64_t, int64_t, double>> input_values = {
+      {0, 3, nan}, {1, 5, inf}, {2, 1, -inf}, {2, 7, inf}, {3, 0, -inf}};
+  const std::vector<std::tuple<int64_t, int64_t, double>> residual_values = {{1, 5, -inf}, {4, 2, inf}, {5, 9, nan}};
+  for (const auto& [row, col, value] : residual ? residual_values : input_values) {
+    if (row < t.size(0) && col < t.size(-1)) t.select(0, row).select(-1, col).fill_(value);
+  }
 }
 
 at::Tensor make_weight(const json& p, at::Generator& g) {

@@ -15,7 +15,7 @@ namespace xllm_kernel::numerics::normalization {
 void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias);
 
 // Dimension matrix from the options (defaults cover tails, row strides, all dtypes and float32
-// weights) plus zero-token cases, and on --device cuda the shapes of the CUDA kernels' other
+// weights) plus zero-token cases, non-finite rows for each dtype, and on --device cuda the shapes of the CUDA kernels' other
 // launch paths (many rows, rows per block, misaligned rows; bfloat16) when tokens and hidden are
 // the defaults.
 struct Grid {
@@ -34,6 +34,9 @@ SuiteOptions benchmark_defaults();
 //   leading dimensions cannot merge into one stride.
 at::Tensor make_input(const json& p, at::Generator& g, double offset);
 at::Tensor make_weight(const json& p, at::Generator& g);
+// Cases with "values": "nonfinite" get NaN and +-inf in a few rows of t (the input, or with
+// `residual` the residual, whose infinities meet the input's); others are left as they are.
+void add_nonfinite(const json& p, at::Tensor& t, bool residual);
 
 // The rows the kernels walk (tokens, twice as many in the 3d layout) and their width (hidden).
 RowShape row_shape(const json& parameters);

@@ -13,6 +13,7 @@ Example build(const json& p, at::Generator& g) {
   // Offset 4: sums of squares of thousands of values near 16 are far beyond half-precision
   // accumulation, so a kernel without float32 accumulation fails.
   at::Tensor input = make_input(p, g, /*offset=*/4);
+  add_nonfinite(p, input, /*residual=*/false);
   at::Tensor weight = make_weight(p, g);
   ex.names = {"input", "weight"};
   ex.tensors = {input, weight};

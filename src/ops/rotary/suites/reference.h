@@ -50,8 +50,12 @@ inline at::Tensor reference_rotary_embedding(const at::Tensor& positions, const 
     rot.copy_(at::stack({o1, o2}, 3).flatten(2));
   }
   if (x1.numel() > 0) {
-    max_terms = std::max({max_terms, (x1.abs() * c.abs() + x2.abs() * s.abs()).max().item<double>(),
-                          (x2.abs() * c.abs() + x1.abs() * s.abs()).max().item<double>()});
+    // Over finite terms only: a non-finite input gives a non-finite result, compared exactly.
+    const auto finite_max = [](const at::Tensor& t) {
+      return at::where(t.isfinite(), t, at::zeros({}, t.options())).max().item<double>();
+    };
+    max_terms = std::max({max_terms, finite_max(x1.abs() * c.abs() + x2.abs() * s.abs()),
+                          finite_max(x2.abs() * c.abs() + x1.abs() * s.abs())});
   }
   return out;
 }

@@ -100,6 +100,22 @@ Built build(const json& p, at::Generator& g) {
     b.query = at::randn({tokens, q}, g, at::kDouble).to(dtype);
     if (k > 0) b.key = at::randn({tokens, k}, g, at::kDouble).to(dtype);
   }
+  if (p.value("values", "finite") == "nonfinite") {
+    // NaN and +-inf inside the rotated part (both elements of a pair) and past it.
+    const double nan = std::nan(""), inf = INFINITY;
+    at::Tensor qh = b.query.dim() == 3 ? b.query : b.query.unflatten(1, {b.heads.query, b.head_size});
+    const std::tuple<int64_t, int64_t, int64_t, double> values[] = {
+        {0, 0, 0, nan}, {1, 0, 1, inf}, {2, b.heads.query - 1, b.rot_dim - 1, -inf}, {3, 0, b.head_size - 1, nan},
+        {4, 0, 0, inf}, {4, 0, b.neox ? b.rot_dim / 2 : 1, -inf}};
+    for (const auto& [t, h, e, v] : values) {
+      if (t < tokens) qh[t][h][e].fill_(v);
+    }
+    if (b.key.defined() && tokens > 1) {
+      at::Tensor kh = b.key.dim() == 3 ? b.key : b.key.unflatten(1, {b.heads.key, b.head_size});
+      kh[1][0][0].fill_(-inf);
+      kh[tokens - 1][b.heads.key - 1][1].fill_(nan);
+    }
+  }
   return b;
 }
 
@@ -305,6 +321,13 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
         extra.push_back(point(7, 128, rot, "32/8", neox, "float16", "input", "3d"));
         extra.push_back(point(7, 64, rot, "8/0", neox, "bfloat16", "float32", "qkv"));  // no key
         extra.push_back(point(7, 96, rot, "8/0", neox, "float32", "float32", "3d"));
+      }
+    }
+    for (const char* dtype : {"float32", "bfloat16", "float16"}) {  // non-finite query and key values
+      for (const char* neox : {"true", "false"}) {
+        json p = point(7, 128, "half", "32/8", neox, dtype, "float32", "qkv");
+        p["values"] = "nonfinite";
+        extra.push_back(p);
       }
     }
     for (json& p : extra) out.push_back(std::make_shared<RotaryCase>(std::move(p)));
