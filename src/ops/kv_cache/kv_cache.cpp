@@ -22,7 +22,7 @@ const OpContract& reshape_and_cache_contract() {
       .semantics =
           "The paged KV-cache write (NHD layout, vLLM's reshape_and_cache_flash): for every token t with "
           "s = slot_mapping[t] >= 0, key_cache[s / block_size, s % block_size] = key[t] and value_cache[...] = "
-          "value[t], bit for bit; a negative slot skips its token; nothing else of either cache changes. key, value "
+          "value[t], bit for bit (NaN payloads, infinities and signed zeros included: a copy, no arithmetic); a negative slot skips its token; nothing else of either cache changes. key, value "
           "[tokens, kv_heads, head_size] with any token and head strides and a contiguous last dimension; caches "
           "[num_blocks, block_size, kv_heads, head_size] of key's dtype, each block contiguous, any block stride of "
           "at least one block; slot_mapping int64 [tokens]. The caches must not share an element. A slot >= "

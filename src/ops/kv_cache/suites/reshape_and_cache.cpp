@@ -14,7 +14,9 @@
 // each addressed slot replaced by its token's row, built in float64 row by row (reference.h: no
 // kernel, no index op). Tolerance is zero: every value is finite and non-zero (inputs and old
 // caches from randn, caches offset away from 0), and for such values equality in float64 is
-// equality of the bits. The whole storage of both caches is checked: the addressed rows, every
+// equality of the bits; the "nonfinite" cases plant NaN and +-inf in key and value, which must
+// arrive as NaN and the same infinity (their exact bits, NaN payloads included, are checked by
+// test/ops/kv_cache/bridge_checks.h on random bit patterns). The whole storage of both caches is checked: the addressed rows, every
 // other slot unchanged, and (layout fused) the other half of the KV tensor unchanged (the runner
 // compares the rest of a mutated argument's storage bitwise).
 //
@@ -117,6 +119,13 @@ Example build(const json& p, at::Generator& g) {
     key_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
     value_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
   }
+  if (p.value("values", "finite") == "nonfinite" && tokens > 2) {
+    // NaN and +-inf are copied like any value (compared as NaN and the same infinity).
+    key[0][0][0].fill_(std::nan(""));
+    key[1][kv_heads - 1][head_size - 1].fill_(INFINITY);
+    value[2][0][1].fill_(-INFINITY);
+    value[0][kv_heads - 1][head_size / 2].fill_(std::nan(""));
+  }
   const at::Tensor slots = p.at("slots").get<std::string>() == "prefill"
                                ? prefill_slots(tokens, num_blocks, block_size, g)
                                : random_slots(tokens, num_blocks * block_size, g);
@@ -174,6 +183,13 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
     if (!options::given(o, "tokens")) {
       points.push_back({{"tokens", 0}, {"head_size", 128}, {"kv_heads", 8}, {"block_size", 16}, {"dtype", dtype},
                         {"layout", "contiguous"}, {"num_blocks", 2}, {"slots", dims[6].values.front()}});
+    }
+    if (!options::given(o, "tokens") && !options::given(o, "head_size")) {  // non-finite key and value values
+      for (const auto& layout : dims[5].values) {
+        points.push_back({{"tokens", 37}, {"head_size", 128}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
+                          {"layout", layout}, {"num_blocks", default_blocks(37, 16)}, {"slots", dims[6].values.front()},
+                          {"values", "nonfinite"}});
+      }
     }
     if (!options::given(o, "head_size")) {
       for (const auto& layout : dims[5].values) {
