@@ -1,8 +1,10 @@
 // Timing of prepared cases: eager samples and graph replays, three figures each:
-//   device        the calls' device time: between two events of a timer made once, the device held
-//                 while the host enqueues the calls (DeviceTimer), so a call shorter than its launch
-//                 is still measured on the device, not at the host's launch rate;
-//   host_enqueue  the host's time to enqueue the calls (during that hold);
+//   device        the calls' device time: between two events of a timer made once. On CUDA the
+//                 device is held while the host enqueues the calls (DeviceTimer), so a call shorter
+//                 than its launch is still measured on the device, not at the host's launch rate;
+//                 the NPU's timer has no hold, so its eager intervals include the host's
+//                 submission gaps (DeviceApi::timer_holds_device says which);
+//   host_enqueue  the host's time to enqueue the calls (during that hold, where there is one);
 //   wall          the synchronized wall time of the same calls from an idle device (synchronize,
 //                 calls, synchronize), timed separately; on the CPU, where calls are synchronous,
 //                 the device interval's own. A case that resets its mutated inputs pays for the
