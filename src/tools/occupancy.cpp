@@ -393,7 +393,7 @@ std::string occupancy_markdown(const json& o) {
      << " after; other processes "
      << (h["other_processes_cpu_cores"].is_number() ? fixed(h["other_processes_cpu_cores"].get<double>(), 2) + " CPU cores"
                                                      : h["other_processes_cpu_cores"].get<std::string>())
-     << " on average over " << fixed(h["seconds"].get<double>(), 1) << " s";
+     << " on average over " << format_number(h["seconds"].get<double>()) << " s";
   const json& d = o["device"];
   if (d["kind"] != "cpu") {
     const json& a = d["after"];
@@ -415,7 +415,7 @@ std::string occupancy_markdown(const json& o) {
   }
   md << ".\n\n";
   if (!o["idle"].get<bool>()) {
-    md << "**Warning: the machine was not idle during this run**, so the figures include its neighbours: ";
+    md << "**Warning: the machine was not idle during this run** (its timings include the neighbours' load): ";
     bool first = true;
     for (const auto& w : o["warnings"]) {
       md << (first ? "" : "; ") << w.get<std::string>();
