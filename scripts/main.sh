@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The main job: set up, build, select implementations on the device, explain the selection, run
 # every operation once, then validate (numerics) and time (benchmark) every implementation of every
-# operation. Reports (JSON and Markdown) go to ${REPORT_DIR:-reports}/.
+# operation. Reports (JSON and Markdown) go to ${REPORT_DIR:-reports}/, with a plot of each benchmark
+# (benchmark-OP.png: % of copy bandwidth per case and implementation; skipped without matplotlib).
 #   DEVICE=cuda bash scripts/main.sh     # on a GPU machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="$(bash scripts/build.sh | tail -n 1)"
+# The Python the build used (scripts/setup.sh's virtual environment, with matplotlib for the plots).
+PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
 DEVICE="${DEVICE:-cpu}"
 REPORT_DIR="${REPORT_DIR:-reports}"
 REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -28,5 +31,6 @@ for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
     --revision "$REVISION" --output "$REPORT_DIR/benchmark-$op.json" --markdown "$REPORT_DIR/benchmark-$op.md" \
     || status=1
 done
+bash scripts/plot-reports.sh "$REPORT_DIR" "$PYTHON" "$BUILD_DIR" || status=1
 echo "reports in $REPORT_DIR/:" && ls "$REPORT_DIR"
 exit "$status"

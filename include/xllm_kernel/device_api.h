@@ -27,9 +27,12 @@ class DeviceGraph {
 class DeviceTimer {
  public:
   virtual ~DeviceTimer() = default;
-  // Holds the current stream (work enqueued from now on waits) and records the start event behind
-  // the hold. The host enqueues the timed calls meanwhile, so the interval holds the device's work
-  // only, also where a call takes less device time than the host needs to enqueue it.
+  // Records the start event. Where the device's API can (DeviceApi::timer_holds_device: CUDA), it
+  // first holds the current stream (work enqueued from now on waits) and records the event behind
+  // the hold; the host enqueues the timed calls meanwhile, so the interval holds the device's work
+  // only, also where a call takes less device time than the host needs to enqueue it. Without a
+  // hold (NPU) the interval starts when the device reaches the event, so the host's gaps between
+  // enqueued calls count.
   virtual void start() = 0;
   // Records the end event, releases the hold and waits for the end event; the seconds between the
   // two events (on the CPU, the wall time since start()).
@@ -48,6 +51,8 @@ class DeviceApi {
   // Whether time_interval measures device time with events (false on the CPU, where a call is
   // synchronous and the interval is the call's wall time).
   virtual bool has_device_events() const = 0;
+  // Whether the timer holds the stream while the host enqueues the timed calls (see DeviceTimer).
+  virtual bool timer_holds_device() const { return false; }
   // Seconds between events recorded before and after `enqueue` (synchronizes on the second).
   virtual double time_interval(int index, const std::function<void()>& enqueue) const = 0;
   // A timer on device `index` (the default: wall time, for devices whose calls are synchronous).

@@ -67,7 +67,9 @@ json aggregate_benchmark(const std::vector<json>& reports) {
     // the same moment everywhere, and its slowest rank is what a collective-bound step would wait for.
     json samples = json::object();
     std::vector<std::vector<double>> device_by_rank;
-    for (const char* timer : {"host_enqueue", "device", "wall"}) {
+    for (const char* timer : {"host_enqueue", "device", "wall", "reset"}) {
+      // Reports before the reset was measured have no reset samples.
+      if (!row.at("samples").contains(timer)) continue;
       std::vector<double> worst;
       for (size_t r = 0; r < rows.size(); ++r) {
         const auto s = rows[r]->at("samples").at(timer).get<std::vector<double>>();
@@ -79,7 +81,14 @@ json aggregate_benchmark(const std::vector<json>& reports) {
         for (size_t i = 0; i < s.size(); ++i) worst[i] = std::max(worst[i], s[i]);
         if (std::string(timer) == "device") device_by_rank.push_back(s);
       }
-      c[timer] = to_json(summarize(worst));
+      if (std::string(timer) == "reset") {
+        c["reset"] = worst.empty() ? json(nullptr)
+                                   : json{{"included_in", row.at("reset").at("included_in")},
+                                          {"excluded_from", row.at("reset").at("excluded_from")},
+                                          {"seconds", to_json(summarize(worst))}};
+      } else {
+        c[timer] = to_json(summarize(worst));
+      }
       samples[timer] = std::move(worst);
     }
     // Skew of rank r: the median over samples of (its time - the fastest rank's time in that sample),

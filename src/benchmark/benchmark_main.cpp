@@ -16,6 +16,7 @@
 #include "src/numerics/tensor_case.h"
 #include "src/tools/cli.h"
 #include "src/tools/distributed/run.h"
+#include "src/tools/occupancy.h"
 #include "src/tools/report.h"
 #include "src/tools/run_tool.h"
 #include "src/tools/targets.h"
@@ -63,6 +64,29 @@ json plan_rotation(const BenchmarkOptions& o, const DeviceApi& api, int index, i
           {"exceeds_cache", cache > 0 ? json(working_set > cache) : json(nullptr)}};
 }
 
+// How the device interval was measured, as it is on this device.
+std::string device_timer_text(const DeviceApi& api, ExecutionMode mode) {
+  if (!api.has_device_events()) return "on the CPU a call is synchronous: the device interval is the call's wall time";
+  if (api.timer_holds_device()) {
+    return "device intervals between two device events, the device held while the calls are enqueued; wall: the same "
+           "calls again, synchronized, from an idle device";
+  }
+  return std::string("device intervals between two device events, without a hold: the interval starts when the device "
+                     "reaches the start event, so ") +
+         (mode == ExecutionMode::kGraph ? "a replay's launch counts once per sample (its calls then run back to back)"
+                                        : "eager intervals include the host's submission gaps (the launch after the start event: a call "
+                                          "shorter than its launch is timed at the host's launch rate)") +
+         "; wall: the same calls again, synchronized, from an idle device";
+}
+
+// Where a case resets its mutated inputs before each sample: which intervals hold the reset and its
+// own time (seconds per sample, a sample being one call when the case resets), so a reader can take
+// it off the wall time. Null when the case does not reset.
+json reset_json(const Samples& s) {
+  if (s.reset.empty()) return nullptr;
+  return {{"included_in", {"wall"}}, {"excluded_from", {"host_enqueue", "device"}}, {"seconds", to_json(summarize(s.reset))}};
+}
+
 // "CPU memory on huge pages" or "... on 4 KiB pages", from the environment's cpu_pages probe
 // (reports written before it existed: nothing).
 std::string cpu_pages_text(const json& env) {
@@ -92,17 +116,24 @@ std::string markdown(const json& report) {
   }
   md << "); each case's % of copy is against the faster copy timed again just before the case. "
      << report["device_timer"].get<std::string>() << ".\n\n";
-  md << "| case | implementation | median us | p10-p90 us | GB/s | % of copy | x fastest | speed-up vs torch |\n";
-  md << "|---|---|---|---|---|---|---|---|\n";
+  if (report.contains("occupancy")) md << tools::occupancy_markdown(report["occupancy"]);
+  md << "Device and host enqueue intervals exclude the reset of a mutating case; its wall time includes it (the "
+        "reset's own median in parentheses, to subtract).\n\n";
+  md << "| case | implementation | median us | p10-p90 us | wall us | GB/s | % of copy | x fastest | speed-up vs torch |\n";
+  md << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : report["results"]) {
     md << "| `" << r["case_id"].get<std::string>() << "` | `" << r["implementation"].get<std::string>() << "` | ";
     if (r["status"] != "timed") {
-      md << r["status"].get<std::string>() << ": " << r.value("reason", std::string()) << " | | | | | |\n";
+      md << r["status"].get<std::string>() << ": " << r.value("reason", std::string()) << " | | | | | | |\n";
       continue;
     }
     const json& d = r["device"];
     md << format_microseconds(d["median"].get<double>()) << " | " << format_microseconds(d["p10"].get<double>()) << "-"
-       << format_microseconds(d["p90"].get<double>()) << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
+       << format_microseconds(d["p90"].get<double>()) << " | " << format_microseconds(r["wall"]["median"].get<double>())
+       << (r.contains("reset") && r["reset"].is_object()
+               ? " (reset " + format_microseconds(r["reset"]["seconds"]["median"].get<double>()) + ")"
+               : std::string())
+       << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
        << format_number(r["percent_of_copy"].get<double>()) << row_flags(r)
        << " | " << format_number(r["ratio_to_fastest"].get<double>()) << " | "
        << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))
@@ -183,6 +214,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     dist->group().barrier("copy_bandwidth");
   }
 
+  const tools::OccupancyProbe occupancy(device, index);
   const bool progress = isatty(STDERR_FILENO);
   if (progress) std::cerr << "measuring copy bandwidth...\r" << std::flush;
   const int64_t copy_bytes = bo.copy_bytes > 0 ? bo.copy_bytes : int64_t{256} << 20;
@@ -266,6 +298,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"host_enqueue", to_json(summarize(s.host_enqueue))},
                 {"device", to_json(device_summary)},
                 {"wall", to_json(summarize(s.wall))},
+                {"reset", reset_json(s)},
                 {"achieved_gbps", gbps},
                 {"copy_gbps", *case_copy_bw / 1e9},
                 {"percent_of_copy", 100.0 * gbps * 1e9 / *case_copy_bw},
@@ -273,7 +306,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"warmup_calls", s.warmup_calls},
                 {"unsteady", steady.unsteady()},
                 {"steadiness", to_json(steady)},
-                {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}}}});
+                {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}, {"reset", s.reset}}}});
       results.push_back(r);
     }
     // Ratios within this case: to the fastest implementation and to the torch solution.
@@ -289,12 +322,12 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"mode", common.mode},
               {"seed", common.seed},
               {"environment", tools::environment(device, index, common.revision)},
+              {"occupancy", occupancy.finish()},
               {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
-                          {"steadiness_bounds", steadiness_bounds()}}},
-              {"device_timer", api->has_device_events()
-                                   ? "device intervals between two device events, the device held while the calls "
-                                     "are enqueued; wall: the same calls again, synchronized, from an idle device"
-                                   : "on the CPU a call is synchronous: the device interval is the call's wall time"},
+                          {"steadiness_bounds", steadiness_bounds()},
+                          {"reset", "a mutating case resets its inputs before each sample: outside the host_enqueue and "
+                                    "device intervals, inside the wall time (results[].reset gives its own time)"}}},
+              {"device_timer", device_timer_text(*api, mode)},
               {"copy_bandwidth_gbps", copy.best().second / 1e9},
               {"copy_method", copy.best().first},
               {"copy_methods", [&] {

@@ -24,21 +24,36 @@ void reset_and_wait(const DeviceApi& api, int index, PreparedCase& c) {
 }
 
 // One sample of `calls` (enqueued by `run`): host enqueue and device interval under the timer's
-// hold; then, on a device with events, the synchronized wall time of the same calls again (after
-// `reset`) from an idle device. On the CPU the call is synchronous: the wall time is its interval.
-void sample(const DeviceApi& api, int index, DeviceTimer& timer, const std::function<void()>& reset,
+// hold, the case's inputs reset before it (outside both); then the wall time. A case that resets
+// (`reset` set) pays for its reset in the wall time: it is what a caller of the mutating path waits
+// for, and it is measured on its own as well (Samples::reset), so a reader can subtract it.
+//   device events: synchronize, [reset, synchronize], calls, synchronize, timed from the first
+//                  synchronize on (the same calls again, from an idle device);
+//   CPU:           the calls are synchronous, so the wall time is the device interval plus the
+//                  reset's own time, measured just before the sample.
+void sample(const DeviceApi& api, int index, DeviceTimer& timer, PreparedCase& c, const TimingOptions& o,
             const std::function<void()>& run, int calls, Samples& s) {
+  double reset = 0;
+  if (c.reset) {
+    const auto reset_start = std::chrono::steady_clock::now();
+    reset_and_wait(api, index, c);
+    reset = seconds_since(reset_start);
+  }
+  if (o.before_sample) o.before_sample();
   timer.start();
   const auto host_start = std::chrono::steady_clock::now();
   run();
   const double host = seconds_since(host_start);
   const double device = timer.stop();
   if (timer.hold_expired()) ++s.hold_expired;
-  double wall = device;
+  double wall = device + reset;
   if (api.has_device_events()) {
-    reset();
     api.synchronize(index);
     const auto wall_start = std::chrono::steady_clock::now();
+    if (c.reset) {
+      reset_and_wait(api, index, c);
+      reset = seconds_since(wall_start);
+    }
     run();
     api.synchronize(index);
     wall = seconds_since(wall_start);
@@ -46,6 +61,7 @@ void sample(const DeviceApi& api, int index, DeviceTimer& timer, const std::func
   s.host_enqueue.push_back(host / calls);
   s.device.push_back(device / calls);
   s.wall.push_back(wall / calls);
+  if (c.reset) s.reset.push_back(reset);
 }
 
 }  // namespace
@@ -64,9 +80,7 @@ Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& c
   s.warmup_calls = static_cast<int>(warmup);
   for (int i = 0; i < o.iterations; ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
-    reset_and_wait(api, index, c);
-    if (o.before_sample) o.before_sample();
-    sample(api, index, *timer, [&] { reset_and_wait(api, index, c); }, c.function, 1, s);
+    sample(api, index, *timer, c, o, c.function, 1, s);
   }
   return s;
 }
@@ -93,9 +107,7 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   s.calls_per_sample = calls;
   s.warmup_calls = o.warmup;
   for (int i = 0; i < o.iterations; ++i) {
-    reset_and_wait(api, index, c);
-    if (o.before_sample) o.before_sample();
-    sample(api, index, *timer, [&] { reset_and_wait(api, index, c); }, [&] { graph->replay(); }, calls, s);
+    sample(api, index, *timer, c, o, [&] { graph->replay(); }, calls, s);
   }
   return s;
 }

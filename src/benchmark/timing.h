@@ -1,12 +1,17 @@
 // Timing of prepared cases: eager samples and graph replays, three figures each:
-//   device        the calls' device time: between two events of a timer made once, the device held
-//                 while the host enqueues the calls (DeviceTimer), so a call shorter than its launch
-//                 is still measured on the device, not at the host's launch rate;
-//   host_enqueue  the host's time to enqueue the calls (during that hold);
+//   device        the calls' device time: between two events of a timer made once. On CUDA the
+//                 device is held while the host enqueues the calls (DeviceTimer), so a call shorter
+//                 than its launch is still measured on the device, not at the host's launch rate;
+//                 the NPU's timer has no hold, so its eager intervals include the host's
+//                 submission gaps (DeviceApi::timer_holds_device says which);
+//   host_enqueue  the host's time to enqueue the calls (during that hold, where there is one);
 //   wall          the synchronized wall time of the same calls from an idle device (synchronize,
 //                 calls, synchronize), timed separately; on the CPU, where calls are synchronous,
-//                 the device interval's own.
-// Warmup, preparation and capture are never timed; reset runs outside every timed interval.
+//                 the device interval's own. A case that resets its mutated inputs pays for the
+//                 reset here (synchronize, reset, synchronize, calls, synchronize): the mutating
+//                 path's wall time includes its reset, whose own time is recorded (Samples::reset).
+// Warmup, preparation and capture are never timed; reset runs outside the host enqueue and device
+// intervals.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -28,7 +33,7 @@ struct TimingOptions {
   int warmup = 3;
   int iterations = 20;
   int graph_calls = 64;  // calls captured per graph (1 when the case has a reset)
-  // Runs before each timed sample, after its reset and outside every timed interval (a distributed
+  // Runs before each timed sample, after its reset and outside the host and device intervals (a distributed
   // run aligns the ranks' samples with a barrier here).
   std::function<void()> before_sample;
 };
@@ -37,7 +42,8 @@ struct TimingOptions {
 struct Samples {
   std::vector<double> host_enqueue;
   std::vector<double> device;
-  std::vector<double> wall;
+  std::vector<double> wall;   // includes the reset, where the case has one
+  std::vector<double> reset;  // seconds of each sample's reset, inside its wall time (empty: no reset)
   int calls_per_sample = 1;
   int warmup_calls = 0;  // untimed calls before the first sample
   int hold_expired = 0;  // samples whose device hold ran out (their device interval includes host time)

@@ -122,6 +122,7 @@ class CudaApi final : public DeviceApi {
   }
 
   bool has_device_events() const override { return true; }
+  bool timer_holds_device() const override { return true; }
 
   double time_interval(int index, const std::function<void()>& enqueue) const override {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));

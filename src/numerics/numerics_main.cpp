@@ -13,6 +13,7 @@
 #include "src/tools/report.h"
 #include "src/tools/run_tool.h"
 #include "src/tools/targets.h"
+#include "src/tools/occupancy.h"
 #include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
 #include "xllm_kernel/tools.h"
@@ -98,6 +99,7 @@ std::string markdown(const json& report, size_t limit) {
   md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
      << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), seed "
      << report["seed"] << ".\n\n";
+  if (report.contains("occupancy")) md << tools::occupancy_markdown(report["occupancy"]);
   md << "| implementation | cases | passed | failed | unsupported | worst headroom | max ULP |\n";
   md << "|---|---|---|---|---|---|---|\n";
   for (const auto& impl : report["implementations"]) {
@@ -196,6 +198,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"seed", common.seed},
               {"environment", tools::environment(device, index, common.revision)},
               {"implementations", json::array()}};
+  const tools::OccupancyProbe occupancy(device, index);
   Counts total;
   const bool progress = isatty(STDERR_FILENO);
   for (const Target& target : targets) {
@@ -233,6 +236,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     total.failed += counts.failed;
     total.unsupported += counts.unsupported;
   }
+  report["occupancy"] = occupancy.finish();
   const int code = total.failed > 0 ? tools::kCaseFailed : total.passed == 0 ? tools::kNothingPassed : tools::kPassed;
   report["summary"] = {
       {"passed", total.passed},

@@ -65,6 +65,31 @@ TEST(BenchmarkAggregate, TakesTheSlowestRankPerSampleAndMeasuresSkew) {
   EXPECT_EQ(d["summary"]["exit_code"], 1);
 }
 
+// A mutating case's reset samples aggregate like the others (per-sample maximum), with the
+// intervals that hold them; a rank whose machine was busy is named in the Markdown.
+TEST(BenchmarkAggregate, ResetSamplesAndOccupancyWarnings) {
+  std::vector<json> reports{benchmark_report(0, {1e-6, 2e-6}, 100), benchmark_report(1, {2e-6, 1e-6}, 100)};
+  const json reset{{"included_in", {"wall"}}, {"excluded_from", {"host_enqueue", "device"}}};
+  reports[0]["results"][0]["samples"]["reset"] = {4e-6, 1e-6};
+  reports[1]["results"][0]["samples"]["reset"] = {3e-6, 5e-6};
+  for (auto& r : reports) r["results"][0]["reset"] = reset;
+  reports[0]["occupancy"] = {{"idle", true}, {"warnings", json::array()}};
+  reports[1]["occupancy"] = {{"idle", false}, {"warnings", {"other processes kept 1.50 CPU cores busy"}}};
+  const json a = aggregate_benchmark(reports);
+  const json& r = a["results"][0];
+  EXPECT_EQ(r["samples"]["reset"], json({4e-6, 5e-6}));
+  EXPECT_EQ(r["reset"]["included_in"], json({"wall"}));
+  EXPECT_DOUBLE_EQ(r["reset"]["seconds"]["max"].get<double>(), 5e-6);
+  const std::string md = benchmark_aggregate_markdown(a, 20);
+  EXPECT_NE(md.find("**Warning: rank 1's machine was not idle**: other processes kept 1.50 CPU cores busy."),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("rank 0's machine"), std::string::npos) << md;
+  // Rows without reset samples (no reset, or reports from before it was measured): no reset.
+  const json plain = aggregate_benchmark({benchmark_report(0, {1e-6}, 100), benchmark_report(1, {1e-6}, 100)});
+  EXPECT_FALSE(plain["results"][0].contains("reset"));
+}
+
 json timed_row(const std::string& case_id, const std::string& solution, double median) {
   return {{"case_id", case_id},
           {"status", "timed"},

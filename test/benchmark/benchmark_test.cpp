@@ -1,4 +1,5 @@
-// The benchmark tool: statistics, timing protocol (reset outside the intervals, only validated
+// The benchmark tool: statistics, timing protocol (reset outside the enqueue and device intervals and
+// inside the wall time, only validated
 // cases timed, device intervals under a hold with events made once, wall time apart), side-by-side
 // ratios, cold-cache rotation and the baseline/candidate/baseline comparison. No test asserts a speed.
 #include <gtest/gtest.h>
@@ -150,7 +151,9 @@ TEST(Timing, ColdCacheWarmupTouchesEveryCopyBeforeTiming) {
   EXPECT_EQ(n, 3 + 12);
 }
 
-TEST(Timing, ResetRunsOutsideTheTimedIntervals) {
+// The mutating path: the reset stays out of the host enqueue and device intervals, but the wall time
+// (what a caller of a mutating call waits for) includes it, and the reset's own time is recorded.
+TEST(Timing, ResetIsOutsideEnqueueAndDeviceButInsideWall) {
   int calls = 0, resets = 0;
   numerics::PreparedCase c;
   c.function = [&] { ++calls; };
@@ -166,12 +169,20 @@ TEST(Timing, ResetRunsOutsideTheTimedIntervals) {
   EXPECT_EQ(calls, 7);
   EXPECT_EQ(resets, 7);  // before every call, warmup included
   ASSERT_EQ(s.device.size(), 5u);
+  ASSERT_EQ(s.reset.size(), 5u);
   for (size_t i = 0; i < s.device.size(); ++i) {
-    // A 20 ms reset inside any interval would show; the call itself takes nanoseconds.
+    // A 20 ms reset inside these intervals would show; the call itself takes nanoseconds.
     EXPECT_LT(s.device[i], 0.010);
     EXPECT_LT(s.host_enqueue[i], 0.010);
-    EXPECT_LT(s.wall[i], 0.010);
+    EXPECT_GE(s.reset[i], 0.020);
+    EXPECT_GE(s.wall[i], s.reset[i]);  // the wall time includes the reset
+    EXPECT_LT(s.wall[i] - s.reset[i], 0.010);
   }
+  // A case without a reset records none.
+  numerics::PreparedCase plain;
+  plain.function = [] {};
+  std::vector<numerics::PreparedCase> one{plain};
+  EXPECT_TRUE(time_eager(*device_api(Device::kCpu), 0, one, o).reset.empty());
 }
 
 // A device with events, in software: its timer's "device" interval is a fixed 1 us whatever the
@@ -197,6 +208,7 @@ struct FakeEventDevice final : DeviceApi {
   std::string description(int) const override { return "fake"; }
   void synchronize(int) const override { ++synchronizations; }
   bool has_device_events() const override { return true; }
+  bool timer_holds_device() const override { return true; }
   double time_interval(int, const std::function<void()>& enqueue) const override {
     enqueue();
     return 1e-6;
@@ -266,6 +278,42 @@ TEST(Timing, GraphReplaysAreHeldAndCountedPerCall) {
   EXPECT_EQ(held_calls, 3 * 8);
   EXPECT_EQ(s.hold_expired, 3);  // reported, not hidden
   for (double d : s.device) EXPECT_DOUBLE_EQ(d, 1e-6 / 8);
+}
+
+// Graph mode with a reset captures one call per graph; each sample's reset runs outside the held
+// replay (the reset is not captured) and inside the wall time, between synchronizations.
+TEST(Timing, GraphWithResetCapturesOneCallAndPutsTheResetInTheWallTime) {
+  FakeEventDevice device;
+  int calls = 0, held_calls = 0, resets = 0, held_resets = 0;
+  numerics::PreparedCase c;
+  c.function = [&] {
+    ++calls;
+    held_calls += device.held;
+  };
+  c.reset = [&] {
+    ++resets;
+    held_resets += device.held;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  c.validate = [] { return numerics::Validation{}; };
+  TimingOptions o;
+  o.warmup = 2;
+  o.iterations = 4;
+  o.graph_calls = 8;
+  const Samples s = time_graph(device, 0, c, o);
+  EXPECT_EQ(s.calls_per_sample, 1);  // 1 with reset, whatever graph_calls says
+  EXPECT_EQ(calls, 2 + 1 + 4 * 2);   // warmup, the validated replay, then held and wall replays
+  EXPECT_EQ(held_calls, 4);
+  EXPECT_EQ(held_resets, 0);
+  // warmup, before capture, before the validated replay, then two per sample (held, wall)
+  EXPECT_EQ(resets, 2 + 1 + 1 + 4 * 2);
+  ASSERT_EQ(s.reset.size(), 4u);
+  for (size_t i = 0; i < s.reset.size(); ++i) {
+    EXPECT_DOUBLE_EQ(s.device[i], 1e-6);
+    EXPECT_LT(s.host_enqueue[i], 0.004);
+    EXPECT_GE(s.reset[i], 0.005);
+    EXPECT_GE(s.wall[i], s.reset[i]);
+  }
 }
 
 TEST(Timing, CpuHasNoGraphs) {
@@ -342,6 +390,48 @@ TEST(Benchmark, SideBySideOnSameInputsWithRatios) {
     for (const auto& row : r.report["results"])
       if (row["case_id"] == id && row["status"] == "timed") best = std::min(best, row["ratio_to_fastest"].get<double>());
     EXPECT_DOUBLE_EQ(best, 1.0);
+  }
+}
+
+// A mutating case (rotary_embedding rotates query and key in place) resets before each sample: the
+// report says which intervals hold the reset and gives its own time; a case that does not reset
+// says null. Every report carries the run's occupancy.
+TEST(Benchmark, ReportStatesTheResetAndTheOccupancy) {
+  BenchRun r = bench({"--operation", "rotary_embedding", "--implementation", "cpu.native.rotary_embedding", "--tokens",
+                      "16", "--head-size", "64", "--rot", "full", "--heads", "8/1", "--is-neox", "true", "--dtype",
+                      "float32", "--cache-dtype", "float32", "--layout", "contiguous"},
+                     "reset");
+  ASSERT_EQ(r.code, 0) << r.report.dump().substr(0, 2000);
+  EXPECT_NE(r.report["timing"]["reset"].get<std::string>().find("inside the wall time"), std::string::npos);
+  int timed = 0;
+  for (const auto& row : r.report["results"]) {
+    if (row["status"] != "timed") continue;
+    ++timed;
+    ASSERT_TRUE(row["reset"].is_object()) << row.dump();
+    EXPECT_EQ(row["reset"]["included_in"], json({"wall"}));
+    EXPECT_EQ(row["reset"]["excluded_from"], json({"host_enqueue", "device"}));
+    EXPECT_EQ(row["reset"]["seconds"]["count"], 3);
+    const auto walls = row["samples"]["wall"].get<std::vector<double>>();
+    const auto resets = row["samples"]["reset"].get<std::vector<double>>();
+    const auto devices = row["samples"]["device"].get<std::vector<double>>();
+    ASSERT_EQ(resets.size(), walls.size());
+    // On the CPU the wall time is the call's interval plus its reset.
+    for (size_t i = 0; i < walls.size(); ++i) EXPECT_NEAR(walls[i], devices[i] + resets[i], 1e-12);
+  }
+  EXPECT_GT(timed, 0);
+  const json& o = r.report["occupancy"];
+  EXPECT_TRUE(o["idle"].is_boolean());
+  EXPECT_EQ(o["idle"].get<bool>(), o["warnings"].empty());
+  EXPECT_TRUE(o["host"]["load_average_before"].is_array());
+  EXPECT_EQ(o["device"]["kind"], "cpu");
+  // rms_norm does not mutate: no reset.
+  r = bench({"--operation", "rms_norm", "--implementation", "cpu.native.rms_norm", "--tokens", "4", "--hidden", "64",
+             "--dtype", "bfloat16"},
+            "noreset");
+  ASSERT_EQ(r.code, 0);
+  for (const auto& row : r.report["results"]) {
+    EXPECT_TRUE(row["reset"].is_null());
+    EXPECT_TRUE(row["samples"]["reset"].empty());
   }
 }
 

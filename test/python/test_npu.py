@@ -177,3 +177,18 @@ def test_benchmark_on_npu_times_the_npu_implementation(tmp_path):
     report = json.loads(out.read_text())
     assert report["device"] == "npu", report.keys()
     assert "npu.torch.rms_norm" in json.dumps(report["implementations"])
+    # The NPU timer has no hold: the report says so, rather than the CUDA timer's hold.
+    assert "without a hold" in report["device_timer"], report["device_timer"]
+    assert "eager intervals include the host's submission gaps" in report["device_timer"]
+    assert "the device held" not in report["device_timer"]
+    # Occupancy: the NPU's readings, or why not (the stand-in is neither torch_npu nor CANN).
+    device = report["occupancy"]["device"]
+    assert device["kind"] == "npu"
+    for reading in (device["before"], device["after"]):
+        for key in ("memory_used_bytes", "memory_total_bytes", "chip", "torch_npu", "cann", "other_processes"):
+            assert key in reading, reading
+        assert reading["torch_npu"] == "unavailable: libtorch_npu.so is not loaded in this process"
+        assert reading["chip"].startswith("unavailable: ")
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "schemas" / "benchmark-report.schema.json").read_text())
+    jsonschema.validate(report, schema)

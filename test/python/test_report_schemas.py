@@ -69,3 +69,28 @@ def test_benchmark_report_and_comparison_validate(tmp_path):
     comparison = json.loads(out.read_text())
     jsonschema.validate(comparison, schema("benchmark-comparison"))
     assert comparison["compared"] == 8
+
+
+def test_benchmark_report_of_a_mutating_case_validates(tmp_path):
+    # rotary_embedding rotates in place: its rows carry the reset's own time and where it is counted.
+    report = run_tool("benchmark", "--operation", "rotary_embedding", "--implementation", "all", "--tokens", "16",
+                      "--head-size", "64", "--rot", "full", "--heads", "8/1", "--is-neox", "true", "--dtype", "float32",
+                      "--cache-dtype", "float32", "--layout", "contiguous", "--iterations", "3", "--warmup", "1",
+                      "--copy-bytes", "4194304", out=tmp_path / "r.json")
+    jsonschema.validate(report, schema("benchmark-report"))
+    timed = [r for r in report["results"] if r["status"] == "timed"]
+    assert timed and all(r["reset"]["included_in"] == ["wall"] and len(r["samples"]["reset"]) == 3 for r in timed)
+    broken = json.loads(json.dumps(report))
+    broken["results"][0]["reset"]["seconds"] = "unknown"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema("benchmark-report"))
+    broken = json.loads(json.dumps(report))
+    broken["occupancy"]["host"]["other_processes_cpu_cores"] = "busy"  # a reason must say "unavailable: ..."
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema("benchmark-report"))
+    broken = json.loads(json.dumps(report))
+    broken["occupancy"]["idle"] = not broken["occupancy"]["warnings"]  # consistent: still valid
+    jsonschema.validate(broken, schema("benchmark-report"))
+    broken["occupancy"]["idle"] = bool(broken["occupancy"]["warnings"])  # idle with warnings, or busy without
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema("benchmark-report"))

@@ -1,5 +1,7 @@
-"""`python -m xllm_kernel.benchmark plot REPORT.json -o out.png`: achieved bandwidth per case for each
-implementation, with the copy bandwidth measured in the same run as a line."""
+"""`python -m xllm_kernel.benchmark plot REPORT.json -o out.png`: each case's achieved bandwidth for each
+implementation as a percentage of the copy bandwidth measured next to that case (`percent_of_copy`), with
+100% (a plain copy of the same bytes) as a line. Needs matplotlib; without it the command says so and
+exits 3, drawing nothing."""
 
 from __future__ import annotations
 
@@ -15,8 +17,15 @@ def _label(parameters: dict) -> str:
     return f"{tokens}x{hidden} {dtype}" + (f"\n{rest}" if rest else "")
 
 
+class MatplotlibMissing(RuntimeError):
+    pass
+
+
 def plot(report: dict, output: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MatplotlibMissing(f"matplotlib is not installed ({e}); scripts/setup.sh installs it") from e
 
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
@@ -30,7 +39,7 @@ def plot(report: dict, output: str) -> None:
             cases.append(case)
             labels[case] = _label(row["parameters"])
         if row["status"] == "timed":
-            series.setdefault(row["implementation"], {})[case] = row["achieved_gbps"]
+            series.setdefault(row["implementation"], {})[case] = row["percent_of_copy"]
     if not series:
         raise SystemExit("plot: the report has no timed case")
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(cases)), 4.5))
@@ -40,10 +49,11 @@ def plot(report: dict, output: str) -> None:
         xs = [p + (i - (len(series) - 1) / 2) * width for p, c in zip(positions, cases) if c in values]
         ax.bar(xs, [values[c] for c in cases if c in values], width=width, label=name)
     copy = report["copy_bandwidth_gbps"]
-    ax.axhline(copy, color="black", linestyle="--", linewidth=1, label=f"copy bandwidth {copy:.3g} GB/s")
+    ax.axhline(100, color="black", linestyle="--", linewidth=1,
+               label=f"copy bandwidth (at the start of the run {copy:.3g} GB/s; each case against its own)")
     ax.set_xticks(list(positions))
     ax.set_xticklabels([labels[c] for c in cases], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("achieved GB/s")  # bytes read + written / median device time
+    ax.set_ylabel("% of copy bandwidth")  # (bytes read + written / median device time) / copy GB/s
     ax.set_title(f"{report['operation']} on {report['device']} ({report['mode']}), "
                  f"revision {report['environment'].get('revision', '?')}")
     ax.legend(fontsize=8)
@@ -54,7 +64,9 @@ def plot(report: dict, output: str) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m xllm_kernel.benchmark plot",
-                                     description="Plot achieved bandwidth per case from a benchmark report.")
+                                     description="Plot each case's bandwidth as % of copy per implementation from a "
+                                                 "benchmark report. Exit codes: 0 drawn, 2 not a report, 3 matplotlib "
+                                                 "missing (skipped).")
     parser.add_argument("report", help="benchmark JSON report (--output of the benchmark tool)")
     parser.add_argument("-o", "--output", required=True, help="image path (PNG, SVG or PDF by extension)")
     args = parser.parse_args(argv)
@@ -65,5 +77,9 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"plot: {args.report} is not a benchmark report: {e}", file=sys.stderr)
         return 2
-    plot(report, args.output)
+    try:
+        plot(report, args.output)
+    except MatplotlibMissing as e:
+        print(f"plot: skipped: {e}", file=sys.stderr)
+        return 3
     return 0

@@ -24,6 +24,7 @@ json ranks_json(const std::vector<json>& reports) {
              {"summary", rep.at("summary")},
              {"environment", rep.at("environment")}};
     if (rep.contains("copy_bandwidth_gbps")) row["copy_bandwidth_gbps"] = rep["copy_bandwidth_gbps"];
+    if (rep.contains("occupancy")) row["occupancy"] = rep["occupancy"];
     ranks.push_back(std::move(row));
   }
   return ranks;
@@ -121,6 +122,17 @@ std::string ranks_table(const json& aggregate, const std::string& columns,
       md << "`" << r["report"].get<std::string>() << "`";
     }
     md << " |\n";
+  }
+  // Each rank's occupancy warnings (its report has the full block).
+  for (const auto& r : aggregate["ranks"]) {
+    if (!r.contains("occupancy") || r["occupancy"].value("idle", true)) continue;
+    md << "\n**Warning: rank " << r["rank"] << "'s machine was not idle**: ";
+    bool first = true;
+    for (const auto& w : r["occupancy"]["warnings"]) {
+      md << (first ? "" : "; ") << w.get<std::string>();
+      first = false;
+    }
+    md << ".\n";
   }
   return md.str();
 }
