@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import pytest
 
 from xllm_kernel import _C
 
-from conftest import ROOT, TORCHRUN_VARIABLES, python_env, run_python
+from conftest import ROOT, TORCHRUN_VARIABLES, needs_torchrun, python_env, run_python
 
 needs_tools = pytest.mark.skipif(not getattr(_C, "numerics_built", False), reason="built without the tools")
 
@@ -180,8 +181,9 @@ def test_a_benchmark_report_loads_into_objects(reports):
     assert b.result(case_id, "cpu.torch.rms_norm").speedup_vs_torch == 1.0
 
 
+@pytest.mark.skipif(importlib.util.find_spec("jsonschema") is None,
+                    reason="jsonschema is not installed (pip install jsonschema)")
 def test_reports_validate_against_their_schemas(reports, tmp_path):
-    pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install jsonschema)")
     from xllm_kernel.numerics import report
 
     if report.schema_directory() is None:
@@ -281,6 +283,7 @@ def test_the_torchrun_environment_by_the_tools_rules():
 
 
 @needs_tools
+@needs_torchrun
 def test_a_distributed_aggregate_loads_with_its_rank_reports(tmp_path):
     from xllm_kernel.numerics import distributed, report
 

@@ -65,5 +65,10 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"plot: {args.report} is not a benchmark report: {e}", file=sys.stderr)
         return 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        print(f"plot: needs matplotlib, which cannot be imported here ({e}); pip install matplotlib", file=sys.stderr)
+        return 2
     plot(report, args.output)
     return 0
