@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the compile guard (every translation unit with clang++ against
 # the oldest supported torch's headers, scripts/compile-guard.sh), CTest (GoogleTest suites, CLI
-# checks, the installed-package consumer), then pytest on the Python package in the build tree
-# (test/python, including the wheel installed into a fresh virtual environment).
+# checks, the installed-package consumer), then pytest on the Python package in the build tree with
+# the guide's command (`python -m pytest -q test --ignore=test/npu`: test/test_*.py and test/python),
+# slow tests included (the wheel installed into a fresh virtual environment, the guide's command in a
+# minimal one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -18,9 +20,9 @@ echo "[test] ctest done at $(( $(date +%s) - start )) s" >&2
 PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
 rc=0
 PYTHONPATH="$(cd "$BUILD_DIR" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
-  "$PYTHON" -m pytest -q test/python ${PYTEST_ARGS:-} || rc=$?
+  "$PYTHON" -m pytest -q test --ignore=test/npu -m "slow or not slow" ${PYTEST_ARGS:-} || rc=$?
 if [ "$rc" -eq 5 ]; then
-  echo "[test] pytest collected no tests: test/python must hold the package's tests" >&2
+  echo "[test] pytest collected no tests: test/ and test/python must hold the package's tests" >&2
   exit 1
 fi
 echo "[test] total $(( $(date +%s) - start )) s" >&2

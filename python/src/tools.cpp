@@ -1,6 +1,8 @@
 // `python -m xllm_kernel.numerics` / `.benchmark`: the C++ tools' entry points, so Python runs the
 // same code with the same flags as xllm-kernel-numerics / xllm-kernel-benchmark.
 #include <iostream>
+#include <map>
+#include <string>
 
 #include "python/src/module.h"
 
@@ -8,6 +10,9 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include "src/core/cpu_allocator.h"
+#include "src/tools/cli.h"
+#include "src/tools/distributed/environment.h"
+#include "src/tools/distributed/run.h"
 #include "src/tools/soak.h"
 #include "xllm_kernel/tools.h"
 
@@ -55,6 +60,31 @@ void bind_tools(py::module_& m) {
      "[(operation, case_id, tokens, weight, arguments)] for every catalog operation (initialize('cpu') first).");
   m.def("cpu_cache_bytes", &detail::cpu_cache_bytes, "Bytes the CPU output block cache holds.");
   m.def("cpu_cache_limit", &detail::cpu_cache_limit, "The bound on cpu_cache_bytes() (XLLM_KERNEL_CPU_CACHE_BYTES).");
+  // xllm_kernel.numerics.distributed: torchrun's environment as the tools read it (the same rules
+  // and messages), and the per-rank report paths they write.
+  m.def("rank_environment", [](const std::map<std::string, std::string>& variables) {
+    tools::distributed::RankEnvironment env;
+    try {
+      env = tools::distributed::rank_environment([&variables](const char* name) -> const char* {
+        auto it = variables.find(name);
+        return it == variables.end() ? nullptr : it->second.c_str();
+      });
+    } catch (const tools::UsageError& e) {
+      throw py::value_error(e.what());
+    }
+    py::dict d;
+    d["rank"] = env.rank;
+    d["world_size"] = env.world_size;
+    d["local_rank"] = env.local_rank;
+    d["master_addr"] = env.master_addr;
+    d["master_port"] = env.master_port;
+    d["agent_store"] = env.agent_store;
+    d["run_id"] = env.run_id;
+    d["restart_count"] = env.restart_count;
+    return d;
+  }, py::arg("variables"), "torchrun's variables -> the rank's environment; ValueError naming what is missing or wrong.");
+  m.def("insert_rank", &tools::distributed::insert_rank, py::arg("path"), py::arg("rank"),
+        "`path` with .rankN before the extension of its file name (report.json -> report.rank1.json).");
   m.attr("tools_built") = true;
 #else
   m.attr("tools_built") = false;  // built without XLLM_KERNEL_BUILD_TOOLS

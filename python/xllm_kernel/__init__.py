@@ -29,11 +29,12 @@ from xllm_kernel.registry import (  # noqa: E402
 from xllm_kernel.runtime import Bindings, Candidate, Explanation, bindings, explain, initialize  # noqa: E402
 from xllm_kernel.custom_ops import register_custom_op  # noqa: E402
 from xllm_kernel import catalog  # noqa: E402
+from xllm_kernel import selection  # noqa: E402
 
 __version__ = _C.__version__  # the CMake project version
 
 __all__ = [
     "Bindings", "Candidate", "Explanation", "KernelSpec", "OpContract", "Operation", "Platform",
     "PlatformEnum", "PreparedKernel", "bindings", "catalog", "explain", "initialize", "kernels",
-    "register_custom_op", "register_kernel",
+    "register_custom_op", "register_kernel", "selection",
 ]

@@ -5,7 +5,7 @@ machine"):
     python -m pytest -q test/npu
 
 Everywhere else every test here skips with the reason. The package's own tests stay
-`python -m pytest -q test --ignore=test/npu` (scripts/test.sh runs test/python)."""
+`python -m pytest -q test --ignore=test/npu` (scripts/test.sh runs that command)."""
 
 from __future__ import annotations
 

@@ -64,3 +64,41 @@ def cpu():
         if key.startswith("XLLM_KERNEL_OVERRIDE_"):
             del os.environ[key]
     return xllm_kernel.initialize(device="cpu")
+
+
+# ---- optional tools: a test that needs one skips with the reason where it is missing -------------
+
+def missing_compiler() -> str | None:
+    """Why there is no C++ compiler here (torch.compile's inductor, the wheel build), or None."""
+    import shutil
+
+    given = os.environ.get("CXX")
+    if given:
+        return None if shutil.which(given) else f"no C++ compiler: CXX={given} is not found"
+    if any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        return None
+    return "no C++ compiler (c++, g++ or clang++) on PATH"
+
+
+def missing_torchrun() -> str | None:
+    """Why torchrun (torch.distributed.run) cannot start ranks here, or None."""
+    import importlib.util
+
+    import torch
+
+    if not torch.distributed.is_available():
+        return "this torch is built without torch.distributed (torchrun)"
+    if importlib.util.find_spec("torch.distributed.run") is None:
+        return "torch.distributed.run (torchrun) is not importable"
+    return None
+
+
+def missing_pip() -> str | None:
+    """Why `python -m pip` cannot build or install a wheel here, or None."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("pip") is not None else "pip is not installed in this environment"
+
+
+needs_compiler = pytest.mark.skipif(missing_compiler() is not None, reason=str(missing_compiler()))
+needs_torchrun = pytest.mark.skipif(missing_torchrun() is not None, reason=str(missing_torchrun()))

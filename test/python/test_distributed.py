@@ -15,14 +15,15 @@ import sys
 
 import pytest
 
-from conftest import PACKAGE_PARENT, ROOT, TORCHRUN_VARIABLES, python_env
+from conftest import PACKAGE_PARENT, ROOT, TORCHRUN_VARIABLES, missing_torchrun, python_env
 
 # The build tree the package comes from (<build>/python), else $BUILD_DIR as in scripts/test.sh.
 BUILD = next(
     (d for d in (PACKAGE_PARENT.parent, ROOT / os.environ.get("BUILD_DIR", "build")) if (d / "xllm-kernel-numerics").exists()),
     None,
 )
-pytestmark = pytest.mark.skipif(BUILD is None, reason="the xllm-kernel-numerics/-benchmark tools are not built")
+pytestmark = [pytest.mark.skipif(BUILD is None, reason="the xllm-kernel-numerics/-benchmark tools are not built"),
+              pytest.mark.skipif(missing_torchrun() is not None, reason=str(missing_torchrun()))]
 
 TIMEOUT = 120  # seconds; a run that hangs fails the test instead of the suite
 SMALL = ["--operation", "rms_norm", "--tokens", "4", "--hidden", "64"]

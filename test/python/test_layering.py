@@ -113,3 +113,15 @@ def test_no_module_of_the_package_imports_itself_back():
         if module not in state:
             visit(module)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_result_modules_sit_above_what_they_read():
+    # selection reads the runtime, distributed reads report; never the other way round.
+    assert "xllm_kernel.runtime" in _imported(PACKAGE / "selection.py")
+    assert "xllm_kernel.selection" not in _imported(PACKAGE / "runtime.py")
+    assert "xllm_kernel.numerics.report" in _imported(PACKAGE / "numerics" / "distributed.py")
+    assert "xllm_kernel.numerics.distributed" not in _imported(PACKAGE / "numerics" / "report.py")
+    # The suite protocol and the shared arguments need no report or distributed layer.
+    for module in ("suite.py", "arguments.py", "verify.py"):
+        imported = _imported(PACKAGE / "numerics" / module)
+        assert not {"xllm_kernel.numerics.report", "xllm_kernel.numerics.distributed"} & imported, module

@@ -213,11 +213,71 @@ def test_tensor_suite_builds_the_cartesian_product_and_rejects_empty_dimensions(
 
 # ---- catalog ----
 
-def test_builtin_suite_modules_are_discovered_by_scanning():
+def test_builtin_suite_modules_are_discovered_by_scanning(tmp_path):
     from xllm_kernel.numerics import catalog
 
-    assert all(m.startswith("xllm_kernel.numerics.") for m in catalog._BUILTINS)
-    assert "xllm_kernel.numerics.suite" not in catalog._BUILTINS  # defines OperationSuite, exports no SUITE
+    (tmp_path / "my_op.py").write_text("from x import OperationSuite\nSUITE = OperationSuite(...)\n")
+    (tmp_path / "annotated.py").write_text("SUITE: object = None\n")
+    (tmp_path / "helpers.py").write_text("def f():\n    SUITE = 1  # not at top level\n")
+    (tmp_path / "_private.py").write_text("SUITE = None\n")
+    (tmp_path / "broken.py").write_text("SUITE = (\n")  # a syntax error: not a suite module
+    (tmp_path / "notes.txt").write_text("SUITE = None\n")
+    assert catalog._discover(tmp_path, "pkg.numerics") == ("pkg.numerics.annotated", "pkg.numerics.my_op")
+    # The package's own folder: what it scans is what _BUILTINS holds (suite.py, factory.py, ... export none).
+    assert catalog._BUILTINS == catalog._discover()
+    assert "xllm_kernel.numerics.suite" not in catalog._BUILTINS
+
+
+def _package_with_a_builtin_suite(root, suite_source: str):
+    """A copy of the package under test whose numerics/ folder also holds my_scale.py: every entry
+    linked, the numerics modules copied (the catalog scans the folder it was imported from)."""
+    import pathlib
+
+    import xllm_kernel
+
+    package = pathlib.Path(xllm_kernel.__file__).parent
+    copy = root / "xllm_kernel"
+    copy.mkdir(parents=True)
+    for entry in package.iterdir():
+        if entry.name not in ("numerics", "__pycache__"):
+            (copy / entry.name).symlink_to(entry.resolve())
+    (copy / "numerics").mkdir()
+    for module in (package / "numerics").glob("*.py"):
+        (copy / "numerics" / module.name).write_text(module.read_text())
+    (copy / "numerics" / "my_scale.py").write_text(suite_source)
+    return root
+
+
+def test_a_builtin_suite_module_is_discovered_loaded_and_run(tmp_path):
+    # The guide's in-package route (numerics/<operation>.py exporting SUITE, listed in
+    # numerics.catalog._BUILTINS), end to end: the fixture suite of my_scale placed in the package's
+    # numerics folder, with only its operator group as an extension.
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    root = _package_with_a_builtin_suite(tmp_path / "site", (fixtures / "xk_numerics_my_scale.py").read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLLM_KERNEL_OVERRIDE_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(root), str(fixtures)]), XLLM_KERNEL_EXTENSIONS="xk_numerics_ops",
+               XLLM_KERNEL_LOG="off", CUDA_VISIBLE_DEVICES="")
+    check = ("import xllm_kernel\n"
+             "from xllm_kernel.numerics import catalog\n"
+             f"assert xllm_kernel.__file__.startswith({str(root)!r}), xllm_kernel.__file__\n"
+             "assert catalog._BUILTINS == ('xllm_kernel.numerics.my_scale',), catalog._BUILTINS\n"
+             "assert list(catalog.load()) == ['my_scale']\n"
+             "assert ('my_scale', 'Python module xllm_kernel.numerics.my_scale') in catalog.suites(), catalog.suites()\n")
+    r = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "n.json"
+    r = subprocess.run([sys.executable, "-m", "xllm_kernel.numerics", "--operation", "my_scale", "--dtype", "float32",
+                        "--implementation", "cpu.python.my_scale", "--output", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["implementations"][0]["results"]
+    assert [x["status"] for x in rows] == ["passed", "passed"], rows  # --tokens 1 7 by default
 
 
 def test_a_python_suite_for_an_operation_with_a_cpp_suite_is_an_error_naming_both():

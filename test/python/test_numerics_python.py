@@ -16,7 +16,7 @@ import pytest
 
 from xllm_kernel import _C
 
-from conftest import TORCHRUN_VARIABLES, python_env
+from conftest import TORCHRUN_VARIABLES, needs_torchrun, python_env
 
 pytestmark = pytest.mark.skipif(not getattr(_C, "numerics_built", False), reason="built without the tools")
 
@@ -183,6 +183,7 @@ def test_a_broken_suite_module_is_reported_not_a_traceback():
 
 
 
+@needs_torchrun
 def test_a_python_suite_runs_distributed_over_two_ranks(tmp_path):
     # torchrun starts `python -m xllm_kernel.numerics` on each rank: every rank loads the Python
     # groups and suites, validates, and rank 0 writes the consensus of both.

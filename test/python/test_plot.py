@@ -15,6 +15,7 @@ from conftest import python_env
 
 
 def test_plot_from_a_benchmark_report(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install matplotlib)")
     report = tmp_path / "b.json"
     bench = subprocess.run([sys.executable, "-m", "xllm_kernel.benchmark", "--operation", "rms_norm",
                             "--implementation", "all", "--tokens", "4,64", "--hidden", "256", "--dtype", "bfloat16",
@@ -120,3 +121,13 @@ def test_plot_step_without_matplotlib_skips_with_its_reason(tmp_path):
     assert "plot: skipped: matplotlib is not installed (no matplotlib here)" in result.stderr
     assert "plots skipped" in result.stdout
     assert not (reports / "benchmark-rms_norm.png").exists()
+
+
+def test_plot_without_matplotlib_says_what_is_missing(tmp_path):
+    report = tmp_path / "b.json"
+    report.write_text('{"results": []}')
+    code = ("import sys; sys.modules['matplotlib'] = None\n"  # as where matplotlib is not installed
+            "from xllm_kernel.benchmark.plot import main\n"
+            f"sys.exit(main([{str(report)!r}, '-o', {str(tmp_path / 'x.png')!r}]))\n")
+    result = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3 and "plot: skipped: matplotlib is not installed" in result.stderr, result.stderr

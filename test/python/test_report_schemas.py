@@ -7,8 +7,16 @@ import os
 import pathlib
 import subprocess
 
-import jsonschema
+import sys
+
 import pytest
+
+from xllm_kernel import _C
+
+from conftest import python_env
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install jsonschema)")
+pytestmark = pytest.mark.skipif(not getattr(_C, "numerics_built", False), reason="built without the tools")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("BUILD_DIR", "build")
@@ -19,12 +27,15 @@ def schema(name: str) -> dict:
     return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
 
 
-def run_tool(tool: str, *args: str, out: pathlib.Path, expect: int = 0) -> dict:
+def command(tool: str) -> list[str]:
+    """The build tree's CLI, or (an installed package) `python -m xllm_kernel.<tool>`: the same code."""
     binary = BUILD / f"xllm-kernel-{tool}"
-    if not binary.exists():
-        pytest.fail(f"{binary} is not built")
-    env = dict(os.environ, XLLM_KERNEL_LOG="off")
-    result = subprocess.run([str(binary), *args, "--output", str(out)], capture_output=True, text=True, env=env,
+    return [str(binary)] if binary.exists() else [sys.executable, "-m", f"xllm_kernel.{tool}"]
+
+
+def run_tool(tool: str, *args: str, out: pathlib.Path, expect: int = 0) -> dict:
+    env = python_env()
+    result = subprocess.run([*command(tool), *args, "--output", str(out)], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == expect, result.stdout[-2000:] + result.stderr[-2000:]
     return json.loads(out.read_text())
@@ -62,9 +73,9 @@ def test_benchmark_report_and_comparison_validate(tmp_path):
         jsonschema.validate(report, schema("benchmark-report"))
         assert report["summary"]["timed"] == 8  # 2 token counts x 2 default dtypes x 2 implementations
     out = tmp_path / "cmp.json"
-    result = subprocess.run([str(BUILD / "xllm-kernel-benchmark"), "compare", *map(str, paths), "--output", str(out),
+    result = subprocess.run([*command("benchmark"), "compare", *map(str, paths), "--output", str(out),
                              "--fail-on", "none"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, env=python_env())
     assert result.returncode == 0, result.stderr
     comparison = json.loads(out.read_text())
     jsonschema.validate(comparison, schema("benchmark-comparison"))

@@ -36,9 +36,11 @@ def _exports_suite(path: pathlib.Path) -> bool:
     return False
 
 
-def _discover() -> tuple[str, ...]:
-    folder = pathlib.Path(__file__).resolve().parent
-    return tuple(f"{_PACKAGE}.{p.stem}" for p in sorted(folder.glob("*.py"))
+def _discover(folder: pathlib.Path | None = None, package: str = _PACKAGE) -> tuple[str, ...]:
+    """`package`.<stem> for every <stem>.py in `folder` (default: this module's folder, as the
+    package was imported from it, symbolic links not followed) that assigns SUITE at top level."""
+    folder = pathlib.Path(__file__).absolute().parent if folder is None else pathlib.Path(folder)
+    return tuple(f"{package}.{p.stem}" for p in sorted(folder.glob("*.py"))
                  if not p.stem.startswith("_") and _exports_suite(p))
 
 
