@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include "src/core/cpu_allocator.h"
+#include "src/tools/report.h"
 #include "src/tools/soak.h"
 #include "xllm_kernel/tools.h"
 
@@ -55,6 +56,17 @@ void bind_tools(py::module_& m) {
      "[(operation, case_id, tokens, weight, arguments)] for every catalog operation (initialize('cpu') first).");
   m.def("cpu_cache_bytes", &detail::cpu_cache_bytes, "Bytes the CPU output block cache holds.");
   m.def("cpu_cache_limit", &detail::cpu_cache_limit, "The bound on cpu_cache_bytes() (XLLM_KERNEL_CPU_CACHE_BYTES).");
+  // The end-to-end tool (python -m xllm_kernel.e2e) writes its reports with the tools' writer and
+  // records the same environment block.
+  m.def("write_report_atomically", [](const std::string& path, const std::string& text) {
+    py::gil_scoped_release no_gil;
+    tools::write_atomically(path, text);
+  }, py::arg("path"), py::arg("text"),
+     "Writes text to path atomically (a fsynced temporary file renamed over it), as the tools write reports.");
+  m.def("report_environment", [](const std::string& device, int device_index, const std::string& revision) {
+    return tools::environment(parse_device(device), device_index, revision).dump();
+  }, py::arg("device"), py::arg("device_index"), py::arg("revision"),
+     "The tools' report environment block (host, CPU, device, torch, build, load, threads) as JSON text.");
   m.attr("tools_built") = true;
 #else
   m.attr("tools_built") = false;  // built without XLLM_KERNEL_BUILD_TOOLS
