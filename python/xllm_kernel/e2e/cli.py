@@ -188,6 +188,10 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
         side["validation"] = {"status": "passed" if all((p.get("validation") or {}).get("status") == "passed"
                                                         for p in per) else "failed",
                               "headroom": max((p.get("validation") or {}).get("headroom", 0) or 0 for p in per),
+                              "max_abs_logit_error": max((p.get("validation") or {}).get("max_abs_logit_error", 0) or 0
+                                                         for p in per),
+                              "logit_atol": max((p.get("validation") or {}).get("logit_atol", 0) or 0 for p in per)
+                              or 1.0,
                               "greedy_tokens_equal": all((p.get("validation") or {}).get("greedy_tokens_equal")
                                                          for p in per)}
         if all(p.get("timing") for p in per):

@@ -117,6 +117,7 @@ def run(spec: dict) -> dict:
 
     bindings = xllm_kernel.initialize(device=device.type, operations=OPERATIONS, overrides=side.get("overrides") or {})
     result["implementations"] = {op: bindings[op].spec.name for op in OPERATIONS}
+    result["threads"] = torch.get_num_threads()
     log("selected " + ", ".join(f"{op}={bindings[op].spec.name}" for op in OPERATIONS))
     all_reduce = None
     if dist:
