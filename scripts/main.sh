@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, build, select implementations on the device, explain the selection, run
 # every operation once, then validate (numerics) and time (benchmark) every implementation of every
-# operation. Reports (JSON and Markdown) go to ${REPORT_DIR:-reports}/.
+# operation, then a short end-to-end run of a decoder (python -m xllm_kernel.e2e). Reports (JSON and
+# Markdown) go to ${REPORT_DIR:-reports}/.
 #   DEVICE=cuda bash scripts/main.sh     # on a GPU machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,16 @@ for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
     --revision "$REVISION" --output "$REPORT_DIR/benchmark-$op.json" --markdown "$REPORT_DIR/benchmark-$op.md" \
     || status=1
 done
+# End to end (python -m xllm_kernel.e2e): a short run of the tiny Llama preset, the selected
+# implementations beside the torch solution and torch.compile of it, each validated against the
+# float64 reference first (about a minute on two cores). E2E_ARGS replaces the model and workload,
+# e.g. E2E_ARGS="--preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 9".
+PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
+echo "== end to end on $DEVICE"
+# shellcheck disable=SC2086
+PYTHONPATH="$(cd "$BUILD_DIR" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" XLLM_KERNEL_LOG=off \
+  "$PYTHON" -m xllm_kernel.e2e ${E2E_ARGS:---preset tiny --batch 4 --prompt-len 64,32 --output-len 16} \
+  --device "$DEVICE" --revision "$REVISION" --output "$REPORT_DIR/e2e.json" --markdown "$REPORT_DIR/e2e.md" \
+  --plot "$REPORT_DIR/e2e.png" || status=1
 echo "reports in $REPORT_DIR/:" && ls "$REPORT_DIR"
 exit "$status"

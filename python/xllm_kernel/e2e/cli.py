@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -285,6 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     base = {"model": model.to_json(), "dtype": args.dtype, "device": device, "seed": args.seed,
             "workload": dataclasses.asdict(work), "validation_workload": dataclasses.asdict(vwork),
             "warmup": args.warmup, "repeats": args.repeats, "fullgraph": args.fullgraph}
+    # The sides share one copy of the random weights: the first saves them, the others map the file.
+    weights_dir = tempfile.mkdtemp(prefix="xllm-e2e-weights-")
+    base["weights_file"] = os.path.join(weights_dir, "weights.pt")
+    try:
+        results = _run_sides(side_list, base, args, group, rank, world, kind)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
+    return _finish(results, args, model, work, vwork, device, world, rank, local, group)
+
+
+def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
     results = []
     for side in side_list:
         spec = dict(base, side=side)
@@ -297,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             group.barrier()
         print(f"[e2e] side {side['name']}" + (f" (rank {rank})" if group else ""), file=sys.stderr, flush=True)
         results.append(_run_side(spec, args.threads))
+    return results
+
+
+def _finish(results, args, model, work, vwork, device, world, rank, local, group) -> int:
     report = {"schema": rep.SCHEMA, "tool": "e2e", "model": model.to_json(), "dtype": args.dtype, "device": device,
               "workload": work.to_json(), "validation_workload": vwork.to_json(), "repeats": args.repeats,
               "warmup": args.warmup, "world_size": world, "environment": rep.environment(device, args.revision),

@@ -65,6 +65,19 @@ def _peak_bytes(device: torch.device, reset: bool) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak resident set of the process (ru_maxrss)"
 
 
+def _weights(m: ModelConfig, dtype: torch.dtype, seed: int, path: str | None) -> dict:
+    """The random weights; with `path`, the first side of a run saves them there and the others map
+    the file (generating 8B parameters' worth takes minutes on a small machine)."""
+    if path and os.path.exists(path):
+        return torch.load(path, mmap=True, weights_only=True)
+    weights = make_weights(m, dtype, seed)
+    if path:
+        tmp = f"{path}.tmp.{os.getpid()}"
+        torch.save(weights, tmp)
+        os.replace(tmp, path)
+    return weights
+
+
 def validate(m: ModelConfig, weights, runner: Runner, dtype: str) -> dict:
     """Greedy tokens and logits of `runner` against the float64 reference on the same tokens."""
     gen = runner.generate(record_logits=True)
@@ -129,7 +142,7 @@ def run(spec: dict) -> dict:
     dtype_name = spec["dtype"]
     dtype = _DTYPES[dtype_name]
     t0 = time.perf_counter()
-    weights = make_weights(m, dtype, spec["seed"])
+    weights = _weights(m, dtype, spec["seed"], spec.get("weights_file"))
     log(f"weights ready in {time.perf_counter() - t0:.1f} s")
 
     def runner_for(work: Workload) -> Runner:
