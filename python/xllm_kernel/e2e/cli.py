@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--num-blocks", type=int, default=0, help="cache blocks (default: what the batch needs + 1 per sequence)")
     w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of the timed run (0: greedy)")
     w.add_argument("--seed", type=int, default=0, help="weights, prompts, block shuffle and sampling seeds")
+    w.add_argument("--synthetic-prefill", action="store_true",
+                   help="decode only: random K/V at the prompt positions instead of a prefill forward (no prefill "
+                        "figures; validation still runs a real prefill)")
     v = p.add_argument_group("validation (greedy, against the float64 reference, before timing)")
     v.add_argument("--validate-batch", type=int, default=2)
     v.add_argument("--validate-prompt-len", default="24,13")
@@ -198,9 +201,10 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
         if all(p.get("timing") for p in per):
             t = dict(per[0]["timing"])
             # A step bound by the all-reduces waits for the slowest rank.
-            t["prefill_seconds"] = max(p["timing"]["prefill_seconds"] for p in per)
+            if t["prefill_seconds"] is not None:
+                t["prefill_seconds"] = max(p["timing"]["prefill_seconds"] for p in per)
+                t["prefill_tokens_per_s"] = t["prefill_tokens"] / t["prefill_seconds"]
             t["decode_seconds"] = max(p["timing"]["decode_seconds"] for p in per)
-            t["prefill_tokens_per_s"] = t["prefill_tokens"] / t["prefill_seconds"]
             if t["decode_steps"]:
                 t["decode_tokens_per_s"] = t["decode_tokens"] / t["decode_seconds"]
                 t["time_per_output_token_s"] = t["decode_seconds"] / t["decode_steps"]
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         model = model_config(preset, config_file=args.config, layers=args.layers)
         work = Workload(prompt_lens=_lens(args.prompt_len, args.batch, "--prompt-len"), output_len=args.output_len,
                         block_size=args.block_size, num_blocks=args.num_blocks, seed=args.seed,
-                        temperature=args.temperature)
+                        temperature=args.temperature, synthetic_prefill=args.synthetic_prefill)
         vwork = Workload(prompt_lens=_lens(args.validate_prompt_len, args.validate_batch, "--validate-prompt-len"),
                          output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
         side_list = sides(args.sides)

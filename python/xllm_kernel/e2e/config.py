@@ -131,6 +131,9 @@ class Workload:
     num_blocks: int = 0  # 0: what the batch needs plus one spare block per sequence
     seed: int = 0
     temperature: float = 0.0  # 0: greedy
+    # Decode-only measurement: the cache gets random K/V at every prompt position (seeded) instead
+    # of a prefill forward, so decode at a long context costs no long prefill; no prefill figures.
+    synthetic_prefill: bool = False
 
     def blocks_needed(self) -> int:
         return sum(math.ceil((p + self.output_len) / self.block_size) for p in self.prompt_lens)
@@ -141,7 +144,8 @@ class Workload:
     def to_json(self) -> dict[str, Any]:
         return {"batch": len(self.prompt_lens), "prompt_lens": list(self.prompt_lens), "output_len": self.output_len,
                 "block_size": self.block_size, "num_blocks": self.cache_blocks(), "seed": self.seed,
-                "temperature": self.temperature, "prompt_tokens": sum(self.prompt_lens),
+                "temperature": self.temperature, "synthetic_prefill": self.synthetic_prefill,
+                "prompt_tokens": sum(self.prompt_lens),
                 "max_context": max(self.prompt_lens) + self.output_len}
 
 

@@ -339,6 +339,18 @@ class Runner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def fill_cache(self) -> torch.Tensor:
+        """In place of a prefill (Workload.synthetic_prefill): random K/V rows (seeded) at every
+        prompt position of every layer's cache, and random first tokens [S]."""
+        g = torch.Generator().manual_seed(_seed(self.work.seed, "synthetic-cache"))
+        hd = self.m.head_dim
+        for s, p in enumerate(self.work.prompt_lens):
+            slots = self._slots(s, torch.arange(p, dtype=torch.int64)).to(self.device)
+            for cache in (*self.key_caches, *self.value_caches):
+                rows = torch.randn((p, self.kv_heads, hd), generator=g).to(device=self.device, dtype=self.dtype)
+                cache.view(-1, self.kv_heads, hd).index_copy_(0, slots, rows)
+        return torch.randint(0, self.m.vocab_size, (len(self.work.prompt_lens),), generator=g).to(self.device)
+
     def prefill(self, ops: Ops | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Every prompt in one forward (its K/V into the cache) and the first output token:
         (tokens [S], logits [S, vocab], seconds, ended by a device synchronization)."""
@@ -382,8 +394,14 @@ class Runner:
                  progress: Callable[[str], None] | None = None,
                  after_step: Callable[[], None] | None = None) -> Generation:
         """Prefill, then output_len - 1 decode steps (the prefill samples the first output token).
-        after_step runs after each forward, outside the timed intervals."""
-        first, logits, prefill = self.prefill(ops)
+        after_step runs after each forward, outside the timed intervals. With a synthetic prefill
+        the cache is filled instead (prefill_seconds 0, no logits of the first token)."""
+        if self.work.synthetic_prefill:
+            if record_logits:
+                raise ValueError("generate: a synthetic prefill has no logits to record")
+            first, logits, prefill = self.fill_cache(), None, 0.0
+        else:
+            first, logits, prefill = self.prefill(ops)
         if after_step is not None:
             after_step()
         rest, rest_logits, decode = self.decode(first, ops, record_logits=record_logits, progress=progress,

@@ -72,6 +72,8 @@ def markdown(report: dict) -> str:
              f"{w['block_size']} ({w['num_blocks']} in the cache, shuffled), seed {w['seed']}, temperature "
              f"{w['temperature']}. Best of {report['repeats']} timed passes after {report['warmup']} warm-up; the "
              f"per-operation shares come from a separate profiling pass.",
+             "Synthetic prefill: the cache holds random K/V at the prompt positions (no prefill forward, no "
+             "prefill figures); the decode steps are real." if w.get("synthetic_prefill") else "",
              f"Load average {load} on {env.get('threads', '?')} threads; revision {env.get('revision', '?')}." if load
              else "", "",
              "| side | validation | prefill tok/s | decode tok/s | time per output token | peak memory | status |",
