@@ -218,3 +218,20 @@ def test_two_cpu_ranks_of_tensor_parallel_give_the_tokens_of_one(tmp_path):
             assert report["sides"][i]["tokens"] == one["sides"][i]["tokens"]
         assert side["timing"]["decode_seconds"] == max(rep["sides"][i]["timing"]["decode_seconds"] for rep in ranks)
     assert "on 2 cpu ranks" in result.stdout and (tmp_path / "tp.rank1.md").exists()
+
+
+def test_synthetic_prefill_times_decode_only(tmp_path):
+    out = tmp_path / "s.json"
+    result = e2e("--preset", "tiny", "--batch", "2", "--prompt-len", "100", "--output-len", "4", "--synthetic-prefill",
+                 "--sides", "selected", "--output", str(out))
+    assert result.returncode == 0, _explain(result)
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, SCHEMA)
+    (side,) = report["sides"]
+    assert report["workload"]["synthetic_prefill"] is True
+    assert side["validation"]["status"] == "passed"  # validation runs a real prefill
+    t = side["timing"]
+    assert t["prefill_seconds"] is None and t["prefill_tokens_per_s"] is None and t["decode_tokens"] == 2 * 3
+    calls = {r["operation"]: r["calls"] for r in side["profile"]["operations"]}
+    assert calls["paged_attention"] == 2 * 3 and calls["sample"] == 3  # the decode steps alone
+    assert "Synthetic prefill" in result.stdout
