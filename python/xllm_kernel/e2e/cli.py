@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -130,7 +131,13 @@ def _run_side(spec: dict, threads: int) -> dict:
                and k not in ("TORCHELASTIC_USE_AGENT_STORE",)}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
-        code = subprocess.call([sys.executable, "-m", "xllm_kernel.e2e.worker", spec_path, result_path], env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "xllm_kernel.e2e.worker", spec_path, result_path], env=env)
+        try:
+            code = proc.wait()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): the side's process ends with the run
+            proc.terminate()
+            proc.wait()
+            raise
         try:
             with open(result_path) as f:
                 return json.load(f)
@@ -278,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import torch  # noqa: F401 - after the usage checks, so that --help and bad flags stay fast
+
+    # SIGTERM unwinds like Ctrl-C, so that the side's process ends and the weights file is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     group = None
     if args.distributed:
