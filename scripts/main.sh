@@ -31,8 +31,9 @@ for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
 done
 # End to end (python -m xllm_kernel.e2e): a short run of the tiny Llama preset, the selected
 # implementations beside the torch solution and torch.compile of it, each validated against the
-# float64 reference first (one to two minutes on two cores, most of it starting processes and compiling). E2E_ARGS replaces the model and workload,
-# e.g. E2E_ARGS="--preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 9".
+# float64 reference first (one to two minutes on two cores, most of it starting processes and
+# compiling). E2E_ARGS replaces the model and workload flags, e.g.
+# E2E_ARGS="--preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 9 --synthetic-prefill".
 PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
 echo "== end to end on $DEVICE"
 # shellcheck disable=SC2086
