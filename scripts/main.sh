@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set up, build, select implementations on the device, explain the selection, run
 # every operation once, then validate (numerics) and time (benchmark) every implementation of every
-# operation. Reports (JSON and Markdown) go to ${REPORT_DIR:-reports}/, with a plot of each benchmark
-# (benchmark-OP.png: % of copy bandwidth per case and implementation; skipped without matplotlib).
+# operation, then a short end-to-end run of a decoder (python -m xllm_kernel.e2e). Reports (JSON and
+# Markdown) go to ${REPORT_DIR:-reports}/, with a plot of each benchmark (benchmark-OP.png: % of copy
+# bandwidth per case and implementation; skipped without matplotlib).
 #   DEVICE=cuda bash scripts/main.sh     # on a GPU machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +33,16 @@ for op in $("$BUILD_DIR/xllm-kernel-info" --operations-list); do
     || status=1
 done
 bash scripts/plot-reports.sh "$REPORT_DIR" "$PYTHON" "$BUILD_DIR" || status=1
+# End to end (python -m xllm_kernel.e2e): a short run of the tiny Llama preset, the selected
+# implementations beside the torch solution and torch.compile of it, each validated against the
+# float64 reference first (one to two minutes on two cores, most of it starting processes and
+# compiling). E2E_ARGS replaces the model and workload flags, e.g.
+# E2E_ARGS="--preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 9 --synthetic-prefill".
+echo "== end to end on $DEVICE"
+# shellcheck disable=SC2086
+PYTHONPATH="$(cd "$BUILD_DIR" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" XLLM_KERNEL_LOG=off \
+  "$PYTHON" -m xllm_kernel.e2e ${E2E_ARGS:---preset tiny --batch 4 --prompt-len 64,32 --output-len 16} \
+  --device "$DEVICE" --revision "$REVISION" --output "$REPORT_DIR/e2e.json" --markdown "$REPORT_DIR/e2e.md" \
+  --plot "$REPORT_DIR/e2e.png" || status=1
 echo "reports in $REPORT_DIR/:" && ls "$REPORT_DIR"
 exit "$status"

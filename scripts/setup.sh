@@ -37,5 +37,13 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
 fi
 "$VENV/bin/python" -c "import numpy, pytest, jsonschema, matplotlib" 2>/dev/null ||
   "$VENV/bin/python" -m pip install -q "numpy" "pytest" "jsonschema" "matplotlib" >&2
+# Test dependency of the end-to-end tool's tests (test/python/test_e2e.py compares the runner with
+# transformers' LlamaForCausalLM / Qwen2ForCausalLM). Pinned; its dependencies are small wheels
+# (huggingface_hub, tokenizers, safetensors, ...) and do not include torch, so nothing here
+# replaces the pinned torch. The tests skip, saying why, where it is missing.
+TRANSFORMERS_VERSION="4.57.1"
+"$VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION" >&2 ||
+  log "transformers==$TRANSFORMERS_VERSION could not be installed; the tests comparing with it skip"
 log "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
 echo "$VENV/bin/python"

@@ -13,6 +13,7 @@
 #include "src/tools/cli.h"
 #include "src/tools/distributed/environment.h"
 #include "src/tools/distributed/run.h"
+#include "src/tools/report.h"
 #include "src/tools/soak.h"
 #include "xllm_kernel/tools.h"
 
@@ -85,6 +86,17 @@ void bind_tools(py::module_& m) {
   }, py::arg("variables"), "torchrun's variables -> the rank's environment; ValueError naming what is missing or wrong.");
   m.def("insert_rank", &tools::distributed::insert_rank, py::arg("path"), py::arg("rank"),
         "`path` with .rankN before the extension of its file name (report.json -> report.rank1.json).");
+  // The end-to-end tool (python -m xllm_kernel.e2e) writes its reports with the tools' writer and
+  // records the same environment block.
+  m.def("write_report_atomically", [](const std::string& path, const std::string& text) {
+    py::gil_scoped_release no_gil;
+    tools::write_atomically(path, text);
+  }, py::arg("path"), py::arg("text"),
+     "Writes text to path atomically (a fsynced temporary file renamed over it), as the tools write reports.");
+  m.def("report_environment", [](const std::string& device, int device_index, const std::string& revision) {
+    return tools::environment(parse_device(device), device_index, revision).dump();
+  }, py::arg("device"), py::arg("device_index"), py::arg("revision"),
+     "The tools' report environment block (host, CPU, device, torch, build, load, threads) as JSON text.");
   m.attr("tools_built") = true;
 #else
   m.attr("tools_built") = false;  // built without XLLM_KERNEL_BUILD_TOOLS

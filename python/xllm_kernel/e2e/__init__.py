@@ -1,0 +1,10 @@
+"""End-to-end measurement of a Llama-family decoder on the published bindings:
+`python -m xllm_kernel.e2e --help`. Offline, like the numerics and benchmark tools, not a runtime:
+one static batch, prefill then decode into a paged cache that lives for one run.
+
+    python -m xllm_kernel.e2e --preset tiny --batch 2 --prompt-len 16 --output-len 8 --output e2e.json
+
+Modules: config (presets, workload, usage checks), model (the runner's decoder), reference (the
+float64 model it is validated against), worker (one side in its own process), report (JSON,
+Markdown, plot), cli (the command, the sides, --distributed).
+"""

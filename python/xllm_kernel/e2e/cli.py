@@ -1,0 +1,354 @@
+"""`python -m xllm_kernel.e2e`: the end-to-end measurement, side by side.
+
+    python -m xllm_kernel.e2e --preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 8 \
+        --output e2e.json --markdown e2e.md --plot e2e.png
+    torchrun --nproc-per-node 2 -m xllm_kernel.e2e --distributed --preset tiny --output e2e.json
+
+Each side runs in a process of its own (initialize() selects once per process): `selected` (what
+initialize picks), `torch` (every operation overridden to the torch solution), `compile`
+(torch.compile of the torch-solution model), and any `NAME=op:target+op:target` (e.g.
+`attn-torch=paged_attention:torch`). Exit codes: 0 every side validated and timed (a side whose
+torch.compile failed is reported with the error and does not fail the run), 1 a side failed
+validation or raised, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+from xllm_kernel.e2e import report as rep
+from xllm_kernel.e2e.config import DTYPES, PRESETS, UsageError, Workload, check, model_config
+
+PROG = "python -m xllm_kernel.e2e"
+OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
+              "silu_and_mul", "sample")  # model.OPERATIONS, without importing torch for --help
+TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 2 with the message, as argparse does, but through UsageError
+        raise UsageError(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (random weights, real shapes)")
+    g.add_argument("--config", help="a Hugging Face config.json (model_type llama, mistral or qwen2)")
+    g.add_argument("--layers", type=int, help="decoder layers (default: the model's)")
+    g.add_argument("--dtype", default="bfloat16", help=f"{', '.join(DTYPES)} (default bfloat16)")
+    g.add_argument("--device", default="cpu", help="cpu, cuda or npu (a rank of --distributed: cuda/npu:LOCAL_RANK)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--batch", type=int, default=2, help="sequences (default 2)")
+    w.add_argument("--prompt-len", default="16", help="prompt tokens, one value or a comma list cycled over the batch")
+    w.add_argument("--output-len", type=int, default=8, help="generated tokens per sequence (prefill samples the first)")
+    w.add_argument("--block-size", type=int, default=16, help="tokens per cache block (default 16)")
+    w.add_argument("--num-blocks", type=int, default=0, help="cache blocks (default: what the batch needs + 1 per sequence)")
+    w.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of the timed run (0: greedy)")
+    w.add_argument("--seed", type=int, default=0, help="weights, prompts, block shuffle and sampling seeds")
+    w.add_argument("--synthetic-prefill", action="store_true",
+                   help="decode only: random K/V at the prompt positions instead of a prefill forward (no prefill "
+                        "figures; validation still runs a real prefill)")
+    v = p.add_argument_group("validation (greedy, against the float64 reference, before timing)")
+    v.add_argument("--validate-batch", type=int, default=2)
+    v.add_argument("--validate-prompt-len", default="24,13")
+    v.add_argument("--validate-output-len", type=int, default=4)
+    r = p.add_argument_group("run and reports")
+    r.add_argument("--sides", default="selected,torch,compile",
+                   help="comma list: selected, torch, compile, NAME=op:target+op:target (default all three)")
+    r.add_argument("--warmup", type=int, default=1, help="untimed passes of the workload first (compiles)")
+    r.add_argument("--repeats", type=int, default=1, help="timed passes (the best is reported)")
+    r.add_argument("--threads", type=int, default=0, help="torch intra-op threads in each side (0: torch's default)")
+    r.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True) for the compile side")
+    r.add_argument("--output", help="JSON report")
+    r.add_argument("--markdown", help="Markdown report (also printed)")
+    r.add_argument("--plot", help="PNG of the time share per step per side (needs matplotlib)")
+    r.add_argument("--revision", default="", help="recorded in the report's environment")
+    r.add_argument("--distributed", action="store_true", help="tensor parallel over the ranks of a torchrun launch")
+    r.add_argument("--distributed-timeout", type=float, default=600, help="seconds any collective waits")
+    return p
+
+
+def _lens(text: str, batch: int, flag: str) -> tuple[int, ...]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: expected integers separated by commas, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{flag}: give at least one length")
+    if batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {batch}")
+    return tuple(values[i % len(values)] for i in range(batch))
+
+
+def sides(text: str) -> list[dict]:
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        if item == "selected":
+            out.append({"name": "selected", "kind": "selected", "overrides": {}})
+        elif item in ("torch", "compile"):
+            out.append({"name": item, "kind": item, "overrides": {op: "torch" for op in OPERATIONS}})
+        elif "=" in item:
+            name, _, spec = item.partition("=")
+            overrides = {}
+            for pair in filter(None, spec.split("+")):
+                op, _, target = pair.partition(":")
+                if op not in OPERATIONS or not target:
+                    raise UsageError(f"--sides: {pair!r} in {item!r} must be OPERATION:TARGET with OPERATION one of "
+                                     f"{', '.join(OPERATIONS)}")
+                overrides[op] = target
+            out.append({"name": name, "kind": "custom", "overrides": overrides})
+        else:
+            raise UsageError(f"--sides: expected selected, torch, compile or NAME=op:target, got {item!r}")
+    names = [s["name"] for s in out]
+    if not out or len(set(names)) != len(names):
+        raise UsageError(f"--sides: give at least one side, each name once, got {names}")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _run_side(spec: dict, threads: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="xllm-e2e-") as tmp:
+        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("XLLM_KERNEL_OVERRIDE_")
+               and k not in ("TORCHELASTIC_USE_AGENT_STORE",)}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        proc = subprocess.Popen([sys.executable, "-m", "xllm_kernel.e2e.worker", spec_path, result_path], env=env)
+        try:
+            code = proc.wait()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): the side's process ends with the run
+            proc.terminate()
+            proc.wait()
+            raise
+        try:
+            with open(result_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {"name": spec["side"]["name"], "kind": spec["side"]["kind"], "status": "error",
+                    "reason": f"the side's process exited {code} without a result"}
+
+
+def _side_exit(side: dict) -> int:
+    return 0 if side.get("status") in ("timed", "compile_failed") else 1
+
+
+def _output_path(path: str | None, rank: int | None) -> str | None:
+    if path is None or rank is None:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.rank{rank}{ext}"
+
+
+def _publish(report: dict, args, render, rank: int | None, print_it: bool) -> None:
+    out, md, png = (_output_path(p, rank) for p in (args.output, args.markdown, args.plot))
+    if png:
+        skipped = rep.plot(report, png)
+        report["plot"] = {"path": None, "skipped": skipped} if skipped else {"path": png}
+        if skipped:
+            print(f"{PROG}: plot skipped: {skipped}", file=sys.stderr)
+    text = render(report)
+    if out:
+        rep.write_atomically(out, json.dumps(report, indent=1) + "\n")
+    if md:
+        rep.write_atomically(md, text)
+    if print_it:
+        print(text, end="", flush=True)
+
+
+def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
+    first = reports[0]
+    agg = {k: first[k] for k in ("tool", "model", "workload", "validation_workload", "dtype", "device", "repeats",
+                                 "warmup", "world_size", "environment")}
+    agg["schema"] = rep.AGGREGATE_SCHEMA
+    agg["ranks"] = [{"rank": r, "report": paths[r], "device": rp["rank_device"], "host": rp["environment"].get("host"),
+                     "summary": rp["summary"]} for r, rp in enumerate(reports)]
+    agg["sides"] = []
+    for i, s0 in enumerate(first["sides"]):
+        per = [rp["sides"][i] for rp in reports]
+        statuses = [p.get("status") for p in per]
+        digests = [p.get("tokens_digest") for p in per]
+        side = {k: s0.get(k) for k in ("name", "kind", "overrides", "implementations")}
+        side["statuses"] = statuses
+        side["status"] = statuses[0] if len(set(statuses)) == 1 else "disagreed"
+        side["tokens_agree"] = len(set(digests)) == 1 and digests[0] is not None
+        side["tokens_digest"] = digests[0] if side["tokens_agree"] else None
+        if side["status"] == "timed" and not side["tokens_agree"]:
+            side["status"] = "disagreed"
+            side["reason"] = "the ranks sampled different tokens"
+        reasons = [p.get("reason") for p in per if p.get("reason")]
+        if reasons and "reason" not in side:
+            side["reason"] = reasons[0]
+        side["validation"] = {"status": "passed" if all((p.get("validation") or {}).get("status") == "passed"
+                                                        for p in per) else "failed",
+                              "headroom": max((p.get("validation") or {}).get("headroom", 0) or 0 for p in per),
+                              "max_abs_logit_error": max((p.get("validation") or {}).get("max_abs_logit_error", 0) or 0
+                                                         for p in per),
+                              "logit_atol": max((p.get("validation") or {}).get("logit_atol", 0) or 0 for p in per)
+                              or 1.0,
+                              "greedy_tokens_equal": all((p.get("validation") or {}).get("greedy_tokens_equal")
+                                                         for p in per)}
+        if all(p.get("timing") for p in per):
+            t = dict(per[0]["timing"])
+            # A step bound by the all-reduces waits for the slowest rank.
+            if t["prefill_seconds"] is not None:
+                t["prefill_seconds"] = max(p["timing"]["prefill_seconds"] for p in per)
+                t["prefill_tokens_per_s"] = t["prefill_tokens"] / t["prefill_seconds"]
+            t["decode_seconds"] = max(p["timing"]["decode_seconds"] for p in per)
+            if t["decode_steps"]:
+                t["decode_tokens_per_s"] = t["decode_tokens"] / t["decode_seconds"]
+                t["time_per_output_token_s"] = t["decode_seconds"] / t["decode_steps"]
+            t.pop("prefill_samples", None)
+            t.pop("decode_samples", None)
+            side["timing"] = t
+            side["peak_memory_bytes"] = max(p.get("peak_memory_bytes", 0) for p in per)
+            side["peak_memory_kind"] = "maximum over ranks of: " + str(per[0].get("peak_memory_kind"))
+        profiles = [p.get("profile") for p in per]
+        if all(pr and pr.get("status") == "measured" for pr in profiles):
+            ops: dict[str, float] = {}
+            calls: dict[str, int] = {}
+            for pr in profiles:
+                for row in pr["operations"]:
+                    ops[row["operation"]] = max(ops.get(row["operation"], 0.0), row["seconds"])
+                    calls[row["operation"]] = row["calls"]
+            total = max(pr["total_seconds"] for pr in profiles)
+            attributed = min(sum(ops.values()), total)
+            side["profile"] = {"status": "measured", "timer": profiles[0]["timer"] + "; per step the slowest rank",
+                               "total_seconds": total, "attributed_seconds": attributed,
+                               "unattributed_seconds": total - attributed, "attributed_share": attributed / total,
+                               "operations": [{"operation": k, "calls": calls[k], "seconds": v, "share": v / total}
+                                              for k, v in sorted(ops.items(), key=lambda kv: -kv[1])]}
+        elif profiles[0]:
+            side["profile"] = profiles[0]
+        side["per_rank"] = [{"rank": r, "status": p.get("status"), "tokens_digest": p.get("tokens_digest"),
+                             "timing": p.get("timing"), "peak_memory_bytes": p.get("peak_memory_bytes")}
+                            for r, p in enumerate(per)]
+        agg["sides"].append(side)
+    codes = [_side_exit(s) if s["status"] != "disagreed" else 1 for s in agg["sides"]]
+    agg["summary"] = {"sides": len(codes), "timed": sum(s["status"] == "timed" for s in agg["sides"]),
+                      "failed": sum(c != 0 for c in codes), "exit_code": max(codes, default=0)}
+    return agg
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        preset = args.preset if args.preset or args.config else None
+        if preset is None and args.config is None:
+            raise UsageError("give --preset NAME or --config FILE")
+        model = model_config(preset, config_file=args.config, layers=args.layers)
+        work = Workload(prompt_lens=_lens(args.prompt_len, args.batch, "--prompt-len"), output_len=args.output_len,
+                        block_size=args.block_size, num_blocks=args.num_blocks, seed=args.seed,
+                        temperature=args.temperature, synthetic_prefill=args.synthetic_prefill)
+        vwork = Workload(prompt_lens=_lens(args.validate_prompt_len, args.validate_batch, "--validate-prompt-len"),
+                         output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
+        side_list = sides(args.sides)
+        if args.warmup < 0 or args.repeats < 1:
+            raise UsageError(f"--warmup must be >= 0 and --repeats >= 1, got {args.warmup} and {args.repeats}")
+        world, rank, local = 1, None, 0
+        if args.distributed:
+            missing = [k for k in TORCHRUN if k not in os.environ]
+            if missing:
+                raise UsageError(f"--distributed needs torchrun's environment; missing {', '.join(missing)}")
+            world, rank, local = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+            if world < 2:
+                raise UsageError(f"--distributed needs at least 2 ranks, got WORLD_SIZE={world}")
+        check(model, work, world, args.dtype)
+        check(model, vwork, world, args.dtype)
+        kind = args.device.split(":")[0]
+        if kind not in ("cpu", "cuda", "npu"):
+            raise UsageError(f"--device: expected cpu, cuda or npu, got {args.device!r}")
+        if args.distributed and ":" in args.device:
+            raise UsageError("--device: with --distributed give the device type only; rank r uses LOCAL_RANK's device")
+        device = args.device if kind == "cpu" or not args.distributed else f"{kind}:{local}"
+        if kind != "cpu" and ":" not in device:
+            device += ":0"
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+
+    import torch  # noqa: F401 - after the usage checks, so that --help and bad flags stay fast
+
+    # SIGTERM unwinds like Ctrl-C, so that the side's process ends and the weights file is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+    group = None
+    if args.distributed:
+        import datetime
+
+        import torch.distributed as td
+
+        td.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.distributed_timeout))
+        group = td
+    base = {"model": model.to_json(), "dtype": args.dtype, "device": device, "seed": args.seed,
+            "workload": dataclasses.asdict(work), "validation_workload": dataclasses.asdict(vwork),
+            "warmup": args.warmup, "repeats": args.repeats, "fullgraph": args.fullgraph}
+    # The sides share one copy of the random weights: the first saves them, the others map the file.
+    weights_dir = tempfile.mkdtemp(prefix="xllm-e2e-weights-")
+    base["weights_file"] = os.path.join(weights_dir, "weights.pt")
+    try:
+        results = _run_sides(side_list, base, args, group, rank, world, kind)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
+    return _finish(results, args, model, work, vwork, device, world, rank, local, group)
+
+
+def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
+    results = []
+    for side in side_list:
+        spec = dict(base, side=side)
+        if group is not None:
+            port = [_free_port() if rank == 0 else None]
+            group.broadcast_object_list(port, src=0)
+            backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[kind]
+            spec["distributed"] = {"backend": backend, "addr": os.environ["MASTER_ADDR"], "port": port[0],
+                                   "rank": rank, "world_size": world}
+            group.barrier()
+        print(f"[e2e] side {side['name']}" + (f" (rank {rank})" if group else ""), file=sys.stderr, flush=True)
+        results.append(_run_side(spec, args.threads))
+    return results
+
+
+def _finish(results, args, model, work, vwork, device, world, rank, local, group) -> int:
+    report = {"schema": rep.SCHEMA, "tool": "e2e", "model": model.to_json(), "dtype": args.dtype, "device": device,
+              "workload": work.to_json(), "validation_workload": vwork.to_json(), "repeats": args.repeats,
+              "warmup": args.warmup, "world_size": world, "environment": rep.environment(device, args.revision),
+              "sides": results}
+    codes = [_side_exit(s) for s in results]
+    report["summary"] = {"sides": len(results), "timed": sum(s.get("status") == "timed" for s in results),
+                         "failed": sum(codes), "exit_code": max(codes, default=0)}
+    if group is None:
+        _publish(report, args, rep.markdown, None, True)
+        return report["summary"]["exit_code"]
+    report["distributed"] = {"rank": rank, "world_size": world, "local_rank": local}
+    report["rank_device"] = device
+    _publish(report, args, rep.markdown, rank, False)
+    gathered = [None] * world
+    group.all_gather_object(gathered, report)
+    code = 0
+    if rank == 0:
+        paths = [_output_path(args.output, r) for r in range(world)]
+        agg = _aggregate(gathered, paths)
+        _publish(agg, args, rep.aggregate_markdown, None, True)
+        code = agg["summary"]["exit_code"]
+    codes_box = [code]
+    group.broadcast_object_list(codes_box, src=0)
+    group.destroy_process_group()
+    return int(codes_box[0])

@@ -1,0 +1,198 @@
+"""Model configurations (presets of real shapes, or a Hugging Face style config.json) and the
+workload, with the checks that turn a bad configuration into a usage error (exit code 2).
+
+    model = model_config("llama-3-8b", layers=2)
+    work = Workload(prompt_lens=(512, 512), output_len=16, block_size=16, seed=0)
+    check(model, work, world_size=1)          # UsageError naming what is wrong
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+
+class UsageError(ValueError):
+    """A bad configuration or flag: the CLI prints it and exits 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    architecture: str  # "llama" | "mistral" | "qwen2"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position: int
+    qkv_bias: bool = False  # Qwen2
+    sliding_window: int = 0  # Mistral; 0: off
+    tie_word_embeddings: bool = False
+
+    def parameters(self) -> int:
+        """Weights the runner holds (embedding and LM head counted apart unless tied)."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        layer = h * (q + 2 * kv) + q * h + 3 * h * self.intermediate_size + 2 * h
+        if self.qkv_bias:
+            layer += q + 2 * kv
+        heads = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + heads + h
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["parameters"] = self.parameters()
+        return d
+
+
+# Real shapes (the models' published config.json), random weights. `tiny*` serve the tests.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig("tiny", "llama", 512, 128, 256, 2, 4, 2, 32, 1e-5, 10000.0, 2048),
+    "tiny-qwen2": ModelConfig("tiny-qwen2", "qwen2", 512, 128, 256, 2, 4, 2, 32, 1e-6, 1e6, 2048, qkv_bias=True),
+    "tiny-mistral": ModelConfig("tiny-mistral", "mistral", 512, 128, 256, 2, 4, 2, 32, 1e-5, 10000.0, 2048,
+                                sliding_window=16),
+    "llama-3-8b": ModelConfig("llama-3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000.0, 8192),
+    "qwen2.5-7b": ModelConfig("qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 28, 4, 128, 1e-6, 1e6, 32768,
+                              qkv_bias=True),
+    "mistral-7b": ModelConfig("mistral-7b", "mistral", 32000, 4096, 14336, 32, 32, 8, 128, 1e-5, 10000.0, 32768,
+                              sliding_window=4096),
+}
+
+_ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "LlamaForCausalLM": "llama",
+                  "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
+
+
+def _from_hf(path: str) -> ModelConfig:
+    """A Hugging Face config.json (model_type llama / mistral / qwen2)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--config: cannot read {path}: {e}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"--config: {path} must hold a JSON object, got {type(d).__name__}")
+    kind = d.get("model_type") or next(iter(d.get("architectures") or []), None)
+    arch = _ARCHITECTURES.get(kind)
+    if arch is None:
+        raise UsageError(f"--config: model_type must be one of llama, mistral, qwen2, got {kind!r}")
+    try:
+        heads = int(d["num_attention_heads"])
+        hidden = int(d["hidden_size"])
+        if d.get("rope_scaling"):
+            raise UsageError(f"--config: rope_scaling {d['rope_scaling']!r} is not supported (plain RoPE only)")
+        return ModelConfig(
+            name=str(d.get("_name_or_path") or path), architecture=arch, vocab_size=int(d["vocab_size"]),
+            hidden_size=hidden, intermediate_size=int(d["intermediate_size"]),
+            num_layers=int(d["num_hidden_layers"]), num_heads=heads,
+            num_kv_heads=int(d.get("num_key_value_heads") or heads),
+            head_dim=int(d.get("head_dim") or (hidden // heads if heads else 0)),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)), rope_theta=float(d.get("rope_theta", 10000.0)),
+            max_position=int(d.get("max_position_embeddings", 4096)),
+            qkv_bias=arch == "qwen2" or bool(d.get("attention_bias", False)),
+            sliding_window=int(d.get("sliding_window") or 0) if arch == "mistral" or d.get("use_sliding_window") else 0,
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)))
+    except KeyError as e:
+        raise UsageError(f"--config: {path} lacks {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--config: {path}: {e}") from None
+
+
+def model_config(preset: str | None = None, *, config_file: str | None = None, layers: int | None = None) -> ModelConfig:
+    if (preset is None) == (config_file is None):
+        raise UsageError("give exactly one of --preset and --config")
+    if config_file is not None:
+        model = _from_hf(config_file)
+    else:
+        if preset not in PRESETS:
+            raise UsageError(f"--preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
+        model = PRESETS[preset]
+    if layers is not None:
+        if layers < 1:
+            raise UsageError(f"--layers must be at least 1, got {layers}")
+        model = dataclasses.replace(model, num_layers=layers)
+    return model
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A static batch: request i has prompt_lens[i] prompt tokens and output_len generated ones;
+    prompts are random token ids from `seed`; the cache's blocks are handed out from a free list
+    shuffled with `seed`."""
+
+    prompt_lens: tuple[int, ...]
+    output_len: int
+    block_size: int = 16
+    num_blocks: int = 0  # 0: what the batch needs plus one spare block per sequence
+    seed: int = 0
+    temperature: float = 0.0  # 0: greedy
+    # Decode-only measurement: the cache gets random K/V at every prompt position (seeded) instead
+    # of a prefill forward, so decode at a long context costs no long prefill; no prefill figures.
+    synthetic_prefill: bool = False
+
+    def blocks_needed(self) -> int:
+        return sum(math.ceil((p + self.output_len) / self.block_size) for p in self.prompt_lens)
+
+    def cache_blocks(self) -> int:
+        return self.num_blocks or self.blocks_needed() + len(self.prompt_lens)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": len(self.prompt_lens), "prompt_lens": list(self.prompt_lens), "output_len": self.output_len,
+                "block_size": self.block_size, "num_blocks": self.cache_blocks(), "seed": self.seed,
+                "temperature": self.temperature, "synthetic_prefill": self.synthetic_prefill,
+                "prompt_tokens": sum(self.prompt_lens),
+                "max_context": max(self.prompt_lens) + self.output_len}
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check(model: ModelConfig, work: Workload, world_size: int = 1, dtype: str = "bfloat16") -> None:
+    """Raises UsageError naming the first inconsistency of the model, the workload and the tensor
+    parallel degree."""
+    m = model
+    for field in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                  "head_dim", "max_position"):
+        if getattr(m, field) < 1:
+            raise UsageError(f"model {m.name}: {field} must be at least 1, got {getattr(m, field)}")
+    if m.num_heads % m.num_kv_heads:
+        raise UsageError(f"model {m.name}: num_heads ({m.num_heads}) must be a multiple of num_kv_heads "
+                         f"({m.num_kv_heads})")
+    if m.head_dim % 2 or m.head_dim > 512:
+        raise UsageError(f"model {m.name}: head_dim must be even and at most 512 (rotary, paged_attention), "
+                         f"got {m.head_dim}")
+    if m.sliding_window < 0:
+        raise UsageError(f"model {m.name}: sliding_window must be >= 0 (0: off), got {m.sliding_window}")
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype: expected one of {', '.join(DTYPES)}, got {dtype!r}")
+    if world_size < 1:
+        raise UsageError(f"world size must be at least 1, got {world_size}")
+    for field in ("num_heads", "num_kv_heads", "intermediate_size"):
+        if getattr(m, field) % world_size:
+            raise UsageError(f"tensor parallel over {world_size} ranks: {field} ({getattr(m, field)}) must be a "
+                             f"multiple of the world size")
+    w = work
+    if not w.prompt_lens:
+        raise UsageError("the batch must hold at least one request (--batch >= 1)")
+    if min(w.prompt_lens) < 1:
+        raise UsageError(f"--prompt-len must be at least 1, got {min(w.prompt_lens)}")
+    if w.output_len < 1:
+        raise UsageError(f"--output-len must be at least 1, got {w.output_len}")
+    if w.block_size < 1:
+        raise UsageError(f"--block-size must be at least 1, got {w.block_size}")
+    if w.temperature < 0 or not math.isfinite(w.temperature):
+        raise UsageError(f"--temperature must be finite and >= 0 (0: greedy), got {w.temperature}")
+    longest = max(w.prompt_lens) + w.output_len
+    if longest > m.max_position:
+        raise UsageError(f"a context of {longest} tokens (prompt {max(w.prompt_lens)} + output {w.output_len}) "
+                         f"is past the model's max_position {m.max_position}")
+    if w.num_blocks < 0:
+        raise UsageError(f"--num-blocks must be >= 0 (0: what the batch needs), got {w.num_blocks}")
+    if w.num_blocks and w.blocks_needed() > w.num_blocks:
+        raise UsageError(f"the batch needs {w.blocks_needed()} cache blocks of {w.block_size} tokens "
+                         f"(contexts up to {longest}), past the cache's --num-blocks {w.num_blocks}")

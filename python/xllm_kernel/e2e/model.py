@@ -1,0 +1,411 @@
+"""The runner's decoder: a Llama-family model (Llama, Mistral's sliding window, Qwen2's qkv bias)
+over a paged KV cache, every non-GEMM step a catalog operation, GEMMs torch's.
+
+    import xllm_kernel
+    bindings = xllm_kernel.initialize("cpu")
+    weights = make_weights(model_config("tiny"), torch.bfloat16, seed=0)
+    runner = Runner(model, weights, work, ops=library_ops(bindings), device=torch.device("cpu"))
+    result = runner.generate(prompts)          # tokens [batch, output_len], logits per step
+
+Per layer: rms_norm (first layer) or fused_add_rms_norm (residual add + norm), the fused qkv GEMM
+(+ bias for Qwen2), rotary_embedding on the q and k slices of it in place, reshape_and_cache into
+the paged cache, paged_attention over it, o_proj, fused_add_rms_norm, gate_up GEMM, silu_and_mul,
+down GEMM; then the final norm, the LM head on each sequence's last row, and `sample`.
+
+Tensor parallel (world > 1): qkv and gate_up are column-parallel (each rank its heads and its
+slice of the intermediate size), o_proj and down row-parallel followed by an all-reduce; the
+embedding and the LM head are replicated, so every rank samples the same tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from xllm_kernel.e2e.config import ModelConfig, Workload
+
+# The catalog operations the runner calls, in layer order.
+OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
+              "silu_and_mul", "sample")
+
+
+def _seed(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def _randn(name: str, shape: tuple[int, ...], seed: int, std: float, dtype: torch.dtype, mean: float = 0.0):
+    """Deterministic normal weights: a generator per tensor (seeded by name), filled in chunks of
+    rows so that a 128k x 4096 embedding needs no float32 copy of itself."""
+    g = torch.Generator().manual_seed(_seed(seed, name))
+    out = torch.empty(shape, dtype=dtype)
+    flat = out.view(shape[0], -1) if len(shape) > 1 else out.view(1, -1)
+    rows = max(1, (1 << 23) // max(1, flat.shape[1]))
+    for r in range(0, flat.shape[0], rows):
+        chunk = torch.randn(flat[r:r + rows].shape, generator=g, dtype=torch.float32)
+        flat[r:r + rows].copy_(chunk.mul_(std).add_(mean))
+    return out
+
+
+def make_weights(m: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
+    """Random weights under Hugging Face names (q_proj, k_proj, ... separate), so that the same
+    tensors load into transformers' model. Linear weights N(0, 0.02), as transformers initializes
+    them; norm weights 1 + N(0, 0.1) so that a wrong weight shows."""
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    w = {"model.embed_tokens.weight": _randn("embed", (m.vocab_size, m.hidden_size), seed, 1.0, dtype),
+         "model.norm.weight": _randn("norm", (m.hidden_size,), seed, 0.1, dtype, 1.0)}
+    if not m.tie_word_embeddings:
+        w["lm_head.weight"] = _randn("lm_head", (m.vocab_size, m.hidden_size), seed, 0.02, dtype)
+    for i in range(m.num_layers):
+        p = f"model.layers.{i}."
+        shapes = {"self_attn.q_proj.weight": (q, m.hidden_size), "self_attn.k_proj.weight": (kv, m.hidden_size),
+                  "self_attn.v_proj.weight": (kv, m.hidden_size), "self_attn.o_proj.weight": (m.hidden_size, q),
+                  "mlp.gate_proj.weight": (m.intermediate_size, m.hidden_size),
+                  "mlp.up_proj.weight": (m.intermediate_size, m.hidden_size),
+                  "mlp.down_proj.weight": (m.hidden_size, m.intermediate_size)}
+        if m.qkv_bias:
+            shapes.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,),
+                           "self_attn.v_proj.bias": (kv,)})
+        for name, shape in shapes.items():
+            w[p + name] = _randn(p + name, shape, seed, 0.02, dtype)
+        for name in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            w[p + name] = _randn(p + name, (m.hidden_size,), seed, 0.1, dtype, 1.0)
+    return w
+
+
+def lm_head(m: ModelConfig, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+    return weights["model.embed_tokens.weight" if m.tie_word_embeddings else "lm_head.weight"]
+
+
+def rope_cache(m: ModelConfig, positions: int) -> torch.Tensor:
+    """[positions, head_dim] float32: cos then sin of position * theta^(-2i/d) (vLLM's layout)."""
+    inv = 1.0 / (m.rope_theta ** (torch.arange(0, m.head_dim, 2, dtype=torch.float64) / m.head_dim))
+    angles = torch.arange(positions, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat([angles.cos(), angles.sin()], dim=1).to(torch.float32)
+
+
+# ---- the operations the model calls --------------------------------------------------------------
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, role: str = "") -> torch.Tensor:
+    """torch's GEMM (F.linear); `role` names it for the profile (qkv, o_proj, gate_up, down, lm_head)."""
+    return F.linear(x, weight, bias)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ops:
+    """What one forward calls: the catalog operations and the torch parts (GEMM, embedding,
+    all-reduce). A field per step, so that the profiling pass wraps each with a timer and the timed
+    pass calls them bare."""
+
+    rms_norm: Callable
+    fused_add_rms_norm: Callable
+    rotary_embedding: Callable
+    reshape_and_cache: Callable
+    paged_attention: Callable
+    silu_and_mul: Callable
+    sample: Callable
+    linear: Callable = linear
+    embedding: Callable = F.embedding
+    all_reduce: Callable | None = None
+
+
+def library_ops(bindings, *, dispatcher: bool = False, all_reduce: Callable | None = None) -> Ops:
+    """The published bindings (the prepared functions, one indirect call each); with dispatcher,
+    torch.ops.xllm_kernel.* (what torch.compile traces through the fakes), the same bindings."""
+    if dispatcher:
+        ns = torch.ops.xllm_kernel
+        fns = {op: getattr(ns, op).default for op in OPERATIONS}
+    else:
+        fns = {op: bindings[op].function for op in OPERATIONS}
+    return Ops(**fns, all_reduce=all_reduce)
+
+
+class Profiler:
+    """Per-step times of one pass: each call timed on the host (perf_counter around the call; CPU
+    calls are synchronous) or, on a GPU, by a pair of CUDA events read after the pass."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._events: list[tuple[str, object, object]] = []
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        if self.cuda:
+            def timed(*args, **kwargs):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = fn(*args, **kwargs)
+                end.record()
+                self._events.append((name, start, end))
+                return out
+        else:
+            def timed(*args, **kwargs):
+                t0 = time.perf_counter()
+                out = fn(*args, **kwargs)
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                self.calls[name] = self.calls.get(name, 0) + 1
+                return out
+        return timed
+
+    def collect(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            for name, start, end in self._events:
+                self.seconds[name] = self.seconds.get(name, 0.0) + start.elapsed_time(end) / 1000.0
+                self.calls[name] = self.calls.get(name, 0) + 1
+            self._events.clear()
+
+    def ops(self, ops: Ops) -> Ops:
+        """`ops` with every step timed; GEMMs by their role (the `name` the model passes)."""
+        fields = {f.name: getattr(ops, f.name) for f in dataclasses.fields(ops)}
+        wrapped = {k: (self.wrap(k, v) if v is not None and k != "linear" else v) for k, v in fields.items()}
+        linear = ops.linear
+        wrappers: dict[str, Callable] = {}
+
+        def timed_linear(x, w, b=None, role="gemm"):
+            fn = wrappers.get(role)
+            if fn is None:
+                fn = wrappers[role] = self.wrap(f"gemm.{role}", linear)
+            return fn(x, w, b)
+
+        wrapped["linear"] = timed_linear
+        return Ops(**wrapped)
+
+
+# ---- the runner -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Batch:
+    """One forward's metadata: flattened tokens of every sequence and the paged-cache view."""
+
+    tokens: torch.Tensor  # int64 [T]
+    positions: torch.Tensor  # int64 [T]
+    slot_mapping: torch.Tensor  # int64 [T]
+    query_start_loc: torch.Tensor  # int32 [S + 1]
+    seq_lens: torch.Tensor  # int32 [S]
+    last_rows: torch.Tensor  # int64 [S]: each sequence's last row (the one whose logits are sampled)
+
+
+@dataclasses.dataclass
+class Generation:
+    tokens: torch.Tensor  # int64 [S, output_len]
+    logits: list[torch.Tensor]  # output_len tensors [S, vocab] float32 (when recorded)
+    prefill_seconds: float
+    decode_seconds: float
+
+
+class Runner:
+    """Prefill then decode steps of a static batch into a paged cache with shuffled blocks."""
+
+    def __init__(self, m: ModelConfig, weights: dict[str, torch.Tensor], work: Workload, *, ops: Ops,
+                 device: torch.device, dtype: torch.dtype, rank: int = 0, world_size: int = 1):
+        self.m, self.work, self.ops, self.device, self.dtype = m, work, ops, device, dtype
+        self.rank, self.world = rank, world_size
+        self.q_heads = m.num_heads // world_size
+        self.kv_heads = m.num_kv_heads // world_size
+        self.inter = m.intermediate_size // world_size
+        hd = m.head_dim
+        to = dict(device=device, dtype=dtype)
+
+        def rows(t: torch.Tensor, per: int) -> torch.Tensor:  # this rank's slice of output features
+            return t[rank * per:(rank + 1) * per]
+
+        self.embed = weights["model.embed_tokens.weight"].to(**to)
+        self.head = lm_head(m, weights).to(**to)
+        self.final_norm = weights["model.norm.weight"].to(**to)
+        self.layers = []
+        for i in range(m.num_layers):
+            p = f"model.layers.{i}."
+            g = lambda n: weights[p + n]  # noqa: E731
+            qkv = torch.cat([rows(g("self_attn.q_proj.weight"), self.q_heads * hd),
+                             rows(g("self_attn.k_proj.weight"), self.kv_heads * hd),
+                             rows(g("self_attn.v_proj.weight"), self.kv_heads * hd)]).to(**to)
+            bias = None
+            if m.qkv_bias:
+                bias = torch.cat([rows(g("self_attn.q_proj.bias"), self.q_heads * hd),
+                                  rows(g("self_attn.k_proj.bias"), self.kv_heads * hd),
+                                  rows(g("self_attn.v_proj.bias"), self.kv_heads * hd)]).to(**to)
+            o = g("self_attn.o_proj.weight")[:, rank * self.q_heads * hd:(rank + 1) * self.q_heads * hd]
+            gate_up = torch.cat([rows(g("mlp.gate_proj.weight"), self.inter), rows(g("mlp.up_proj.weight"), self.inter)])
+            down = g("mlp.down_proj.weight")[:, rank * self.inter:(rank + 1) * self.inter]
+            self.layers.append({
+                "input_norm": g("input_layernorm.weight").to(**to), "qkv": qkv, "qkv_bias": bias,
+                "o": o.contiguous().to(**to), "post_norm": g("post_attention_layernorm.weight").to(**to),
+                "gate_up": gate_up.to(**to), "down": down.contiguous().to(**to)})
+        longest = max(work.prompt_lens) + work.output_len
+        self.cos_sin = rope_cache(m, longest).to(device)
+        self.scale = hd ** -0.5
+        # The paged cache: blocks handed to the sequences from a free list shuffled with the seed.
+        num_blocks = work.cache_blocks()
+        shape = (num_blocks, work.block_size, self.kv_heads, hd)
+        self.key_caches = [torch.zeros(shape, **to) for _ in range(m.num_layers)]
+        self.value_caches = [torch.zeros(shape, **to) for _ in range(m.num_layers)]
+        free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(_seed(work.seed, "blocks")))
+        width = -(-longest // work.block_size)
+        tables, taken = [], 0
+        for p in work.prompt_lens:
+            n = -(-(p + work.output_len) // work.block_size)
+            tables.append(free[taken:taken + n].tolist() + [0] * (width - n))
+            taken += n
+        self.block_tables = torch.tensor(tables, dtype=torch.int32)
+        self._tables_dev = self.block_tables.to(device)
+        s = len(work.prompt_lens)
+        self.sampling = {
+            "temperature": torch.full((s,), work.temperature, dtype=torch.float32, device=device),
+            "top_k": torch.zeros(s, dtype=torch.int32, device=device),
+            "top_p": torch.ones(s, dtype=torch.float32, device=device),
+            "min_p": torch.zeros(s, dtype=torch.float32, device=device),
+            "seeds": torch.arange(s, dtype=torch.int64, device=device) + work.seed,
+        }
+        self.forward_fn: Callable = self.forward
+
+    # -- metadata ---------------------------------------------------------------------------------
+
+    def _slots(self, seq: int, positions: torch.Tensor) -> torch.Tensor:
+        bs = self.work.block_size
+        return self.block_tables[seq, positions // bs].to(torch.int64) * bs + positions % bs
+
+    def batch(self, new_tokens: list[torch.Tensor], context_lens: list[int]) -> Batch:
+        """new_tokens[s]: the tokens sequence s adds; context_lens[s]: its length after them."""
+        positions, slots, starts = [], [], [0]
+        for s, (t, n) in enumerate(zip(new_tokens, context_lens)):
+            pos = torch.arange(n - t.numel(), n, dtype=torch.int64)
+            positions.append(pos)
+            slots.append(self._slots(s, pos))
+            starts.append(starts[-1] + t.numel())
+        d = self.device
+        return Batch(tokens=torch.cat(new_tokens).to(d), positions=torch.cat(positions).to(d),
+                     slot_mapping=torch.cat(slots).to(d),
+                     query_start_loc=torch.tensor(starts, dtype=torch.int32, device=d),
+                     seq_lens=torch.tensor(context_lens, dtype=torch.int32, device=d),
+                     last_rows=torch.tensor(starts[1:], dtype=torch.int64, device=d) - 1)
+
+    # -- the model --------------------------------------------------------------------------------
+
+    def forward(self, ops: Ops, tokens, positions, slot_mapping, query_start_loc, seq_lens, last_rows,
+                block_tables, key_caches, value_caches):
+        """Logits [S, vocab] of each sequence's last row; the caches gain the new tokens' K/V."""
+        m, hd = self.m, self.m.head_dim
+        nq, nkv = self.q_heads * hd, self.kv_heads * hd
+        h = ops.embedding(tokens, self.embed)  # [T, hidden]
+        residual = None
+        for i, layer in enumerate(self.layers):
+            if residual is None:
+                residual = h
+                x = ops.rms_norm(h, layer["input_norm"], m.rms_norm_eps)
+            else:
+                ops.fused_add_rms_norm(h, residual, layer["input_norm"], m.rms_norm_eps)  # residual += h; h = norm
+                x = h
+            qkv = ops.linear(x, layer["qkv"], layer["qkv_bias"], role="qkv")  # [T, (q + 2 kv) heads * hd]
+            t = qkv.shape[0]
+            q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
+            ops.rotary_embedding(positions, q, k, hd, self.cos_sin, True)
+            k3, v3 = k.view(t, self.kv_heads, hd), v.view(t, self.kv_heads, hd)
+            ops.reshape_and_cache(k3, v3, key_caches[i], value_caches[i], slot_mapping)
+            attn = ops.paged_attention(q.view(t, self.q_heads, hd), key_caches[i], value_caches[i], block_tables,
+                                       query_start_loc, seq_lens, self.scale, 0.0, m.sliding_window)
+            h = ops.linear(attn.view(t, nq), layer["o"], None, role="o_proj")
+            if ops.all_reduce is not None:
+                ops.all_reduce(h)
+            ops.fused_add_rms_norm(h, residual, layer["post_norm"], m.rms_norm_eps)
+            gate_up = ops.linear(h, layer["gate_up"], None, role="gate_up")
+            a = ops.silu_and_mul(gate_up)
+            h = ops.linear(a, layer["down"], None, role="down")
+            if ops.all_reduce is not None:
+                ops.all_reduce(h)
+        ops.fused_add_rms_norm(h, residual, self.final_norm, m.rms_norm_eps)
+        last = h.index_select(0, last_rows)
+        return ops.linear(last, self.head, None, role="lm_head")  # [S, vocab]
+
+    def step(self, ops: Ops, b: Batch, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.forward_fn(ops, b.tokens, b.positions, b.slot_mapping, b.query_start_loc, b.seq_lens,
+                                 b.last_rows, self._tables_dev, self.key_caches, self.value_caches)
+        sp = self.sampling
+        offsets = torch.full_like(sp["seeds"], offset)
+        tokens = ops.sample(logits, sp["temperature"], sp["top_k"], sp["top_p"], sp["min_p"], sp["seeds"], offsets)
+        return tokens, logits
+
+    def prompts(self) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(_seed(self.work.seed, "prompts"))
+        return [torch.randint(0, self.m.vocab_size, (p,), generator=g, dtype=torch.int64)
+                for p in self.work.prompt_lens]
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def fill_cache(self) -> torch.Tensor:
+        """In place of a prefill (Workload.synthetic_prefill): random K/V rows (seeded) at every
+        prompt position of every layer's cache, and random first tokens [S]."""
+        g = torch.Generator().manual_seed(_seed(self.work.seed, "synthetic-cache"))
+        hd = self.m.head_dim
+        for s, p in enumerate(self.work.prompt_lens):
+            slots = self._slots(s, torch.arange(p, dtype=torch.int64)).to(self.device)
+            for cache in (*self.key_caches, *self.value_caches):
+                rows = torch.randn((p, self.kv_heads, hd), generator=g).to(device=self.device, dtype=self.dtype)
+                cache.view(-1, self.kv_heads, hd).index_copy_(0, slots, rows)
+        return torch.randint(0, self.m.vocab_size, (len(self.work.prompt_lens),), generator=g).to(self.device)
+
+    def prefill(self, ops: Ops | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Every prompt in one forward (its K/V into the cache) and the first output token:
+        (tokens [S], logits [S, vocab], seconds, ended by a device synchronization)."""
+        ops = ops or self.ops
+        b = self.batch(self.prompts(), list(self.work.prompt_lens))
+        self._sync()
+        t0 = time.perf_counter()
+        tokens, logits = self.step(ops, b, 0)
+        self._sync()
+        return tokens, logits, time.perf_counter() - t0
+
+    def decode(self, first: torch.Tensor, ops: Ops | None = None, *, steps: int | None = None,
+               record_logits: bool = False, progress: Callable[[str], None] | None = None,
+               after_step: Callable[[], None] | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
+        """Decode steps after a prefill whose sampled tokens are `first` (default output_len - 1
+        steps): each appends one token per sequence at its next position. Running it again after
+        the same prefill rewrites the same cache slots, so repeats need no new prefill. Returns the
+        tokens of each step, their logits when recorded, and the seconds of the steps (the batch
+        metadata is built outside the timed interval; each step ends with a synchronization)."""
+        ops = ops or self.ops
+        steps = self.work.output_len - 1 if steps is None else steps
+        lens = list(self.work.prompt_lens)
+        tokens, out, logits_out, seconds = first, [], [], 0.0
+        for i in range(steps):
+            if progress is not None and i and i % max(1, steps // 4) == 0:
+                progress(f"decode step {i}/{steps}")
+            lens = [n + 1 for n in lens]
+            b = self.batch([t.view(1) for t in tokens.cpu()], lens)
+            t0 = time.perf_counter()
+            tokens, logits = self.step(ops, b, i + 1)
+            self._sync()
+            seconds += time.perf_counter() - t0
+            out.append(tokens.cpu())
+            if record_logits:
+                logits_out.append(logits.float().cpu())
+            if after_step is not None:
+                after_step()
+        return out, logits_out, seconds
+
+    def generate(self, ops: Ops | None = None, *, record_logits: bool = False,
+                 progress: Callable[[str], None] | None = None,
+                 after_step: Callable[[], None] | None = None) -> Generation:
+        """Prefill, then output_len - 1 decode steps (the prefill samples the first output token).
+        after_step runs after each forward, outside the timed intervals. With a synthetic prefill
+        the cache is filled instead (prefill_seconds 0, no logits of the first token)."""
+        if self.work.synthetic_prefill:
+            if record_logits:
+                raise ValueError("generate: a synthetic prefill has no logits to record")
+            first, logits, prefill = self.fill_cache(), None, 0.0
+        else:
+            first, logits, prefill = self.prefill(ops)
+        if after_step is not None:
+            after_step()
+        rest, rest_logits, decode = self.decode(first, ops, record_logits=record_logits, progress=progress,
+                                                after_step=after_step)
+        tokens = torch.stack([first.cpu(), *rest], dim=1)
+        all_logits = [logits.float().cpu(), *rest_logits] if record_logits else []
+        return Generation(tokens, all_logits, prefill, decode)

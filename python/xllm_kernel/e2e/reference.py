@@ -1,0 +1,70 @@
+"""The independent float64 model the runner is validated against: plain torch, one whole sequence at
+a time (no cache, no paging, no catalog operation), rotary angles computed here from the position,
+attention as an explicit masked softmax. It takes the runner's tokens (teacher forcing) and returns
+the logits of every generated position, so each step is compared on the same context.
+
+    logits = reference_logits(model, weights, prompt, generated)   # [len(generated), vocab] float64
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xllm_kernel.e2e.config import ModelConfig
+from xllm_kernel.e2e.model import lm_head
+
+_CHUNK = 1 << 22  # elements of a float64 weight slice held at once (the LM head is 128k x 4096)
+
+
+def _linear64(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in] float64 times weight [out, in] (any dtype), converted to float64 a slice at a time."""
+    rows = max(1, _CHUNK // weight.shape[1])
+    parts = [x @ weight[r:r + rows].to(torch.float64).T for r in range(0, weight.shape[0], rows)]
+    out = torch.cat(parts, dim=1)
+    return out if bias is None else out + bias.to(torch.float64)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.to(torch.float64)
+
+
+def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """NeoX rotary (halves) of x [T, heads, d] in float64."""
+    d = x.shape[-1]
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = positions.to(torch.float64)[:, None] * inv[None, :]  # [T, d/2]
+    cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def reference_logits(m: ModelConfig, weights: dict[str, torch.Tensor], prompt: torch.Tensor,
+                     generated: torch.Tensor) -> torch.Tensor:
+    """Logits [len(generated), vocab] in float64 at the positions that predicted each generated
+    token: the prompt's last position, then each generated token's but the last."""
+    tokens = torch.cat([prompt, generated[:-1]]).to(torch.int64)
+    n, hd = tokens.numel(), m.head_dim
+    h = weights["model.embed_tokens.weight"].index_select(0, tokens).to(torch.float64)
+    positions = torch.arange(n)
+    causal = positions[None, :] <= positions[:, None]
+    if m.sliding_window > 0:
+        causal &= positions[None, :] > positions[:, None] - m.sliding_window
+    group = m.num_heads // m.num_kv_heads
+    for i in range(m.num_layers):
+        w = lambda name: weights.get(f"model.layers.{i}.{name}")  # noqa: E731
+        x = _rms_norm(h, w("input_layernorm.weight"), m.rms_norm_eps)
+        q = _linear64(x, w("self_attn.q_proj.weight"), w("self_attn.q_proj.bias")).view(n, m.num_heads, hd)
+        k = _linear64(x, w("self_attn.k_proj.weight"), w("self_attn.k_proj.bias")).view(n, m.num_kv_heads, hd)
+        v = _linear64(x, w("self_attn.v_proj.weight"), w("self_attn.v_proj.bias")).view(n, m.num_kv_heads, hd)
+        q, k = _rotate(q, positions, m.rope_theta), _rotate(k, positions, m.rope_theta)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5
+        scores = scores.masked_fill(~causal[None], float("-inf"))
+        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, m.num_heads * hd)
+        h = h + _linear64(attn, w("self_attn.o_proj.weight"))
+        x = _rms_norm(h, w("post_attention_layernorm.weight"), m.rms_norm_eps)
+        gate, up = _linear64(x, w("mlp.gate_proj.weight")), _linear64(x, w("mlp.up_proj.weight"))
+        h = h + _linear64(torch.nn.functional.silu(gate) * up, w("mlp.down_proj.weight"))
+    h = _rms_norm(h, weights["model.norm.weight"], m.rms_norm_eps)
+    rows = h[prompt.numel() - 1:]
+    return _linear64(rows, lm_head(m, weights))

@@ -1,0 +1,165 @@
+"""The end-to-end report: JSON (schema docs/schemas/e2e-report.schema.json), Markdown, and a PNG of
+the time share per operation per side. Files are written by the tools' atomic writer
+(_C.write_report_atomically: a fsynced temporary file renamed over the target)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+SCHEMA = "xllm-kernel/e2e-report/1"
+AGGREGATE_SCHEMA = "xllm-kernel/e2e-distributed-report/1"
+
+
+def write_atomically(path: str, text: str) -> None:
+    from xllm_kernel import _C
+
+    writer = getattr(_C, "write_report_atomically", None)
+    if writer is not None:
+        writer(path, text)
+        return
+    # A build without the tools library: the same protocol in Python.
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def environment(device: str, revision: str) -> dict:
+    from xllm_kernel import _C
+
+    kind, _, index = device.partition(":")
+    env = getattr(_C, "report_environment", None)
+    if env is not None:
+        return json.loads(env(kind, int(index or 0), revision))
+    import platform
+
+    import torch
+
+    return {"host": platform.node(), "device": device, "torch": torch.__version__, "revision": revision,
+            "load_average": list(os.getloadavg()), "threads": torch.get_num_threads()}
+
+
+def _fmt(x, digits=3):
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1e5 else f"{x:.0f}"
+    return str(x)
+
+
+def _shares(side: dict) -> dict[str, float]:
+    prof = side.get("profile") or {}
+    if prof.get("status") != "measured":
+        return {}
+    out = {r["operation"]: r["share"] for r in prof["operations"]}
+    out["(unattributed)"] = prof["unattributed_seconds"] / prof["total_seconds"]
+    return out
+
+
+def markdown(report: dict) -> str:
+    m, w = report["model"], report["workload"]
+    env = report.get("environment", {})
+    load = env.get("load_average")
+    ranks = f" on {report['world_size']} {report['device'].split(':')[0]} ranks (tensor parallel)" \
+        if report.get("world_size", 1) > 1 else ""
+    lines = [f"# End to end: {m['name']} ({m['architecture']}, {m['num_layers']} layers, {report['dtype']}) on "
+             f"{report['device']}{ranks}", "",
+             f"Workload: {w['batch']} sequences, prompts {w['prompt_lens'] if len(set(w['prompt_lens'])) > 1 else w['prompt_lens'][0]}"
+             f" tokens, {w['output_len']} output tokens each (prefill + {w['output_len'] - 1} decode steps), blocks of "
+             f"{w['block_size']} ({w['num_blocks']} in the cache, shuffled), seed {w['seed']}, temperature "
+             f"{w['temperature']}. Best of {report['repeats']} timed passes after {report['warmup']} warm-up; the "
+             f"per-operation shares come from a separate profiling pass.",
+             "Synthetic prefill: the cache holds random K/V at the prompt positions (no prefill forward, no "
+             "prefill figures); the decode steps are real." if w.get("synthetic_prefill") else "",
+             f"Load average {load} on {env.get('threads', '?')} threads; revision {env.get('revision', '?')}." if load
+             else "", "",
+             "| side | validation | prefill tok/s | decode tok/s | time per output token | peak memory | status |",
+             "|---|---|---|---|---|---|---|"]
+    for s in report["sides"]:
+        t = s.get("timing") or {}
+        v = s.get("validation") or {}
+        val = v.get("status", "—")
+        if v.get("status") in ("passed", "failed"):
+            val += f" (headroom {_fmt(v.get('headroom'), 2)}{', tokens differ' if not v.get('greedy_tokens_equal') else ''})"
+        tpot = t.get("time_per_output_token_s")
+        mem = s.get("peak_memory_bytes")
+        status = s.get("status", "?")
+        if s.get("reason"):
+            status += ": " + s["reason"].splitlines()[0][:160]
+        lines.append(f"| {s['name']} | {val} | {_fmt(t.get('prefill_tokens_per_s'))} | "
+                     f"{_fmt(t.get('decode_tokens_per_s'))} | {_fmt(tpot * 1e3) + ' ms' if tpot else '—'} | "
+                     f"{_fmt(mem / 2**30) + ' GiB' if mem else '—'} | {status} |")
+    shares = {s["name"]: _shares(s) for s in report["sides"]}
+    measured = [n for n, sh in shares.items() if sh]
+    if measured:
+        ops = sorted({op for n in measured for op in shares[n]},
+                     key=lambda op: (op == "(unattributed)", -max(shares[n].get(op, 0) for n in measured)))
+        lines += ["", "Time share per step (profiling pass: " +
+                  next(s["profile"]["timer"] for s in report["sides"] if s["name"] in measured) + "):", "",
+                  "| step | " + " | ".join(measured) + " |", "|---|" + "---|" * len(measured)]
+        for op in ops:
+            lines.append(f"| {op} | " + " | ".join(f"{100 * shares[n].get(op, 0):.1f}%" for n in measured) + " |")
+        totals = [next(s for s in report["sides"] if s["name"] == n)["profile"]["total_seconds"] for n in measured]
+        lines.append("| profiled total | " + " | ".join(f"{t:.4g} s" for t in totals) + " |")
+    for s in report["sides"]:
+        impl = s.get("implementations")
+        if impl:
+            lines.append("")
+            lines.append(f"{s['name']}: " + ", ".join(f"{op}={name}" for op, name in impl.items()))
+    if report.get("plot"):
+        p = report["plot"]
+        lines += ["", f"Plot: {p['path']}" if p.get("path") else f"Plot skipped: {p.get('skipped')}"]
+    return "\n".join(lines) + "\n"
+
+
+def aggregate_markdown(report: dict) -> str:
+    head = markdown(report)
+    rows = ["", "Per rank (seconds: prefill / decode; tokens digest):", "", "| side | " +
+            " | ".join(f"rank {r['rank']}" for r in report["ranks"]) + " | ranks agree |",
+            "|---|" + "---|" * (len(report["ranks"]) + 1)]
+    for s in report["sides"]:
+        cells = []
+        for pr in s.get("per_rank", []):
+            t = pr.get("timing") or {}
+            cells.append(f"{_fmt(t.get('prefill_seconds'))} / {_fmt(t.get('decode_seconds'))}; "
+                         f"{pr.get('tokens_digest') or pr.get('status')}")
+        rows.append(f"| {s['name']} | " + " | ".join(cells) + f" | {s.get('tokens_agree')} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def plot(report: dict, path: str) -> str | None:
+    """A horizontal stacked bar per side of its time share per step; returns why it was skipped."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        return f"matplotlib is not installed ({e})"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shares = {s["name"]: _shares(s) for s in report["sides"]}
+    shares = {n: sh for n, sh in shares.items() if sh}
+    if not shares:
+        return "no side has a measured profile"
+    ops = sorted({op for sh in shares.values() for op in sh},
+                 key=lambda op: (op == "(unattributed)", -max(sh.get(op, 0) for sh in shares.values())))
+    fig, ax = plt.subplots(figsize=(9, max(2.6, 1.2 + 0.6 * len(shares))))
+    colors = plt.get_cmap("tab20").colors
+    names = list(shares)
+    left = [0.0] * len(names)
+    for i, op in enumerate(ops):
+        widths = [100 * shares[n].get(op, 0) for n in names]
+        ax.barh(names, widths, left=left, color=colors[i % len(colors)], label=op)
+        left = [a + b for a, b in zip(left, widths)]
+    m = report["model"]
+    ax.set_xlabel("% of the profiled time")
+    ax.set_title(f"{m['name']} ({m['num_layers']} layers, {report['dtype']}) on {report['device']}: time per step",
+                 fontsize=10)
+    ax.legend(fontsize=7, ncol=1 + len(ops) // 12, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return None
