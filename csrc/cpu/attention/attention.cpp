@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "csrc/cpu/attention/attention_internal.h"
+#include "csrc/cpu/attention/attention_prefill_amx.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/attention/attention.cpp"
@@ -691,6 +692,8 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
     const AttentionItem& item = plan.work[i];
     if (DecodeAvx512Bf16Accepts(p, item)) {
       RunDecodeItemAvx512Bf16(p, item, static_cast<float*>(workspace));
+    } else if (PrefillAmxBf16Accepts(p, item) && PrefillAmxBf16Supported()) {
+      RunPrefillItemAmxBf16(p, item, static_cast<float*>(workspace));
     } else {
       HWY_DYNAMIC_DISPATCH(RunItems)(p, &item, 1, workspace);
     }
@@ -699,8 +702,10 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
 }
 
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item) {
-  return DecodeKernelAllowed(p) && DecodeAvx512Bf16Accepts(p, item) ? AttentionKernel::kAvx512Bf16Decode
-                                                                     : AttentionKernel::kHighway;
+  if (!DecodeKernelAllowed(p)) return AttentionKernel::kHighway;
+  if (DecodeAvx512Bf16Accepts(p, item)) return AttentionKernel::kAvx512Bf16Decode;
+  if (PrefillAmxBf16Accepts(p, item) && PrefillAmxBf16Supported()) return AttentionKernel::kAmxBf16Prefill;
+  return AttentionKernel::kHighway;
 }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,

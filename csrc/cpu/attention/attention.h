@@ -82,11 +82,14 @@ struct PagedAttentionPlan {
 // its keys are, gets no items (its output rows are not written).
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
-// Which kernel runs an item of p: the Highway kernel of the best allowed target, or the AVX-512
+// Which kernel runs an item of p: the Highway kernel of the best allowed target, the AVX-512
 // BF16 decode kernel (bf16, at most 16 query vectors per KV head, head_size <= 256, on CPUs with
-// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()). For tests and
-// diagnostics; paged_attention makes the same choice.
-enum class AttentionKernel { kHighway, kAvx512Bf16Decode };
+// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the AMX BF16 prefill
+// kernel (bf16, more than 16 query vectors per KV head, head_size <= 256, on CPUs with AMX-BF16
+// where the OS grants the tile data, while the AVX3 target is allowed; it rounds the softmax
+// weights to bf16 before P.V, as torch's SDPA does). For tests and diagnostics; paged_attention
+// makes the same choice.
+enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill };
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
