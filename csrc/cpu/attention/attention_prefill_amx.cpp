@@ -35,6 +35,7 @@
 #include <limits>
 
 #define XK_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#define XK_AMX_LAMBDA __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 #define XK_AMX_INLINE \
   inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
@@ -137,6 +138,23 @@ XK_AMX_INLINE __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(e, n);
 }
 
+// 2^x for x <= 0 (NaN stays NaN; below -126 a tiny positive number, callers mask what must be 0):
+// x = n + f, |f| <= 1/2, 2^f = e^(f ln2) by its Taylor polynomial of degree 6 (truncation 1.2e-7
+// relative), scaled by 2^n.
+XK_AMX_INLINE __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);  // the second operand where either is NaN
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 e = _mm512_set1_ps(1.5403530393381606e-4f);                 // ln2^6 / 720
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(1.3333558146428443e-3f));  // ln2^5 / 120
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(9.6181291076284772e-3f));  // ln2^4 / 24
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(5.5504108664821580e-2f));  // ln2^3 / 6
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(2.4022650695910071e-1f));  // ln2^2 / 2
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(6.9314718055994531e-1f));  // ln2
+  e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, n);
+}
+
 // tanh(y) = sign(y) (1 - e^(-2|y|)) / (1 + e^(-2|y|)).
 XK_AMX_INLINE __m512 Tanh(__m512 y) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
@@ -214,8 +232,8 @@ struct AmxScratch {
   uint32_t* vb;    // [2 NC][16 key pairs][16 elements]: the B operands of P.V
   float* s;        // [kBlockKeys][16]: S^T of one query tile
   uint32_t* pm;    // [16 query vectors][16 key pairs]: the A operand of P.V
-  int64_t* tile_lo;  // [QT]: the first key a query tile sees
-  int64_t* tile_hi;  // [QT]: the last
+  int64_t* tile_lo;  // [QT]: the first key a query tile sees, [QT] the last, [QT] the first key all
+  int64_t* tile_hi;  // its vectors see, [QT] the last
 };
 
 template <int NC>
@@ -255,10 +273,14 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
   // Each tile's visible keys: [tile_lo, tile_hi].
   int64_t* tile_lo = sc.tile_lo;
   int64_t* tile_hi = sc.tile_hi;
+  int64_t* tile_maxlo = sc.tile_hi + QT;
+  int64_t* tile_minpos = tile_maxlo + QT;
   for (int t = 0; t < QT; ++t) {
-    tile_lo[t] = std::numeric_limits<int64_t>::max();
-    tile_hi[t] = -1;
+    tile_lo[t] = tile_minpos[t] = std::numeric_limits<int64_t>::max();
+    tile_hi[t] = tile_maxlo[t] = -1;
   }
+  // A padding vector (past M) is never in a block seen in full: its position is -1.
+  if (M < Mp) tile_minpos[QT - 1] = -1;
   for (int m = 0; m < Mp; ++m) {
     if (m < M) {
       const int64_t pos = first_pos + m / G, lo = FirstKeyOf(p, pos);
@@ -266,6 +288,8 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
       sc.lo[m] = static_cast<int32_t>(lo);
       tile_lo[m / kQ] = std::min(tile_lo[m / kQ], lo);
       tile_hi[m / kQ] = std::max(tile_hi[m / kQ], pos);
+      tile_maxlo[m / kQ] = std::max(tile_maxlo[m / kQ], lo);
+      tile_minpos[m / kQ] = std::min(tile_minpos[m / kQ], pos);
     } else {
       sc.pos[m] = -1;
       sc.lo[m] = 0;
@@ -274,11 +298,17 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
 
   const int32_t* table = p.block_tables + item.seq * p.block_table_stride;
   const int64_t kh = kvh * p.key_cache_strides.head, vh = kvh * p.value_cache_strides.head;
-  const bool capped = p.soft_cap > 0.0f;
-  const __m512 scale = _mm512_set1_ps(p.scale), cap = _mm512_set1_ps(p.soft_cap);
-  const __m512 inv_cap = _mm512_set1_ps(capped ? 1.0f / p.soft_cap : 0.0f);
+  // Logits in base 2 units: logit2 = log2(e) * (capped ? cap tanh(scale dot / cap) : scale dot).
+  constexpr float kLog2e = 1.44269504088896341f;
+  const bool capped = p.soft_cap > 0.0f, increasing = p.scale > 0.0f;
+  const __m512 scale2 = _mm512_set1_ps(p.scale * kLog2e), cap2 = _mm512_set1_ps(p.soft_cap * kLog2e);
+  const __m512 scale_cap = _mm512_set1_ps(capped ? p.scale / p.soft_cap : 0.0f);
+  auto Logit2 = [&](__m512 x) XK_AMX_LAMBDA {
+    return capped ? _mm512_mul_ps(cap2, Tanh(_mm512_mul_ps(x, scale_cap))) : _mm512_mul_ps(x, scale2);
+  };
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 one = _mm512_set1_ps(1.0f);
+  const float ln2 = 0.693147180559945309f;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   // Word q of the weights' bf16 pair vector: [a_0 b_0 a_1 b_1 ...] from [a_0 .. a_15 b_0 .. b_15].
   alignas(64) static constexpr uint16_t kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
@@ -369,21 +399,40 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
       XK_TILE_STORE(0, sc.s, 64);
       XK_TILE_STORE(1, sc.s + 256, 64);
 
-      // Logits and masks per key, the tile's maximum per query vector.
-      const __m512i posv = _mm512_load_si512(sc.pos + t * kQ), lov = _mm512_load_si512(sc.lo + t * kQ);
+      // The masks per key (all set where every key of the block is visible to every vector of the
+      // tile), then the tile's maximum logit per query vector in base 2 units (logit * log2(e)).
+      // With scale > 0 the logit is increasing in the dot, so the maximum dot gives it; otherwise
+      // every logit is computed here and kept in s.
+      const bool full = ok == ~uint32_t{0} && j0 >= tile_maxlo[t] && j0 + kBlockKeys - 1 <= tile_minpos[t];
       __mmask16 valid[kBlockKeys];
       __m512 tmax = neg_inf;
-      for (int j = 0; j < kBlockKeys; ++j) {
-        valid[j] = 0;
-        if (!((ok >> j) & 1)) continue;
-        const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(j0 + j));
-        valid[j] = _mm512_cmple_epi32_mask(lov, key) & _mm512_cmpge_epi32_mask(posv, key);
-        if (valid[j] == 0) continue;
-        __m512 x = _mm512_mul_ps(_mm512_load_ps(sc.s + 16 * j), scale);
-        if (capped) x = _mm512_mul_ps(cap, Tanh(_mm512_mul_ps(x, inv_cap)));
-        _mm512_store_ps(sc.s + 16 * j, x);
-        tmax = _mm512_mask_max_ps(tmax, valid[j], tmax, x);
+      if (full) {
+        for (int j = 0; j < kBlockKeys; ++j) {
+          valid[j] = 0xFFFF;
+          tmax = _mm512_max_ps(tmax, _mm512_load_ps(sc.s + 16 * j));
+        }
+      } else {
+        const __m512i posv = _mm512_load_si512(sc.pos + t * kQ), lov = _mm512_load_si512(sc.lo + t * kQ);
+        for (int j = 0; j < kBlockKeys; ++j) {
+          valid[j] = 0;
+          if (!((ok >> j) & 1)) continue;
+          const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(j0 + j));
+          valid[j] = _mm512_cmple_epi32_mask(lov, key) & _mm512_cmpge_epi32_mask(posv, key);
+        }
       }
+      if (!full || !increasing) {
+        for (int j = 0; j < kBlockKeys; ++j) {
+          if (valid[j] == 0) continue;
+          __m512 x = _mm512_load_ps(sc.s + 16 * j);
+          if (!increasing) {
+            x = Logit2(x);
+            _mm512_store_ps(sc.s + 16 * j, x);
+          }
+          tmax = _mm512_mask_max_ps(tmax, valid[j], tmax, x);
+        }
+      }
+      // NaN dots stay NaN; -inf (no key) stays -inf.
+      if (increasing) tmax = _mm512_mask_mov_ps(tmax, _mm512_cmp_ps_mask(tmax, neg_inf, _CMP_NEQ_UQ), Logit2(tmax));
       float* rm = sc.row_max + t * kQ;
       float* rs = sc.row_sum + t * kQ;
       const __m512 old_max = _mm512_load_ps(rm);
@@ -391,20 +440,25 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
       // Rows that saw nothing yet subtract 0 (their weights are masked to 0 anyway).
       const __m512 use_max = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_NEQ_UQ), new_max);
       const __mmask16 had = _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_UQ);
-      const __m512 alpha = _mm512_maskz_mov_ps(had, Exp(_mm512_sub_ps(old_max, use_max)));
+      const __m512 alpha = _mm512_maskz_mov_ps(had, Exp2(_mm512_sub_ps(old_max, use_max)));
       _mm512_store_ps(rm, new_max);
 
-      // Weights rounded to bf16, in key pairs: w[i] word 2m / 2m + 1 = keys 2i / 2i + 1 of vector m.
+      // Weights 2^(logit2 - max) rounded to bf16, in key pairs: w[i] word 2m / 2m + 1 = keys 2i /
+      // 2i + 1 of vector m.
+      auto weight = [&](int j) XK_AMX_LAMBDA {
+        const __m512 x = _mm512_load_ps(sc.s + 16 * j);
+        const __m512 y = increasing ? (capped ? _mm512_sub_ps(Logit2(x), use_max) : _mm512_fmsub_ps(x, scale2, use_max))
+                                    : _mm512_sub_ps(x, use_max);
+        return _mm512_maskz_mov_ps(valid[j], Exp2(y));
+      };
       __m512i w[16];
       __m512 sum = _mm512_setzero_ps();
       for (int i = 0; i < 16; ++i) {
-        const __mmask16 va = valid[2 * i], vb = valid[2 * i + 1];
-        if ((va | vb) == 0) {
+        if ((valid[2 * i] | valid[2 * i + 1]) == 0) {
           w[i] = _mm512_setzero_si512();
           continue;
         }
-        const __m512 pa = _mm512_maskz_mov_ps(va, Exp(_mm512_sub_ps(_mm512_load_ps(sc.s + 32 * i), use_max)));
-        const __m512 pb = _mm512_maskz_mov_ps(vb, Exp(_mm512_sub_ps(_mm512_load_ps(sc.s + 32 * i + 16), use_max)));
+        const __m512 pa = weight(2 * i), pb = weight(2 * i + 1);
         w[i] = _mm512_permutexvar_epi16(pairs, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
         sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(w[i], 16)));
         sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(w[i], high)));
@@ -461,7 +515,7 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
   float* acc = state + RoundUp(2 * static_cast<int64_t>(V), kStatePad);
   for (int m = 0; m < M; ++m) {
     const int v = hi * M + m;
-    state[v] = sc.row_max[m];
+    state[v] = sc.row_max[m] * ln2;  // natural units (-inf stays -inf)
     state[V + v] = sc.row_sum[m];
     const float* om = sc.o + static_cast<size_t>(m) * hsp;
     for (int e = 0; e < hs; e += 16) {
@@ -479,7 +533,7 @@ XK_AMX void RunItem(const PagedAttentionParams& p, const AttentionItem& item, fl
   const int M = static_cast<int>((item.query_end - item.query_begin) * G);
   const int QT = (M + kQ - 1) / kQ, Mp = QT * kQ;
   const size_t floats = static_cast<size_t>(QT) * NC * 256 + static_cast<size_t>(Mp) * hsp + 4 * Mp +
-                        kBlockKeys * hsp / 2 + DT * 256 + kBlockKeys * 16 + 256 + 4 * static_cast<size_t>(QT);
+                        kBlockKeys * hsp / 2 + DT * 256 + kBlockKeys * 16 + 256 + 8 * static_cast<size_t>(QT);
   float* base = Scratch(floats);
   if (base == nullptr) return;
   AmxScratch sc;

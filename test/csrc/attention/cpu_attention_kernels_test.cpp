@@ -798,8 +798,8 @@ TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
 // The AMX prefill kernel against the float64 reference, each item's kernel asserted: prefill,
 // chunked prefill and mixed batches; head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups
 // 1, 3, 4, 8, 16; block sizes 1, 8, 16, 32 (tiles loaded from the cache blocks and copied ones);
-// soft cap; windows; strided rows and padded blocks; several query tiles an item; split plans;
-// NaN in every cache row and query element the kernel must not read. Reports the worst error
+// soft cap; windows; negative scales; strided rows and padded blocks; several query tiles an
+// item; split plans; NaN in every cache row and query element the kernel must not read. Reports the worst error
 // against the bound with the weights' rounding term and against the float32-only bound.
 TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   if (!(HasAmxKernel() && HasDecodeKernel())) {
@@ -811,6 +811,7 @@ TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   struct Run {
     Case c;
     int64_t threads;
+    bool negative_scale = false;  // logits decreasing in the dot
   };
   std::vector<Run> runs;
   for (int64_t hs : {64, 80, 96, 128, 256, 1, 33, 67}) runs.push_back({{DType::kBFloat16, 32, 8, hs, 16, mixed}, 2});
@@ -823,6 +824,8 @@ TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   runs.push_back({{DType::kBFloat16, 6, 2, 128, 16, {{33, 300}}, 30.0f, 256, 1, 16}, 2});     // window 256, cap, pads
   runs.push_back({{DType::kBFloat16, 64, 8, 128, 16, {{130, 130}}}, 2});                      // several tiles
   runs.push_back({{DType::kBFloat16, 32, 8, 128, 16, {{200, 260}, {1, 600}, {1, 1}}}, 2});    // mixed, longer
+  runs.push_back({{DType::kBFloat16, 32, 8, 128, 16, {{70, 90}}}, 2, true});                  // scale < 0
+  runs.push_back({{DType::kBFloat16, 8, 2, 64, 16, {{40, 60}}, 30.0f}, 2, true});             // scale < 0, cap
   runs.push_back({{DType::kBFloat16, 8, 1, 128, 16, {{20, 1100}}}, 8});                       // split plans
   runs.push_back({{DType::kBFloat16, 12, 4, 96, 16, {{30, 1030}}, 0.0f, 700}, 8});
   runs.push_back({{DType::kBFloat16, 16, 8, 67, 16, {{40, 1100}}, 30.0f}, 8});
@@ -830,6 +833,7 @@ TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   for (const Run& r : runs) {
     SCOPED_TRACE(Describe(r.c) + " threads " + std::to_string(r.threads));
     Problem pr = MakeProblem(r.c, rng);
+    if (r.negative_scale) pr.scale = -pr.scale;
     const PagedAttentionParams p = pr.Params();
     const PagedAttentionPlan plan = plan_paged_attention(p, r.threads);
     int64_t amx_items = 0;
