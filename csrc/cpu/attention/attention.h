@@ -75,8 +75,9 @@ struct PagedAttentionPlan {
 // The work of one call for `threads` threads (>= 1), from the parameters and the values of
 // query_start_loc, seq_lens and block_tables (host memory). An empty plan for no query rows.
 // Items come longest first (for threads that each take the next unstarted one); query rows are
-// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries, an item with at
-// most 16 query vectors per KV head (decode) takes every KV head, and the keys of the
+// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries (where the AMX
+// prefill kernel runs: up to 512 query vectors, fewer where the threads would get under 8 items
+// each), an item with at most 16 query vectors per KV head (decode) takes every KV head, and the keys of the
 // largest items are split when there are too few items to keep `threads` busy. A sequence whose
 // lengths contradict each other, or whose table holds a block id outside [0, num_blocks) where
 // its keys are, gets no items (its output rows are not written).
