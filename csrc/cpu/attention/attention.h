@@ -75,18 +75,22 @@ struct PagedAttentionPlan {
 // The work of one call for `threads` threads (>= 1), from the parameters and the values of
 // query_start_loc, seq_lens and block_tables (host memory). An empty plan for no query rows.
 // Items come longest first (for threads that each take the next unstarted one); query rows are
-// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries, an item with at
-// most 16 query vectors per KV head (decode) takes every KV head, and the keys of the
+// tiled so that a tile's heads times rows fill about 32 KiB of float32 queries (where the AMX
+// prefill kernel runs: up to 512 query vectors, fewer where the threads would get under 8 items
+// each), an item with at most 16 query vectors per KV head (decode) takes every KV head, and the keys of the
 // largest items are split when there are too few items to keep `threads` busy. A sequence whose
 // lengths contradict each other, or whose table holds a block id outside [0, num_blocks) where
 // its keys are, gets no items (its output rows are not written).
 PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
-// Which kernel runs an item of p: the Highway kernel of the best allowed target, or the AVX-512
+// Which kernel runs an item of p: the Highway kernel of the best allowed target, the AVX-512
 // BF16 decode kernel (bf16, at most 16 query vectors per KV head, head_size <= 256, on CPUs with
-// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()). For tests and
-// diagnostics; paged_attention makes the same choice.
-enum class AttentionKernel { kHighway, kAvx512Bf16Decode };
+// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the AMX BF16 prefill
+// kernel (bf16, more than 16 query vectors per KV head, head_size <= 256, on CPUs with AMX-BF16
+// where the OS grants the tile data, while the AVX3 target is allowed; it rounds the softmax
+// weights to bf16 before P.V, as torch's SDPA does). For tests and diagnostics; paged_attention
+// makes the same choice.
+enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill };
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at

@@ -17,6 +17,12 @@
 // the length, and 32 covers the constant factors (the exponential's 4.5e-7, the dot's scale) with
 // a margin of 4 standard deviations. A single key left out or counted twice moves an output by
 // about vmax / keys, above this bound for the contexts used here (<= 1100 keys).
+// Where the AMX BF16 prefill kernel may run a token (bf16, more than 16 query vectors per KV head
+// in its sequence, a CPU with AMX, the AVX3 target allowed), its softmax weights w_j are rounded to
+// bf16 (relative error d_j, |d_j| <= 2^-8) and the denominator sums the rounded weights, so the
+// output moves by sum_j w_j d_j (v_j - out) to first order: with the d_j independent and uniform
+// (standard deviation 2^-8 / sqrt(3)), 6 standard deviations of that sum, computed per element
+// from the reference's weights, are added to the bound.
 #include "csrc/cpu/attention/attention.h"
 
 #include <gtest/gtest.h>
@@ -33,6 +39,10 @@
 #include <thread>
 #include <tuple>
 #include <vector>
+
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "hwy/aligned_allocator.h"
 #include "test/csrc/common/cpu_test_support.h"
@@ -82,6 +92,8 @@ struct Problem {
   double vmax = 0;
   float scale = 0;
   uint32_t sentinel = 0;
+  // Per output element: sqrt(sum_j w_j^2 (v_j - out)^2) (Reference fills it).
+  mutable std::vector<double> spread;
 
   PagedAttentionParams Params() {
     PagedAttentionParams p;
@@ -195,6 +207,7 @@ void Reference(const Problem& pr, std::vector<double>& ref) {
   const Case& c = pr.c;
   const int64_t G = c.q_heads / c.kv_heads, hs = c.head_size, row_elems = c.kv_heads * hs;
   ref.assign(std::max<int64_t>(1, pr.tokens) * c.q_heads * hs, 0.0);
+  pr.spread.assign(ref.size(), 0.0);
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const int64_t q_len = c.seqs[s].q_len, ctx = c.seqs[s].context;
     for (int64_t r = 0; r < q_len; ++r) {
@@ -221,6 +234,13 @@ void Reference(const Problem& pr, std::vector<double>& ref) {
           const double* v = &pr.vref[(pr.key_offset[s] + j) * row_elems + g * hs];
           for (int64_t i = 0; i < hs; ++i) o[i] += logit[j - lo] / sum * v[i];
         }
+        double* sp = &pr.spread[(tok * c.q_heads + h) * hs];
+        for (int64_t j = lo; j <= pos; ++j) {
+          const double* v = &pr.vref[(pr.key_offset[s] + j) * row_elems + g * hs];
+          const double w = logit[j - lo] / sum;
+          for (int64_t i = 0; i < hs; ++i) sp[i] += w * w * (v[i] - o[i]) * (v[i] - o[i]);
+        }
+        for (int64_t i = 0; i < hs; ++i) sp[i] = std::sqrt(sp[i]);
       }
     }
   }
@@ -260,9 +280,32 @@ void RunPlan(PagedAttentionParams p, int64_t threads, bool on_threads) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// Whether this CPU and OS run the AMX BF16 prefill kernel: AMX-TILE, AMX-BF16 and AVX512_BF16 in
+// CPUID and the tile data granted to the process (asked here too; asking again is harmless).
+bool HasAmxKernel() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || !((d >> 22) & 1) || !((d >> 24) & 1)) return false;
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return false;
+    constexpr int kArchReqXcompPerm = 0x1023, kXFeatureXTileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXFeatureXTileData) == 0;
+  }();
+  return ok;
+}
+
+// Whether the AMX kernel may run items of this dtype under the current target restriction.
+bool AmxKernelMayRun(DType t) {
+  return t == DType::kBFloat16 && HasAmxKernel() && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+}
+
+// Standard deviations of the bf16 rounding of the softmax weights allowed (see the top).
+constexpr double kWeightSigmas = 6;
+
 // Compares every output element with the reference and every other element with the sentinel.
 // Returns the largest error / tolerance.
-double Check(const Problem& pr, const std::vector<double>& ref, const std::vector<bool>& written = {}) {
+// worst_float32: where given, the largest error / the bound without the weights' rounding term.
+double Check(const Problem& pr, const std::vector<double>& ref, const std::vector<bool>& written = {},
+             double* worst_float32 = nullptr) {
   const Case& c = pr.c;
   const DType t = c.dtype;
   const int64_t hs = c.head_size;
@@ -273,6 +316,8 @@ double Check(const Problem& pr, const std::vector<double>& ref, const std::vecto
     int64_t seq = 0;
     while (pr.qsl[seq + 1] <= tok) ++seq;
     const int64_t keys = std::min<int64_t>(c.seqs[seq].context, c.window > 0 ? c.window : INT64_MAX);
+    const bool rounded_weights = AmxKernelMayRun(c.dtype) && c.seqs[seq].q_len * (c.q_heads / c.kv_heads) > 16 &&
+                                 c.head_size <= 256;
     for (int64_t h = 0; h < c.q_heads; ++h) {
       for (int64_t i = 0; i < hs; ++i) {
         const uint32_t bits = LoadBits(t, pr.out.data(), tok * pr.q_token_stride + h * pr.q_head_stride + i);
@@ -281,10 +326,14 @@ double Check(const Problem& pr, const std::vector<double>& ref, const std::vecto
           continue;
         }
         const double got = DecodeBits(t, bits), want = ref[(tok * c.q_heads + h) * hs + i];
-        const double tol = Roundoff(t) * std::fabs(want) + SubnormalHalfSpacing(t) +
-                           32 * 0x1p-24 * pr.vmax * (std::sqrt(static_cast<double>(keys)) + std::sqrt(double(hs)));
+        const double tol32 = Roundoff(t) * std::fabs(want) + SubnormalHalfSpacing(t) +
+                             32 * 0x1p-24 * pr.vmax * (std::sqrt(static_cast<double>(keys)) + std::sqrt(double(hs)));
+        const double tol =
+            tol32 + (rounded_weights ? kWeightSigmas * 0x1p-8 / std::sqrt(3.0) * pr.spread[(tok * c.q_heads + h) * hs + i]
+                                     : 0.0);
         const double err = std::fabs(got - want);
         worst = std::max(worst, std::isnan(err) ? INFINITY : err / tol);
+        if (worst_float32 != nullptr) *worst_float32 = std::max(*worst_float32, std::isnan(err) ? INFINITY : err / tol32);
         if (!(err <= tol) && reported++ < 5) {
           ADD_FAILURE() << "token " << tok << " head " << h << " elem " << i << ": got " << got << " want " << want
                         << " tol " << tol;
@@ -596,8 +645,8 @@ bool HasDecodeKernel() {
 }
 
 // The AVX-512 BF16 decode kernel takes bf16 items of at most 16 query vectors per KV head and
-// head_size <= 256 where the CPU has it and the AVX3 target is allowed; every other item, and
-// every item under a lower target, runs the Highway kernel.
+// head_size <= 256 where the CPU has it and the AVX3 target is allowed; the other items here, and
+// every item under a lower target, run the Highway kernel (prefill items: AmxKernelTakesTheItemsItApplies).
 TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
   std::mt19937 rng(19);
   const bool fast = HasDecodeKernel();
@@ -611,7 +660,6 @@ TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
       {{DType::kBFloat16, 64, 8, 64, 16, {{2, 40}}}, true},              // 2 rows x 8 = 16 vectors
       {{DType::kBFloat16, 9, 3, 67, 16, {{1, 40}}}, true},               // tail
       {{DType::kBFloat16, 8, 8, 256, 16, {{1, 40}}}, true},
-      {{DType::kBFloat16, 8, 8, 64, 16, {{40, 40}}}, false},             // prefill: 40 vectors
       {{DType::kBFloat16, 8, 2, 512, 16, {{1, 40}}}, false},             // head_size 512
       {{DType::kFloat32, 32, 8, 128, 16, {{1, 300}}}, false},
       {{DType::kFloat16, 32, 8, 128, 16, {{1, 300}}}, false},
@@ -690,6 +738,119 @@ TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
     worst = std::max(worst, Check(pr, ref));
   }
   std::printf("decode kernel %s: worst error / tolerance %.3f\n", fast ? "AVX-512 BF16" : "(Highway)", worst);
+}
+
+// The kernel the entry points should pick for an item, from the rules (attention.h): bf16 with the
+// AVX3 target allowed and AVX-512 BF16 present; at most 16 query vectors per KV head the decode
+// kernel, more the AMX kernel where the CPU and OS have it; head_size <= 256 for both.
+AttentionKernel ExpectedKernel(const PagedAttentionParams& p, const AttentionItem& it) {
+  if (!(p.dtype == DType::kBFloat16 && HasDecodeKernel() && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0)) {
+    return AttentionKernel::kHighway;
+  }
+  const int64_t vectors = (it.query_end - it.query_begin) * (p.q_heads / p.kv_heads);
+  if (p.head_size > 256) return AttentionKernel::kHighway;
+  if (vectors <= 16) return AttentionKernel::kAvx512Bf16Decode;
+  return HasAmxKernel() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kHighway;
+}
+
+// The AMX BF16 prefill kernel takes bf16 items of more than 16 query vectors per KV head and
+// head_size <= 256 where the CPU has AMX-BF16, the OS grants the tile data and the AVX3 target is
+// allowed; never anywhere else (other dtypes, head_size 512, lower targets, CPUs without AMX).
+TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
+  std::mt19937 rng(21);
+  const bool amx = HasAmxKernel() && HasDecodeKernel();
+  if (!amx) std::printf("no AMX-BF16 (or no tile data from the OS): prefill items run the Highway kernel\n");
+  struct Expect {
+    Case c;
+    bool takes;  // some item runs the AMX kernel where the CPU has it
+  };
+  const std::vector<Expect> expects = {
+      {{DType::kBFloat16, 8, 8, 64, 16, {{40, 40}}}, true},               // prefill: 40 vectors per KV head
+      {{DType::kBFloat16, 32, 8, 128, 16, {{100, 300}, {1, 17}}}, true},  // chunked prefill + decode
+      {{DType::kBFloat16, 64, 8, 64, 16, {{3, 40}}}, true},               // 3 rows x 8 = 24 vectors
+      {{DType::kBFloat16, 9, 3, 67, 1, {{30, 40}}}, true},                // tail, block 1
+      {{DType::kBFloat16, 64, 8, 64, 16, {{2, 40}}}, false},              // 16 vectors: decode kernel
+      {{DType::kBFloat16, 8, 2, 512, 16, {{40, 40}}}, false},             // head_size 512
+      {{DType::kFloat32, 8, 8, 64, 16, {{40, 40}}}, false},
+      {{DType::kFloat16, 8, 8, 64, 16, {{40, 40}}}, false},
+  };
+  for (const Expect& e : expects) {
+    SCOPED_TRACE(Describe(e.c));
+    Problem pr = MakeProblem(e.c, rng);
+    const PagedAttentionParams p = pr.Params();
+    const PagedAttentionPlan plan = plan_paged_attention(p, 2);
+    ASSERT_GT(plan.items, 0);
+    int64_t amx_items = 0;
+    for (const AttentionItem& it : plan.work) {
+      const AttentionKernel k = paged_attention_item_kernel(p, it);
+      EXPECT_EQ(k, ExpectedKernel(p, it));
+      amx_items += k == AttentionKernel::kAmxBf16Prefill;
+    }
+    EXPECT_EQ(amx_items > 0, amx && e.takes);
+    for (int64_t target : KernelTargets()) {
+      if (target == HWY_AVX3) continue;
+      TargetScope scope(target);
+      for (const AttentionItem& it : plan.work) EXPECT_EQ(paged_attention_item_kernel(p, it), AttentionKernel::kHighway);
+    }
+  }
+}
+
+// The AMX prefill kernel against the float64 reference, each item's kernel asserted: prefill,
+// chunked prefill and mixed batches; head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups
+// 1, 3, 4, 8, 16; block sizes 1, 8, 16, 32 (tiles loaded from the cache blocks and copied ones);
+// soft cap; windows; negative scales; strided rows and padded blocks; several query tiles an
+// item; split plans; NaN in every cache row and query element the kernel must not read. Reports the worst error
+// against the bound with the weights' rounding term and against the float32-only bound.
+TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
+  if (!(HasAmxKernel() && HasDecodeKernel())) {
+    GTEST_SKIP() << "no AMX-BF16 and AVX-512 BF16 on this CPU, or the OS refused the tile data: the AMX kernel "
+                    "never runs here";
+  }
+  std::mt19937 rng(22);
+  const std::vector<Seq> mixed = {{40, 40}, {17, 80}, {1, 50}, {0, 0}, {3, 3}};
+  struct Run {
+    Case c;
+    int64_t threads;
+    bool negative_scale = false;  // logits decreasing in the dot
+  };
+  std::vector<Run> runs;
+  for (int64_t hs : {64, 80, 96, 128, 256, 1, 33, 67}) runs.push_back({{DType::kBFloat16, 32, 8, hs, 16, mixed}, 2});
+  runs.push_back({{DType::kBFloat16, 8, 8, 128, 16, {{70, 70}}}, 2});                         // group 1
+  runs.push_back({{DType::kBFloat16, 16, 1, 128, 32, {{24, 90}, {1, 33}}}, 2});               // group 16
+  runs.push_back({{DType::kBFloat16, 9, 3, 96, 1, mixed, 0.0f, 0, 3, 5}, 2});                 // block 1, strided
+  runs.push_back({{DType::kBFloat16, 32, 8, 128, 8, {{50, 100}, {20, 20}}}, 2});              // block 8
+  runs.push_back({{DType::kBFloat16, 40, 40, 64, 16, {{20, 50}, {7, 7}}, 30.0f}, 2});         // soft cap
+  runs.push_back({{DType::kBFloat16, 4, 2, 256, 32, {{19, 120}, {40, 41}}, 0.0f, 7}, 2});     // window 7
+  runs.push_back({{DType::kBFloat16, 6, 2, 128, 16, {{33, 300}}, 30.0f, 256, 1, 16}, 2});     // window 256, cap, pads
+  runs.push_back({{DType::kBFloat16, 64, 8, 128, 16, {{130, 130}}}, 2});                      // several tiles
+  runs.push_back({{DType::kBFloat16, 32, 8, 128, 16, {{200, 260}, {1, 600}, {1, 1}}}, 2});    // mixed, longer
+  runs.push_back({{DType::kBFloat16, 32, 8, 128, 16, {{70, 90}}}, 2, true});                  // scale < 0
+  runs.push_back({{DType::kBFloat16, 8, 2, 64, 16, {{40, 60}}, 30.0f}, 2, true});             // scale < 0, cap
+  runs.push_back({{DType::kBFloat16, 8, 1, 128, 16, {{20, 1100}}}, 8});                       // split plans
+  runs.push_back({{DType::kBFloat16, 12, 4, 96, 16, {{30, 1030}}, 0.0f, 700}, 8});
+  runs.push_back({{DType::kBFloat16, 16, 8, 67, 16, {{40, 1100}}, 30.0f}, 8});
+  double worst = 0, worst32 = 0;
+  for (const Run& r : runs) {
+    SCOPED_TRACE(Describe(r.c) + " threads " + std::to_string(r.threads));
+    Problem pr = MakeProblem(r.c, rng);
+    if (r.negative_scale) pr.scale = -pr.scale;
+    const PagedAttentionParams p = pr.Params();
+    const PagedAttentionPlan plan = plan_paged_attention(p, r.threads);
+    int64_t amx_items = 0;
+    for (const AttentionItem& it : plan.work) {
+      const AttentionKernel k = paged_attention_item_kernel(p, it);
+      EXPECT_EQ(k, ExpectedKernel(p, it));
+      amx_items += k == AttentionKernel::kAmxBf16Prefill;
+    }
+    EXPECT_GT(amx_items, 0);
+    if (r.threads == 8) EXPECT_GT(plan.merges, 0);
+    std::vector<double> ref;
+    Reference(pr, ref);
+    RunPlan(p, r.threads, true);
+    worst = std::max(worst, Check(pr, ref, {}, &worst32));
+  }
+  std::printf("AMX prefill kernel: worst error / tolerance %.3f (%.3f against the float32-only bound)\n", worst,
+              worst32);
 }
 
 TEST(CpuAttentionKernel, RejectsInvalidParameters) {
