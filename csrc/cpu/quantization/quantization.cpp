@@ -63,11 +63,13 @@ HWY_INLINE VI RoundToInt(VF v) {
 // out of the mantissa bumps the exponent. Below 2^-6: adding 2^14 makes the float32 ulp 2^-9, the
 // e4m3 subnormal spacing, so the FPU rounds |v| to m * 2^-9 (ties to even) and the low mantissa
 // bits are m (8 for 2^-6, the smallest normal's encoding).
-HWY_INLINE VI E4m3BitsInRange(VF v) {
+// sign_of: where the sign bit comes from (v itself, or for a quotient v = x / s with s > 0, x: the
+// sign of x / s is the sign of x, also where the quotient underflows to zero).
+HWY_INLINE VI E4m3BitsInRange(VF v, VF sign_of) {
   const DF d;
   const DI di;
-  const VI bits = hn::BitCast(di, v);
-  const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const VI abs = hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF));
+  const VI bits = hn::BitCast(di, sign_of);
   const VI lsb = hn::And(hn::ShiftRight<20>(abs), hn::Set(di, 1));
   // (abs - (120 << 23) + 0x7FFFF + lsb) >> 20; for |v| < 2^-7 the subtraction wraps, and those
   // lanes take the subnormal result. A logical shift: the wrapped lanes are not used.
@@ -78,6 +80,8 @@ HWY_INLINE VI E4m3BitsInRange(VF v) {
   const VI mag = hn::IfThenElse(abs < hn::Set(di, 0x3C800000), subnormal, normal);
   return hn::OrAnd(mag, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));  // the sign (bits >> 24 is arithmetic)
 }
+
+HWY_INLINE VI E4m3BitsInRange(VF v) { return E4m3BitsInRange(v, v); }
 
 // float8_e4m3fn_from_float for every v: from 448 on (inf included) the normal result is at or
 // above 0x7E, so a min saturates it; NaN gives 0x7F.
@@ -131,6 +135,42 @@ struct Fp8PerTokenInRange {
   VF scale;
   HWY_INLINE VI operator()(VF x) const { return E4m3BitsInRange(hn::Div(x, scale)); }
 };
+#if HWY_NATIVE_FMA
+// RN(x / s) without a division, for s > 0 a normal float with y = RN(1 / s) normal, |x / s| <=
+// 448 (1 + 2^-23) and x finite; where |x / s| < 2^-12 the result is only within a few ulps (and
+// of either sign), which e4m3 rounds to zero all the same (with the sign taken from x).
+//   q0 = RN(x * y). y = (1 / s)(1 + e), |e| <= 2^-24, so q0 = (x / s)(1 + e)(1 + e'): within
+//      about 2 ulps of t = x / s, not always faithful.
+//   q1 = RN(q0 + r0 * y), r0 = RN(x - q0 * s) (one fma; exact when q0 is within 1 ulp, else
+//      rounded once, a relative 2^-24 of r0). q0 + r0 * y = t + (t - q0) * O(2^-23): within
+//      2^-20 ulp of t, so q1 is within 1/2 + 2^-20 ulp of t: faithful. (One step is not enough
+//      for RN(t) itself: t may lie closer than that to the midpoint of two floats; it is never on
+//      one unless s is a power of 2, where q0 is already exact.)
+//   q2 = RN(q1 + r1 * y), r1 = x - q1 * s, exact (q1 faithful: r1 is a multiple of
+//      ulp(q1) * ulp(s) below 2^24 of them). Markstein's theorem (Muller et al., Handbook of
+//      Floating-Point Arithmetic, division with a fused multiply-add): y = RN(1 / s) and q1
+//      faithful give q2 = RN(x / s), barring underflow and overflow.
+// Underflow cannot happen where it matters: for |t| >= 2^-12 (below, e4m3 is 0 anyway), with
+// s >= 2^-18 (the smallest fp8 scale is 1 / 229376) and |t| <= 448.1, every operand and result
+// (x >= 2^-30, r >= 2^-54, r * y, the products inside the fmas) is a normal float; s * q <= amax
+// and x * y <= 448.1 cannot overflow.
+// The tests check it against x / s for every bf16 and f16 value and dense float32 sweeps around
+// the e4m3 rounding boundaries, times scales over the whole range.
+HWY_INLINE VF DivideByScale(VF x, VF s, VF y) {
+  const VF q0 = hn::Mul(x, y);
+  const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, s, x), y, q0);
+  return hn::MulAdd(hn::NegMulAdd(q1, s, x), y, q1);
+}
+
+// Fp8PerTokenInRange without the division (see DivideByScale), for rows whose scale s is a
+// normal float with 2^-18 <= s <= 2^120 (every in-range row's).
+struct Fp8PerTokenInRangeFma {
+  static constexpr bool kUnsigned = true;
+  VF scale, inv_scale;  // inv_scale = RN(1 / scale)
+  HWY_INLINE VI operator()(VF x) const { return E4m3BitsInRange(DivideByScale(x, scale, inv_scale), x); }
+};
+#endif
+
 struct Fp8Static {  // e4m3(x * (1 / scale))
   static constexpr bool kUnsigned = true;
   VF inv_scale;
@@ -389,6 +429,12 @@ class RowQuantizer {
         if (std::isnan(s)) return Fill(y, count, 0x7F);  // x / NaN
         // amax finite and not above scale_ub (which may be +inf): |x / s| <= 448 (1 + 2^-23).
         if (std::isfinite(amax) && (scale_ub_ == nullptr || amax <= *scale_ub_)) {
+#if HWY_NATIVE_FMA
+          // Always so for these rows (s >= 1 / 229376, s <= FLT_MAX / 448); checked all the same.
+          if (s >= 0x1p-18f && s <= 0x1p120f) {
+            return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRangeFma{hn::Set(d, s), hn::Set(d, 1.0f / s)}, next);
+          }
+#endif
           return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRange{hn::Set(d, s)}, next);
         }
         return Quantize<kPrefetch>(src, y, count, Fp8PerToken{hn::Set(d, s)}, next);
