@@ -326,6 +326,27 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
     QuantizePartial(x, y, head, q);
     i = head;
   }
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    // bf16: one unpack per float vector instead of a widening load and a shift. Unpacking with
+    // zeros gives 128-bit block k of lo(a) elements 8k..8k+3 and of hi(a) 8k+4..8k+7, so the
+    // 32-bit pack of (lo, hi) is a's 32 elements in order; the 16-bit pack interleaves a's and b's
+    // 64-bit groups, which one vpermq puts back in order.
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (; i + v <= count; i += v) {
+      if constexpr (kPrefetch) PrefetchElems(next + i, v);
+      const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
+      const VI q0 = q(VF{_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a))});
+      const VI q1 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a))});
+      const VI q2 = q(VF{_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b))});
+      const VI q3 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b))});
+      const __m512i ab = _mm512_packs_epi32(q0.raw, q1.raw), ce = _mm512_packs_epi32(q2.raw, q3.raw);
+      const __m512i packed = Q::kUnsigned ? _mm512_packus_epi16(ab, ce) : _mm512_packs_epi16(ab, ce);
+      StoreVec<kStream>(hn::Vec<D8>{_mm512_permutexvar_epi64(order, packed)}, d8, y + i);
+    }
+  }
+#endif
   for (; i + v <= count; i += v) {
     if constexpr (kPrefetch) PrefetchElems(next + i, v);
     const VI q0 = q(LoadF(x + i)), q1 = q(LoadF(x + i + n));
