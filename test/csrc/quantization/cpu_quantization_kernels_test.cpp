@@ -3,7 +3,11 @@
 //   - the float32 -> float8_e4m3fn and -> int8 / int32 roundings, exhaustively over every bf16 and
 //     f16 value and densely around every rounding boundary, against float64 references written
 //     here (the scalar functions of the header, and the kernels' SIMD forms through static_quant
-//     with scale 1, where q = e4m3(x), int8(x) or int8(int32(x) + azp));
+//     with scale 1, where q = e4m3(x), int8(x) or int8(int32(x) + azp)), and a stratified float32
+//     sweep of the SIMD e4m3 conversions against the header's scalar one;
+//   - the per-token fp8 quotient (a division-free exact form on targets with fma) against
+//     quantize_fp8_per_token for every bf16 and f16 value and the e4m3 boundaries, times scales
+//     over the whole range;
 //   - every kernel and scheme against a scalar reference of the contract's float32 arithmetic
 //     (tolerance 0 on q, scale and azp), on hidden {17, 1024, 1025, 1026, 5137, 8193} x tokens
 //     {1, 7, 300}, contiguous and strided, streamed and not, with ties, zero rows and outliers;
