@@ -63,11 +63,13 @@ HWY_INLINE VI RoundToInt(VF v) {
 // out of the mantissa bumps the exponent. Below 2^-6: adding 2^14 makes the float32 ulp 2^-9, the
 // e4m3 subnormal spacing, so the FPU rounds |v| to m * 2^-9 (ties to even) and the low mantissa
 // bits are m (8 for 2^-6, the smallest normal's encoding).
-HWY_INLINE VI E4m3BitsInRange(VF v) {
+// sign_of: where the sign bit comes from (v itself, or for a quotient v = x / s with s > 0, x: the
+// sign of x / s is the sign of x, also where the quotient underflows to zero).
+HWY_INLINE VI E4m3BitsInRange(VF v, VF sign_of) {
   const DF d;
   const DI di;
-  const VI bits = hn::BitCast(di, v);
-  const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const VI abs = hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF));
+  const VI bits = hn::BitCast(di, sign_of);
   const VI lsb = hn::And(hn::ShiftRight<20>(abs), hn::Set(di, 1));
   // (abs - (120 << 23) + 0x7FFFF + lsb) >> 20; for |v| < 2^-7 the subtraction wraps, and those
   // lanes take the subnormal result. A logical shift: the wrapped lanes are not used.
@@ -78,6 +80,50 @@ HWY_INLINE VI E4m3BitsInRange(VF v) {
   const VI mag = hn::IfThenElse(abs < hn::Set(di, 0x3C800000), subnormal, normal);
   return hn::OrAnd(mag, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));  // the sign (bits >> 24 is arithmetic)
 }
+
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+// The same bits in 8 operations instead of 12 (AVX-512): a = max(|v|, 2^-23) (one vrangeps; below
+// 2^-23 every v gives +-0) has a biased exponent E in [104, 135]. Adding M = 2^(e + 20) (e = E -
+// 127, e >= -6) makes the float32 ulp 2^(e - 3), the e4m3 spacing in a's binade, so the FPU rounds
+// a to 2^e * k / 8 (ties to even, k in [8, 16]) and the sum's bits are M's plus k; the code is
+// 8 (e + 6) + k. Below 2^-6, M = 2^14 (ulp 2^-9, the subnormal spacing), k is the code. So the code
+// is bits(a + M) - T with M and T = bits(M) - 8 (e + 6) looked up by E mod 32 (two vpermi2d).
+struct E4m3Tables {
+  static constexpr int32_t M(int idx) {
+    const int e = (idx < 8 ? idx + 128 : idx + 96) - 127;
+    return e >= -6 ? (e + 147) << 23 : 0x46800000;
+  }
+  static constexpr int32_t T(int idx) {
+    const int e = (idx < 8 ? idx + 128 : idx + 96) - 127;
+    return e >= -6 ? M(idx) - 8 * (e + 6) : 0x46800000;
+  }
+};
+
+HWY_INLINE VI E4m3BitsInRangeAvx3(VF v, VF sign_of) {
+  using Tb = E4m3Tables;
+  const __m512i m_lo = _mm512_setr_epi32(Tb::M(0), Tb::M(1), Tb::M(2), Tb::M(3), Tb::M(4), Tb::M(5), Tb::M(6), Tb::M(7),
+                                         Tb::M(8), Tb::M(9), Tb::M(10), Tb::M(11), Tb::M(12), Tb::M(13), Tb::M(14), Tb::M(15));
+  const __m512i m_hi = _mm512_setr_epi32(Tb::M(16), Tb::M(17), Tb::M(18), Tb::M(19), Tb::M(20), Tb::M(21), Tb::M(22),
+                                         Tb::M(23), Tb::M(24), Tb::M(25), Tb::M(26), Tb::M(27), Tb::M(28), Tb::M(29),
+                                         Tb::M(30), Tb::M(31));
+  const __m512i t_lo = _mm512_setr_epi32(Tb::T(0), Tb::T(1), Tb::T(2), Tb::T(3), Tb::T(4), Tb::T(5), Tb::T(6), Tb::T(7),
+                                         Tb::T(8), Tb::T(9), Tb::T(10), Tb::T(11), Tb::T(12), Tb::T(13), Tb::T(14), Tb::T(15));
+  const __m512i t_hi = _mm512_setr_epi32(Tb::T(16), Tb::T(17), Tb::T(18), Tb::T(19), Tb::T(20), Tb::T(21), Tb::T(22),
+                                         Tb::T(23), Tb::T(24), Tb::T(25), Tb::T(26), Tb::T(27), Tb::T(28), Tb::T(29),
+                                         Tb::T(30), Tb::T(31));
+  // imm 0x0B: the larger magnitude, sign cleared.
+  const __m512 a = _mm512_range_ps(v.raw, _mm512_set1_ps(0x1p-23f), 0x0B);
+  const __m512i e = _mm512_srli_epi32(_mm512_castps_si512(a), 23);  // vpermi2d reads bits 0..4
+  const __m512i m = _mm512_permutex2var_epi32(m_lo, e, m_hi);
+  const __m512i t = _mm512_permutex2var_epi32(t_lo, e, t_hi);
+  const __m512i mag = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(m))), t);
+  // mag | ((sign_of >> 24) & 0x80); ternlog 0xF8 = a | (b & c)
+  return VI{_mm512_ternarylogic_epi32(mag, _mm512_srai_epi32(_mm512_castps_si512(sign_of.raw), 24),
+                                      _mm512_set1_epi32(0x80), 0xF8)};
+}
+#endif
+
+HWY_INLINE VI E4m3BitsInRange(VF v) { return E4m3BitsInRange(v, v); }
 
 // float8_e4m3fn_from_float for every v: from 448 on (inf included) the normal result is at or
 // above 0x7E, so a min saturates it; NaN gives 0x7F.
@@ -131,6 +177,48 @@ struct Fp8PerTokenInRange {
   VF scale;
   HWY_INLINE VI operator()(VF x) const { return E4m3BitsInRange(hn::Div(x, scale)); }
 };
+#if HWY_NATIVE_FMA
+// RN(x / s) without a division, for s > 0 a normal float with y = RN(1 / s) normal, |x / s| <=
+// 448 (1 + 2^-23) and x finite; where |x / s| < 2^-12 the result is only within a few ulps (and
+// of either sign), which e4m3 rounds to zero all the same (with the sign taken from x).
+//   q0 = RN(x * y). y = (1 / s)(1 + e), |e| <= 2^-24, so q0 = (x / s)(1 + e)(1 + e'): within
+//      about 2 ulps of t = x / s, not always faithful.
+//   q1 = RN(q0 + r0 * y), r0 = RN(x - q0 * s) (one fma; exact when q0 is within 1 ulp, else
+//      rounded once, a relative 2^-24 of r0). q0 + r0 * y = t + (t - q0) * O(2^-23): within
+//      2^-20 ulp of t, so q1 is within 1/2 + 2^-20 ulp of t: faithful. (One step is not enough
+//      for RN(t) itself: t may lie closer than that to the midpoint of two floats; it is never on
+//      one unless s is a power of 2, where q0 is already exact.)
+//   q2 = RN(q1 + r1 * y), r1 = x - q1 * s, exact (q1 faithful: r1 is a multiple of
+//      ulp(q1) * ulp(s) below 2^24 of them). Markstein's theorem (Muller et al., Handbook of
+//      Floating-Point Arithmetic, division with a fused multiply-add): y = RN(1 / s) and q1
+//      faithful give q2 = RN(x / s), barring underflow and overflow.
+// Underflow cannot happen where it matters: for |t| >= 2^-12 (below, e4m3 is 0 anyway), with
+// s >= 2^-18 (the smallest fp8 scale is 1 / 229376) and |t| <= 448.1, every operand and result
+// (x >= 2^-30, r >= 2^-54, r * y, the products inside the fmas) is a normal float; s * q <= amax
+// and x * y <= 448.1 cannot overflow.
+// The tests check it against x / s for every bf16 and f16 value and dense float32 sweeps around
+// the e4m3 rounding boundaries, times scales over the whole range.
+HWY_INLINE VF DivideByScale(VF x, VF s, VF y) {
+  const VF q0 = hn::Mul(x, y);
+  const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, s, x), y, q0);
+  return hn::MulAdd(hn::NegMulAdd(q1, s, x), y, q1);
+}
+
+// Fp8PerTokenInRange without the division (see DivideByScale), for rows whose scale s is a
+// normal float with 2^-18 <= s <= 2^120 (every in-range row's).
+struct Fp8PerTokenInRangeFma {
+  static constexpr bool kUnsigned = true;
+  VF scale, inv_scale;  // inv_scale = RN(1 / scale)
+  HWY_INLINE VI operator()(VF x) const {
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+    return E4m3BitsInRangeAvx3(DivideByScale(x, scale, inv_scale), x);
+#else
+    return E4m3BitsInRange(DivideByScale(x, scale, inv_scale), x);
+#endif
+  }
+};
+#endif
+
 struct Fp8Static {  // e4m3(x * (1 / scale))
   static constexpr bool kUnsigned = true;
   VF inv_scale;
@@ -238,6 +326,27 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
     QuantizePartial(x, y, head, q);
     i = head;
   }
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    // bf16: one unpack per float vector instead of a widening load and a shift. Unpacking with
+    // zeros gives 128-bit block k of lo(a) elements 8k..8k+3 and of hi(a) 8k+4..8k+7, so the
+    // 32-bit pack of (lo, hi) is a's 32 elements in order; the 16-bit pack interleaves a's and b's
+    // 64-bit groups, which one vpermq puts back in order.
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (; i + v <= count; i += v) {
+      if constexpr (kPrefetch) PrefetchElems(next + i, v);
+      const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
+      const VI q0 = q(VF{_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a))});
+      const VI q1 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a))});
+      const VI q2 = q(VF{_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b))});
+      const VI q3 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b))});
+      const __m512i ab = _mm512_packs_epi32(q0.raw, q1.raw), ce = _mm512_packs_epi32(q2.raw, q3.raw);
+      const __m512i packed = Q::kUnsigned ? _mm512_packus_epi16(ab, ce) : _mm512_packs_epi16(ab, ce);
+      StoreVec<kStream>(hn::Vec<D8>{_mm512_permutexvar_epi64(order, packed)}, d8, y + i);
+    }
+  }
+#endif
   for (; i + v <= count; i += v) {
     if constexpr (kPrefetch) PrefetchElems(next + i, v);
     const VI q0 = q(LoadF(x + i)), q1 = q(LoadF(x + i + n));
@@ -389,6 +498,12 @@ class RowQuantizer {
         if (std::isnan(s)) return Fill(y, count, 0x7F);  // x / NaN
         // amax finite and not above scale_ub (which may be +inf): |x / s| <= 448 (1 + 2^-23).
         if (std::isfinite(amax) && (scale_ub_ == nullptr || amax <= *scale_ub_)) {
+#if HWY_NATIVE_FMA
+          // Always so for these rows (s >= 1 / 229376, s <= FLT_MAX / 448); checked all the same.
+          if (s >= 0x1p-18f && s <= 0x1p120f) {
+            return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRangeFma{hn::Set(d, s), hn::Set(d, 1.0f / s)}, next);
+          }
+#endif
           return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRange{hn::Set(d, s)}, next);
         }
         return Quantize<kPrefetch>(src, y, count, Fp8PerToken{hn::Set(d, s)}, next);

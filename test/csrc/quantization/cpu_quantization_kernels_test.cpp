@@ -3,7 +3,11 @@
 //   - the float32 -> float8_e4m3fn and -> int8 / int32 roundings, exhaustively over every bf16 and
 //     f16 value and densely around every rounding boundary, against float64 references written
 //     here (the scalar functions of the header, and the kernels' SIMD forms through static_quant
-//     with scale 1, where q = e4m3(x), int8(x) or int8(int32(x) + azp));
+//     with scale 1, where q = e4m3(x), int8(x) or int8(int32(x) + azp)), and a stratified float32
+//     sweep of the SIMD e4m3 conversions against the header's scalar one;
+//   - the per-token fp8 quotient (a division-free exact form on targets with fma) against
+//     quantize_fp8_per_token for every bf16 and f16 value and the e4m3 boundaries, times scales
+//     over the whole range;
 //   - every kernel and scheme against a scalar reference of the contract's float32 arithmetic
 //     (tolerance 0 on q, scale and azp), on hidden {17, 1024, 1025, 1026, 5137, 8193} x tokens
 //     {1, 7, 300}, contiguous and strided, streamed and not, with ties, zero rows and outliers;
@@ -738,6 +742,238 @@ TEST(QuantConversions, PerTokenRowsOnEveryTarget) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- fp8 per-token quotients
+
+// Per-token fp8 quant of f32 (or dtype t) rows that each hold `amax` once (at a varying position)
+// and otherwise `values` (all with |v| <= amax, exact in t), so every row's scale is
+// fp8_per_token_scale(amax): the kernels' x / scale for a chosen scale. Checks each row's scale
+// and returns q of the values, in order.
+std::vector<uint8_t> Fp8OfValuesWithAmax(DType t, const std::vector<float>& values, float amax, int64_t hidden) {
+  const int64_t per_row = hidden - 1;
+  const int64_t n = static_cast<int64_t>(values.size());
+  const int64_t rows = std::max<int64_t>(1, (n + per_row - 1) / per_row);
+  std::vector<unsigned char, LineAligned<unsigned char>> in(rows * hidden * ElemSize(t)), out(rows * hidden);
+  std::vector<float> scale(rows);
+  std::vector<int64_t> where(rows);
+  for (int64_t r = 0, k = 0; r < rows; ++r) {
+    where[r] = (r * 53) % hidden;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float v = j == where[r] ? (r % 2 ? -amax : amax) : k < n ? values[k++] : 0.0f;
+      StoreBits(t, in.data(), r * hidden + j, EncodeBits(t, v));
+    }
+  }
+  Constants c;
+  kq::QuantParams p = BaseParams(t, MakeShape(rows, false), hidden);
+  SetMethod(Method::kFp8PerToken, c, p);
+  p.input = in.data();
+  p.input_strides.s[0] = hidden;
+  p.out = out.data();
+  p.out_strides.s[0] = hidden;
+  p.scale_out = scale.data();
+  p.scale_strides.s[0] = 1;
+  EXPECT_EQ(quant(p, 0, rows), Status::kOk);
+  const float want_scale = kq::fp8_per_token_scale(amax, nullptr);
+  std::vector<uint8_t> q;
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(F32Bits(scale[r]), F32Bits(want_scale)) << "row " << r;
+    for (int64_t j = 0; j < hidden; ++j) {
+      if (j != where[r] && static_cast<int64_t>(q.size()) < n) q.push_back(out[r * hidden + j]);
+    }
+  }
+  return q;
+}
+
+// An amax whose fp8 scale RN(amax / 448) is s, or 0 if no float32 gives it (near 448 s, the
+// quotients of consecutive floats are a little more than one ulp of s apart where s's significand
+// is above 8/7).
+float AmaxForScale(float s) {
+  const float guess = s * 448.0f;
+  for (int k = 0; k <= 4; ++k) {
+    for (int sign : {1, -1}) {
+      const float a = F32FromBits(F32Bits(guess) + sign * k);
+      if (std::isfinite(a) && F32Bits(kq::fp8_per_token_scale(a, nullptr)) == F32Bits(s)) return a;
+    }
+  }
+  return 0.0f;
+}
+
+// The amaxes (so the scales) the quotient tests use: the smallest scale 1 / 229376 (amax <=
+// 2^-9); scales with significands next to 1 and 2 (all ones too) over the exponent range; amaxes
+// at e4m3 and float32-division ties times powers of 2; random ones over the exponent range.
+std::vector<float> QuotientAmaxes(bool bf16_exact) {
+  std::vector<float> out = {0x1p-10f, 0x1p-9f, 448.0f, 1.0f, 127.0f};
+  std::mt19937 rng(20261201);
+  for (int e = -17; e <= 118; e += 3) {
+    for (uint32_t sig : {0u, 1u, 2u, 3u, 0x7FFFFFu, 0x7FFFFEu, 0x7FFFFDu, 0x400000u, 0x124925u, 0x492492u}) {
+      const float s = F32FromBits((static_cast<uint32_t>(e + 127) << 23) | sig);
+      const float a = AmaxForScale(s);
+      if (a != 0.0f) out.push_back(a);
+    }
+    for (float tie : {464.0f, 432.0f, 0.75f * 0x1p-9f, 7.5f, 1.0625f, 449.0f, 447.0f}) out.push_back(std::ldexp(tie, e));
+  }
+  for (int k = 0; k < 120; ++k) {
+    const int e = static_cast<int>(rng() % 136) - 10;  // amax in [2^-10, 2^126)
+    out.push_back(F32FromBits((static_cast<uint32_t>(e + 127) << 23) | (rng() & 0x7FFFFFu)));
+  }
+  if (bf16_exact) {
+    for (float& a : out) a = DecodeBits(DType::kBFloat16, EncodeBits(DType::kBFloat16, a));
+  }
+  return out;
+}
+
+// Float32 values whose quotients by s sit at, and up to `ulps` ulps around, every e4m3 rounding
+// boundary and value (E4m3Sweep's centers) below 448, both signs; |x| <= amax.
+std::vector<float> BoundariesTimesScale(float s, float amax, int ulps) {
+  std::vector<float> out;
+  const std::vector<double>& t = E4m3Positives();
+  std::vector<double> centers = {0x1p-10, 0x1p-11, 0x1p-12, 448.0 * (1 + 0x1p-23)};
+  for (size_t c = 0; c < t.size(); ++c) {
+    centers.push_back(t[c]);
+    if (c + 1 < t.size()) centers.push_back(0.5 * (t[c] + t[c + 1]));
+  }
+  for (double c : centers) {
+    const float x = static_cast<float>(c * static_cast<double>(s));
+    for (int k = -ulps; k <= ulps; ++k) {
+      const uint32_t bits = F32Bits(x);
+      if (k < 0 && bits < static_cast<uint32_t>(-k)) continue;
+      const float v = F32FromBits(bits + k);
+      if (std::fabs(v) <= amax) {
+        out.push_back(v);
+        out.push_back(-v);
+      }
+    }
+  }
+  return out;
+}
+
+// The per-token fp8 kernels compute x / scale without a division on targets with fma
+// (DivideByScale): the e4m3 bits must be those of the true quotient, e4m3(x / scale) as
+// quantize_fp8_per_token computes it, for every input. Every bf16 and every f16 value (those
+// within the row's amax) and the boundary sweeps, times the scales of QuotientAmaxes, in f32 rows;
+// every bf16 (f16) value in bf16 (f16) rows with bf16-exact amaxes; on every target.
+TEST(QuantConversions, Fp8PerTokenQuotientsOnEveryTarget) {
+  const std::vector<float> all_bf16 = AllHalfValues(DType::kBFloat16), all_f16 = AllHalfValues(DType::kFloat16);
+  const std::vector<int64_t> targets = KernelTargets();
+  int64_t bad = 0, checked = 0, cases = 0;
+  auto check = [&](DType t, float amax, const std::vector<float>& from) {
+    std::vector<float> values;
+    for (float v : from) {
+      if (std::fabs(v) <= amax) values.push_back(v);  // NaN and values above amax left out
+    }
+    const float s = kq::fp8_per_token_scale(amax, nullptr);
+    std::vector<uint8_t> want;
+    for (float v : values) want.push_back(kq::quantize_fp8_per_token(v, s));
+    ++cases;
+    for (int64_t target : targets) {
+      TargetScope scope(target);
+      const std::vector<uint8_t> got = Fp8OfValuesWithAmax(t, values, amax, 4097);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i] != want[i] && bad++ < 10) {
+          ADD_FAILURE() << hwy::TargetName(target) << " " << ShortName(t) << " x " << values[i] << " ("
+                        << Hex(F32Bits(values[i])) << ") / scale " << s << " (" << Hex(F32Bits(s)) << "): " << Hex(got[i])
+                        << " want " << Hex(want[i]);
+        }
+      }
+      checked += static_cast<int64_t>(got.size());
+    }
+  };
+  for (float amax : QuotientAmaxes(false)) {
+    check(DType::kFloat32, amax, all_bf16);
+    check(DType::kFloat32, amax, all_f16);
+    check(DType::kFloat32, amax, BoundariesTimesScale(kq::fp8_per_token_scale(amax, nullptr), amax, 8));
+  }
+  for (float amax : QuotientAmaxes(true)) {
+    check(DType::kBFloat16, amax, all_bf16);
+    const float h = DecodeBits(DType::kFloat16, EncodeBits(DType::kFloat16, amax));
+    if (h >= 0x1p-10f && h <= 65504.0f) check(DType::kFloat16, h, all_f16);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(cases, 1500);
+  EXPECT_GT(checked, int64_t{50000000} * static_cast<int64_t>(targets.size()));
+}
+
+// Float32 bit patterns through the SIMD conversions against float8_e4m3fn_from_float, a dense
+// stratified sweep (every float takes minutes here): every 97th pattern (all signs, exponents,
+// NaN payloads; 44 million), and for every sign, exponent and top 3 mantissa bits the low 20 bits
+// within 40 of 0, 0x80000 (the e4m3 normal midpoint) and 0xFFFFF. Static quant with scale 1 (the
+// general conversion: e4m3(x * 1) = e4m3(x)); per-token rows with amax 448 (scale 1: the in-range
+// conversion after the quotient) for |x| <= 448. On every target.
+TEST(QuantConversions, E4m3StratifiedFloat32) {
+  std::vector<uint32_t> bits;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 97) bits.push_back(static_cast<uint32_t>(b));
+  for (uint32_t top = 0; top < (1u << 12); ++top) {  // sign, exponent, 3 mantissa bits
+    for (uint32_t center : {0u, 0x80000u, 0xFFFFFu}) {
+      for (int k = -40; k <= 40; ++k) {
+        const int64_t low = static_cast<int64_t>(center) + k;
+        if (low >= 0 && low <= 0xFFFFF) bits.push_back((top << 20) | static_cast<uint32_t>(low));
+      }
+    }
+  }
+  constexpr int64_t kHidden = 4096;
+  constexpr int64_t kChunk = kHidden * 1024;
+  std::vector<float, LineAligned<float>> in(kChunk), ptin(2 * kChunk);
+  std::vector<uint8_t, LineAligned<uint8_t>> out(2 * kChunk), want(kChunk), ptwant(2 * kChunk);
+  std::vector<float> scale(2 * kChunk / kHidden);
+  const float one = 1.0f;
+  int64_t bad = 0, checked_static = 0, checked_in_range = 0;
+  for (size_t base = 0; base < bits.size(); base += kChunk) {
+    const int64_t n = std::min<int64_t>(kChunk, static_cast<int64_t>(bits.size() - base));
+    const int64_t rows = (n + kHidden - 1) / kHidden;
+    int64_t m = 0;  // in-range values, after a 448 leading each row
+    for (int64_t i = 0; i < rows * kHidden; ++i) {
+      in[i] = i < n ? F32FromBits(bits[base + i]) : 0.0f;
+      want[i] = kq::float8_e4m3fn_from_float(in[i]);
+      if (!(std::fabs(in[i]) <= 448.0f)) continue;
+      if (m % kHidden == 0) ptin[m++] = 448.0f;
+      ptwant[m] = want[i];
+      ptin[m++] = in[i];
+    }
+    const int64_t ptrows = (m + kHidden - 1) / kHidden;
+    for (int64_t i = m; i < ptrows * kHidden; ++i) ptin[i] = 0.0f, ptwant[i] = 0;
+    for (int64_t target : KernelTargets()) {
+      TargetScope scope(target);
+      kq::QuantParams p = BaseParams(DType::kFloat32, MakeShape(rows, false), kHidden);
+      p.qdtype = QuantDType::kFloat8E4M3;
+      p.scheme = QuantScheme::kStatic;
+      p.static_scale = &one;
+      p.input = in.data();
+      p.input_strides.s[0] = kHidden;
+      p.out = out.data();
+      p.out_strides.s[0] = kHidden;
+      ASSERT_EQ(quant(p, 0, rows), Status::kOk);
+      for (int64_t i = 0; i < n; ++i) {
+        if (out[i] != want[i] && bad++ < 10) {
+          ADD_FAILURE() << hwy::TargetName(target) << " static " << Hex(F32Bits(in[i])) << ": " << Hex(out[i]) << " want "
+                        << Hex(want[i]);
+        }
+      }
+      checked_static += n;
+      p = BaseParams(DType::kFloat32, MakeShape(ptrows, false), kHidden);
+      p.qdtype = QuantDType::kFloat8E4M3;
+      p.scheme = QuantScheme::kPerToken;
+      p.input = ptin.data();
+      p.input_strides.s[0] = kHidden;
+      p.out = out.data();
+      p.out_strides.s[0] = kHidden;
+      p.scale_out = scale.data();
+      p.scale_strides.s[0] = 1;
+      ASSERT_EQ(quant(p, 0, ptrows), Status::kOk);
+      for (int64_t i = 0; i < m; ++i) {
+        if (i % kHidden == 0) continue;  // the 448 leading the row
+        if (out[i] != ptwant[i] && bad++ < 10) {
+          ADD_FAILURE() << hwy::TargetName(target) << " per-token " << Hex(F32Bits(ptin[i])) << ": " << Hex(out[i])
+                        << " want " << Hex(ptwant[i]);
+        }
+        ++checked_in_range;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(checked_static, int64_t{44000000});
+  EXPECT_GT(checked_in_range, int64_t{11000000});
 }
 
 // ---------------------------------------------------------------- kernels against the reference
