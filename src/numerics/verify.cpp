@@ -55,11 +55,15 @@ void compare(Validation& v, const std::string& name, const std::string& kind, co
     at::Tensor g = got.to(at::kCPU).to(at::kDouble).contiguous();
     at::Tensor w = want.to(at::kDouble).contiguous();
     at::Tensor diff = (g - w).abs();
-    // A NaN or infinity where the reference is finite is an infinite error.
+    // A NaN or infinity where the reference is finite is an infinite error; a NaN where the
+    // reference is NaN, and an infinity equal to the reference's, are no error.
     at::Tensor bad = at::isnan(diff).logical_or(at::isinf(diff));
     diff = at::where(bad, at::full({}, std::numeric_limits<double>::infinity(), diff.options()), diff);
+    const at::Tensor same = g.eq(w).logical_or(at::isnan(g).logical_and(at::isnan(w)));
+    diff = at::where(same, at::zeros({}, diff.options()), diff);
     at::Tensor limit = w.abs() * tol.rtol + tol.atol;
-    at::Tensor ratio = diff / limit;
+    // No error is within any tolerance, 0 included (an exact comparison).
+    at::Tensor ratio = at::where(diff.eq(0), at::zeros({}, diff.options()), diff / limit);
     const Format f = format_of(got.scalar_type());
     // ULPs of values below the absolute tolerance are counted at the tolerance's magnitude:
     // near zero a ULP says nothing about accuracy (layer_norm with hidden 1 returns exactly bias).
