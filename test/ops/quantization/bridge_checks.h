@@ -188,9 +188,7 @@ inline ref::RowCheck reference_check(const std::string& op, const Args& before, 
   } else {
     rows = ref::rows_f64(before.input);
   }
-  if (fused(op)) delta = op.rfind("silu", 0) == 0 ? std::ldexp(1.0, -18)
-                                                  : 16 * std::sqrt(static_cast<double>(hidden)) * std::ldexp(1.0, -24) +
-                                                        std::ldexp(1.0, -21);
+  if (fused(op)) delta = op.rfind("silu", 0) == 0 ? ref::silu_and_mul_delta(dtype) : ref::rms_norm_delta(hidden);
   at::Tensor lo = rows, hi = rows;
   if (fused(op)) std::tie(lo, hi) = ref::rounding_interval(rows, dtype, delta);
   return ref::check_rows(s, lo.contiguous(), hi.contiguous(), bits(got[0]), got.size() > 1 ? rows32(got[1]) : at::Tensor(),

@@ -279,11 +279,10 @@ at::Tensor make_values(const Spec& s, const json& p, int64_t tokens, int64_t wid
 
 // ---------------------------------------------------------------- the example
 
-// Where the producer's float32 rounding may differ from float64's: rms_norm's contract tolerance
-// (its float32 accumulation over hidden elements, and the roundings of the product), silu_and_mul's.
-double producer_delta(const Spec& s, int64_t hidden) {
-  if (s.norm()) return 16 * std::sqrt(static_cast<double>(hidden)) * std::ldexp(1.0, -24) + std::ldexp(1.0, -21);
-  if (s.producer == Producer::kSiluAndMul) return std::ldexp(1.0, -18);
+// Where the producer's float32 evaluation may differ from float64's (reference.h).
+double producer_delta(const Spec& s, int64_t hidden, at::ScalarType dtype) {
+  if (s.norm()) return quantization::rms_norm_delta(hidden);
+  if (s.producer == Producer::kSiluAndMul) return quantization::silu_and_mul_delta(dtype);
   return 0;
 }
 
@@ -448,7 +447,7 @@ Example build(const Spec& s, const json& p, at::Generator& g) {
   if (scale.defined()) args.scale = scale.item<float>();
   if (azp.defined()) args.azp = azp.item<int32_t>();
   args.zero_sign_free = s.producer == Producer::kSiluAndMul;
-  const double delta = producer_delta(s, hidden);
+  const double delta = producer_delta(s, hidden, dtype);
   ex.reference = [s, args, delta, dtype, qdtype, hidden, unfused](const std::vector<at::Tensor>& t) {
     Expected e;
     at::Tensor rows;

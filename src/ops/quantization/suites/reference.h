@@ -323,6 +323,18 @@ inline std::pair<at::Tensor, at::Tensor> rounding_interval(const at::Tensor& v, 
   return {at::where(same, exact, lo), at::where(same, exact, hi)};
 }
 
+// The relative error the producers' float32 evaluation may have before the rounding to the dtype,
+// as their own suites bound it: rms_norm's float32 accumulation over hidden elements (16 sqrt(n)
+// float32 roundoffs, rms_norm's tolerance) and the products' roundings; silu_and_mul's float32
+// evaluation (32 float32 ulps), or, for bfloat16 results, the cheaper float32 forms cpu.native
+// uses (relative error below 2^-10: csrc/cpu/activation/activation.h).
+inline double rms_norm_delta(int64_t hidden) {
+  return 16 * std::sqrt(static_cast<double>(hidden)) * std::ldexp(1.0, -24) + std::ldexp(1.0, -21);
+}
+inline double silu_and_mul_delta(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? std::ldexp(1.0, -10) : 32 * std::ldexp(1.0, -24);
+}
+
 // rms_norm in float64 (the rounding to the dtype is left to rounding_interval): x * (1 / sqrt(
 // mean(x^2) + eps)) * w, an infinity making the row's multiplier 0 (inf * 0: NaN).
 inline at::Tensor reference_rms_norm(const at::Tensor& rows, const at::Tensor& weight, double eps) {
