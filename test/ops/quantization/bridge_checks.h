@@ -19,7 +19,6 @@
 #include <tuple>
 #include <vector>
 
-#include "src/numerics/verify.h"
 #include "src/ops/quantization/suites/reference.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/ops/activation.h"
@@ -158,10 +157,17 @@ inline Args make_args(const std::string& op, int64_t tokens, int64_t hidden, at:
 }
 
 // A copy whose written tensors (input, residual) are copies with their layout (padding included).
+inline at::Tensor copy_with_layout(const at::Tensor& t) {
+  const int64_t n = static_cast<int64_t>(t.storage().nbytes()) / t.element_size();
+  at::Tensor whole = at::empty({n}, t.options());
+  whole.copy_(at::empty({0}, t.options()).set_(t.storage(), 0, {n}, {1}));
+  return whole.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
 inline Args copy_args(const Args& a) {
   Args c = a;
-  if (a.input.defined()) c.input = numerics::copy_with_layout(a.input, a.input.device());
-  if (a.residual.defined()) c.residual = numerics::copy_with_layout(a.residual, a.residual.device());
+  if (a.input.defined()) c.input = copy_with_layout(a.input);
+  if (a.residual.defined()) c.residual = copy_with_layout(a.residual);
   return c;
 }
 
@@ -213,14 +219,14 @@ inline void check_against_reference(const std::string& solution, at::Device devi
           const int64_t width = op.rfind("silu", 0) == 0 ? 2 * hidden : hidden;
           const at::Tensor values = at::randn({tokens, width}, at::kDouble).mul_(2);
           const at::Tensor residual = at::randn({tokens, width}, at::kDouble);
+          const at::Tensor weight = (at::randn({hidden}, at::kDouble) * 0.5 + 1).to(dtype).to(device);
           std::vector<at::Tensor> contiguous_q;
           for (const std::string layout : {"contiguous", "strided", "3d"}) {
             const std::string what = solution + "." + op + " " + c10::toString(dtype) + (fp8 ? " fp8" : " int8") +
                                      (bound ? " bound" : "") + " " + layout;
             Args a = make_args(op, tokens, hidden, dtype, fp8, bound, layout, device, values);
-            if (a.residual.defined()) {
-              a.residual = laid_out(residual, layout, dtype, device);
-            }
+            if (a.residual.defined()) a.residual = laid_out(residual, layout, dtype, device);
+            if (a.weight.defined()) a.weight = weight;
             if (layout == "3d") {
               a.input = laid_out(values, layout, dtype, device);  // its second half differs
             }

@@ -2,7 +2,9 @@
 // static_quant, rms_norm_per_token_quant, fused_add_rms_norm_per_token_quant,
 // rms_norm_static_quant, fused_add_rms_norm_static_quant, silu_and_mul_per_token_quant.
 //
-// Options: --tokens --hidden --dtype --qdtype (int8, float8_e4m3fn) --bound (none; scale_ub for
+// Options: --preset benchmark (the benchmark's default: 1, 128, 8192 tokens x 4096, 8192 hidden,
+// bfloat16, int8 and fp8 without a bound, fused operations fused and unfused; any axis given
+// replaces its values) --tokens --hidden --dtype --qdtype (int8, float8_e4m3fn) --bound (none; scale_ub for
 // per-token fp8; azp for static int8) --layout (contiguous, strided, 3d) --values (normal, zeros,
 // ties, nonfinite, large) and, for the normalizations, --weight-dtype (input, float32); the fused
 // operations also --composition (fused; unfused: the same operation run as its composition, the
@@ -85,6 +87,11 @@ void add_arguments(const Spec& s, CLI::App& app, SuiteOptions& o) {
     app.add_option("--weight-dtype", o["weight-dtype"], "Weight dtype: input,float32 [default: input; both on small shapes]")
         ->delimiter(',');
   }
+  app.add_option("--preset", o["preset"],
+                 "benchmark: the timing cases (1, 128, 8192 tokens x 4096, 8192 hidden, bfloat16, every quantized "
+                 "type without a bound; fused operations fused and unfused); other options given replace its axes "
+                 "[the benchmark's default]")
+      ->check(CLI::IsMember({"benchmark"}));
   if (s.fused()) {
     app.add_option("--composition", o["composition"],
                    "fused, or unfused (the producer, then the quantization, of the same implementation) [default: "
@@ -121,7 +128,16 @@ json point(const Spec& s, int64_t tokens, int64_t hidden, const std::string& dty
   return p;
 }
 
+SuiteOptions benchmark_options(const Spec& s);
+
 std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
+  if (options::given(o, "preset")) {
+    SuiteOptions b = benchmark_options(s);
+    for (const auto& [key, values] : o) {
+      if (key != "preset" && !values.empty()) b[key] = values;
+    }
+    return grid(s, b);
+  }
   const auto tokens = options::integers(o, "tokens", {1, 7, 4096}, 0);
   const auto hiddens = options::integers(o, "hidden", {17, 1024, 1025, 1026, 5137, 8193}, 1);
   const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"});
@@ -176,7 +192,8 @@ std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
   return points;
 }
 
-SuiteOptions benchmark_defaults(const Spec& s) {
+// The timing cases of --preset benchmark.
+SuiteOptions benchmark_options(const Spec& s) {
   SuiteOptions o{{"tokens", {"1", "128", "8192"}}, {"hidden", {"4096", "8192"}}, {"dtype", {"bfloat16"}},
                  {"layout", {"contiguous"}},       {"values", {"normal"}}};
   if (s.scheme != Scheme::kPerTokenAzp) {
@@ -187,6 +204,8 @@ SuiteOptions benchmark_defaults(const Spec& s) {
   if (s.fused()) o["composition"] = {"fused", "unfused"};
   return o;
 }
+
+SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
 
 RowShape row_shape(const json& p) {
   const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
@@ -588,7 +607,7 @@ OperationSuite make_suite(const Spec& s, const std::string& description) {
             return out;
           },
       .has_reference = true,
-      .benchmark_defaults = benchmark_defaults(s),
+      .benchmark_defaults = benchmark_defaults(),
       .row_shape = row_shape,
       .accepted_bad_inputs = accepted(s)};
 }
