@@ -105,7 +105,7 @@ def test_ties_round_to_even(cpu):
     y = torch.tensor([[896.0, 2 * 1.0625, 2 * 1.1875, 2 * 9.0 / 1024]])  # midpoints of e4m3 neighbours
     q8, s8 = per_token_quant(y, torch.float8_e4m3fn)
     assert s8.item() == 2.0
-    assert q8.float().tolist() == [[448.0, 1.0, 1.25, 8.0 / 512]]
+    assert q8.float().tolist() == [[448.0, 1.0, 1.25, 4.0 / 512]]  # 4.5 * 2^-9 (subnormal) to even: 4
 
 
 def test_both_cpu_implementations_agree_bit_for_bit():
@@ -201,9 +201,8 @@ def _samples():
 def test_opcheck_and_the_fake(cpu, op):
     args = _samples()[op]
     torch.library.opcheck(getattr(torch.ops.xllm_kernel, op).default, args)
-    with torch._subclasses.fake_tensor.FakeTensorMode():
-        fake_args = tuple(torch.empty_like(a) if isinstance(a, torch.Tensor) else a for a in args)
-        out = getattr(torch.ops.xllm_kernel, op)(*fake_args)
+    meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+    out = getattr(torch.ops.xllm_kernel, op)(*meta_args)
     real = getattr(torch.ops.xllm_kernel, op)(*args)
     outs = out if isinstance(out, tuple) else (out,)
     reals = real if isinstance(real, tuple) else (real,)
