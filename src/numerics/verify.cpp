@@ -61,7 +61,8 @@ void compare(Validation& v, const std::string& name, const std::string& kind, co
     diff = at::where(bad, at::full({}, std::numeric_limits<double>::infinity(), diff.options()), diff);
     const at::Tensor same = g.eq(w).logical_or(at::isnan(g).logical_and(at::isnan(w)));
     diff = at::where(same, at::zeros({}, diff.options()), diff);
-    at::Tensor limit = w.abs() * tol.rtol + tol.atol;
+    // A non-finite reference allows no difference (its relative tolerance would be NaN or inf).
+    at::Tensor limit = at::where(at::isfinite(w), w.abs() * tol.rtol + tol.atol, at::full({}, tol.atol, w.options()));
     // No error is within any tolerance, 0 included (an exact comparison).
     at::Tensor ratio = at::where(diff.eq(0), at::zeros({}, diff.options()), diff / limit);
     const Format f = format_of(got.scalar_type());

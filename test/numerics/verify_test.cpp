@@ -77,7 +77,7 @@ TEST(Compare, ToleranceZeroIsExactAndNaNMatchesNaN) {
   EXPECT_TRUE(v.passed) << (v.failures.empty() ? "" : v.failures.front());
   EXPECT_EQ(v.headroom, 0.0);
   EXPECT_EQ(v.mismatches, 0);
-  const at::Tensor wrong[] = {at::tensor({1.5f, -2.0f, INFINITY, -INFINITY, NAN, std::nextafter(0.0f, 1.0f)}),
+  const at::Tensor wrong[] = {at::tensor({1.5f, -2.0f, INFINITY, -INFINITY, NAN, 1e-30f}),
                               at::tensor({1.5f, -2.0f, INFINITY, -INFINITY, 1.0f, 0.0f}),
                               at::tensor({NAN, -2.0f, INFINITY, -INFINITY, NAN, 0.0f}),
                               at::tensor({1.5f, -2.0f, -INFINITY, -INFINITY, NAN, 0.0f})};
