@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -29,6 +30,33 @@ namespace xllm_kernel {
 using BoxedKernel = std::function<void(torch::jit::Stack& stack)>;
 
 namespace detail {
+
+// Results on a stack, as the torch dispatcher leaves them: a tuple return (std::tuple of tensors,
+// the schema's "-> (Tensor, Tensor)") is one stack entry per element, any other result one entry.
+template <class R>
+struct StackResults {
+  static constexpr size_t kCount = 1;
+  static void push(torch::jit::Stack& stack, R&& result) { stack.emplace_back(std::move(result)); }
+  static R pop(torch::jit::Stack& stack) { return std::move(stack[0]).template to<R>(); }
+};
+
+template <class... T>
+struct StackResults<std::tuple<T...>> {
+  static constexpr size_t kCount = sizeof...(T);
+  static void push(torch::jit::Stack& stack, std::tuple<T...>&& result) {
+    std::apply([&](auto&&... element) { (stack.emplace_back(std::move(element)), ...); }, std::move(result));
+  }
+  // One entry per element, or a single tuple IValue (a kernel that pushed the tuple itself).
+  static std::tuple<T...> pop(torch::jit::Stack& stack) {
+    if (stack.size() == 1 && stack[0].isTuple()) return std::move(stack[0]).template to<std::tuple<T...>>();
+    return pop(stack, std::index_sequence_for<T...>{});
+  }
+  template <size_t... I>
+  static std::tuple<T...> pop(torch::jit::Stack& stack, std::index_sequence<I...>) {
+    return std::tuple<T...>(std::move(stack[I]).template to<T>()...);
+  }
+};
+
 template <class Sig>
 struct BoxedThunk;
 
@@ -41,8 +69,11 @@ struct BoxedThunk<R(Args...)> {
     (stack.emplace_back(args), ...);
     kernel(stack);
     if constexpr (!std::is_void_v<R>) {
-      TORCH_CHECK(stack.size() == 1, "boxed kernel must leave exactly one result on the stack, left ", stack.size());
-      return std::move(stack[0]).template to<std::decay_t<R>>();
+      using Results = StackResults<std::decay_t<R>>;
+      const bool one_tuple = Results::kCount > 1 && stack.size() == 1 && stack[0].isTuple();
+      TORCH_CHECK(stack.size() == Results::kCount || one_tuple, "boxed kernel must leave exactly ", Results::kCount,
+                  " result(s) on the stack, left ", stack.size());
+      return Results::pop(stack);
     }
   }
 };
@@ -81,7 +112,7 @@ struct BoxedCall<R(Args...)> {
     } else {
       R result = thunk(context, unbox<Args>(stack[I])...);
       stack.clear();
-      stack.emplace_back(std::move(result));
+      StackResults<R>::push(stack, std::move(result));
     }
   }
 };

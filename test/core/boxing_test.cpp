@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <tuple>
+
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
@@ -91,6 +94,65 @@ TEST(Boxing, PreparedBindingsAreCallableWithABoxedStack) {
   EXPECT_THROW(rms_norm_operation().boxed_caller()(b->at("rms_norm").erased(), stack), c10::Error);
   stack = {x, w, 1e-6};
   EXPECT_THROW(rms_norm_operation().boxed_caller()(b->at("layer_norm").erased(), stack), std::logic_error);
+}
+
+// A tuple return ("-> (Tensor, Tensor)") is one stack entry per element, as the dispatcher leaves
+// it, in both directions; ScalarType and Tensor? arguments box and unbox.
+using PairFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor& x, at::ScalarType dtype,
+                                                  const std::optional<at::Tensor>& bound);
+
+const OpContract& pair_contract() {
+  static const OpContract c{"pair_of", 1, "pair_of(Tensor x, ScalarType dtype, Tensor? bound) -> (Tensor a, Tensor b)",
+                            {}, false, NumericalMode::kExact, "", ""};
+  return c;
+}
+
+std::tuple<at::Tensor, at::Tensor> native_pair(const at::Tensor& x, at::ScalarType dtype,
+                                               const std::optional<at::Tensor>& bound) {
+  return {x.to(dtype), bound.has_value() ? x + *bound : x};
+}
+
+TEST(Boxing, TupleResultsAreOneStackEntryPerElement) {
+  static const TypedOperation<PairFn> op(pair_contract(), &boxed_function<PairFn>, &call_boxed<PairFn>);
+  Registry r;
+  add_boxed_kernel(r, op, boxed_spec("pair_of", pair_contract(), 50), [](torch::jit::Stack& s) {
+    ASSERT_EQ(s.size(), 3u);
+    const at::Tensor x = s[0].toTensor();
+    const auto dtype = s[1].toScalarType();
+    const at::Tensor a = x.to(dtype), b = s[2].isNone() ? x * 0 : x + s[2].toTensor();
+    s.clear();
+    s.emplace_back(a);
+    s.emplace_back(b);
+  });
+  const auto k = r.find("cpu.python.pair_of");
+  ASSERT_NE(k, nullptr);
+  const PreparedKernel prepared(k->spec, k->function, "");
+  const at::Tensor x = at::arange(4, at::kFloat);
+  auto [a, b] = prepared.function<PairFn>()(x, at::kInt, std::nullopt);
+  EXPECT_EQ(a.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(b, x * 0));
+  std::tie(a, b) = prepared.function<PairFn>()(x, at::kHalf, at::ones({1}));
+  EXPECT_EQ(a.scalar_type(), at::kHalf);
+  EXPECT_TRUE(at::equal(b, x + 1));
+
+  // The other direction: a typed binding called with a stack leaves both results on it.
+  const ErasedFunction typed = ErasedFunction::from(KernelFunction<PairFn>::of<&native_pair>());
+  torch::jit::Stack stack{x, static_cast<int64_t>(at::kDouble), at::full({1}, 2.0f)};
+  op.boxed_caller()(typed, stack);
+  ASSERT_EQ(stack.size(), 2u);
+  EXPECT_EQ(stack[0].toTensor().scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::equal(stack[1].toTensor(), x + 2));
+
+  // A kernel leaving one result for a pair is an error naming the count.
+  Registry wrong;
+  add_boxed_kernel(wrong, op, boxed_spec("pair_of", pair_contract(), 50), [](torch::jit::Stack& s) {
+    const at::Tensor x = s[0].toTensor();
+    s.clear();
+    s.emplace_back(x);
+  });
+  const auto w = wrong.find("cpu.python.pair_of");
+  const PreparedKernel bad(w->spec, w->function, "");
+  EXPECT_THROW(bad.function<PairFn>()(x, at::kInt, std::nullopt), c10::Error);
 }
 
 TEST(Boxing, OperationsWithoutBoxerRejectBoxedKernels) {

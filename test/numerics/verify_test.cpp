@@ -84,6 +84,28 @@ TEST(Compare, MatchesNonFiniteReferencesExactly) {
   EXPECT_EQ(mismatches({fnan, -finf, -finf, 1.0f, 2.0f}), 1);     // the other infinity
   EXPECT_EQ(mismatches({fnan, fnan, 3e38f, 1.0f, 2.0f}), 2);      // NaN or finite for an infinity
   EXPECT_EQ(mismatches({fnan, finf, -finf, fnan, finf}), 2);      // non-finite for finite
+
+// Tolerance 0 is an exact comparison: equal values (infinities of the same sign included) and NaN
+// where the reference is NaN are no error, with headroom 0; one ulp off, a NaN for a number, a
+// number for a NaN, or the other infinity is a mismatch.
+TEST(Compare, ToleranceZeroIsExactAndNaNMatchesNaN) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor want = at::tensor({1.5, -2.0, inf, -inf, nan, 0.0}, at::kDouble);
+  Validation v;
+  compare(v, "out0", "output", want.to(at::kFloat), want, Tolerance{0, 0});
+  EXPECT_TRUE(v.passed) << (v.failures.empty() ? "" : v.failures.front());
+  EXPECT_EQ(v.headroom, 0.0);
+  EXPECT_EQ(v.mismatches, 0);
+  const at::Tensor wrong[] = {at::tensor({1.5f, -2.0f, INFINITY, -INFINITY, NAN, 1e-30f}),
+                              at::tensor({1.5f, -2.0f, INFINITY, -INFINITY, 1.0f, 0.0f}),
+                              at::tensor({NAN, -2.0f, INFINITY, -INFINITY, NAN, 0.0f}),
+                              at::tensor({1.5f, -2.0f, -INFINITY, -INFINITY, NAN, 0.0f})};
+  for (const at::Tensor& got : wrong) {
+    Validation w;
+    compare(w, "out0", "output", got, want, Tolerance{0, 0});
+    EXPECT_FALSE(w.passed) << got;
+    EXPECT_EQ(w.mismatches, 1) << got;
+  }
 }
 
 TEST(CheckTensors, AWrongNumberOfOutputsStopsTheChecks) {

@@ -8,7 +8,8 @@
 // Tensor arguments: an integer dtype (int32) and float64; another device (a meta tensor stands in
 // for it); a non-contiguous last dimension; one dimension one larger, each dimension in turn;
 // zero elements (the first dimension 0); a 0-D tensor; None where the schema does not allow it.
-// float scalars: NaN, +inf, -inf, -1. int scalars: -1 and 0.
+// float scalars: NaN, +inf, -inf, -1. int scalars: -1 and 0; ScalarType arguments also another
+// dtype (float32).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -110,6 +111,12 @@ std::vector<Variant> variants_of(const c10::FunctionSchema& schema, const torch:
     } else if (v.isInt()) {
       add("negative", int64_t{-1});
       add("0", int64_t{0});
+      // A ScalarType argument: another dtype than the valid call's (float32, or float64 if that
+      // is the valid one).
+      if (arg.type()->kind() == c10::TypeKind::ScalarTypeType) {
+        const auto other = v.toInt() == static_cast<int64_t>(at::kFloat) ? at::kDouble : at::kFloat;
+        add("dtype " + std::string(other == at::kFloat ? "float32" : "float64"), static_cast<int64_t>(other));
+      }
     }
   }
   return out;

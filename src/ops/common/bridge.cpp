@@ -49,29 +49,30 @@ void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t,
               "'s last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
 }
 
-int describe_rows(const char* op, const at::Tensor& shape,
-                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
-                  int64_t* row_sizes, int64_t& rows) {
-  constexpr size_t kMaxTensors = 3;
-  TORCH_CHECK(tensors.size() >= 1 && tensors.size() <= kMaxTensors, op, ": describe_rows takes 1 to ", kMaxTensors,
-              " tensors, got ", tensors.size(), "; this is a bug in the bridge");
+namespace {
+
+constexpr size_t kMaxRowTensors = 5;
+
+int describe_rows_of(const char* op, const at::Tensor& shape, const std::pair<const at::Tensor*, int64_t*>* tensors,
+                     size_t count, int max_dims, int64_t* row_sizes, int64_t& rows) {
+  TORCH_CHECK(count >= 1 && count <= kMaxRowTensors, op, ": describe_rows takes 1 to ", kMaxRowTensors,
+              " tensors, got ", count, "; this is a bug in the bridge");
   struct Dim {
     int64_t size;
-    int64_t strides[kMaxTensors];
+    int64_t strides[kMaxRowTensors];
   };
   std::vector<Dim> dims;
   for (int64_t d = 0; d + 1 < shape.dim(); ++d) {
     if (shape.size(d) == 1) continue;
     Dim dim{shape.size(d), {}};
-    size_t i = 0;
-    for (const auto& [t, out] : tensors) dim.strides[i++] = t->stride(d);
+    for (size_t i = 0; i < count; ++i) dim.strides[i] = tensors[i].first->stride(d);
     if (!dims.empty()) {
       Dim& outer = dims.back();
       bool mergeable = true;
-      for (size_t k = 0; k < tensors.size(); ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
+      for (size_t k = 0; k < count; ++k) mergeable &= outer.strides[k] == dim.strides[k] * dim.size;
       if (mergeable) {
         outer.size *= dim.size;
-        for (size_t k = 0; k < tensors.size(); ++k) outer.strides[k] = dim.strides[k];
+        for (size_t k = 0; k < count; ++k) outer.strides[k] = dim.strides[k];
         continue;
       }
     }
@@ -84,10 +85,17 @@ int describe_rows(const char* op, const at::Tensor& shape,
   for (size_t d = 0; d < dims.size(); ++d) {
     row_sizes[d] = dims[d].size;
     rows *= dims[d].size;
-    size_t i = 0;
-    for (const auto& [t, out] : tensors) out[d] = dims[d].strides[i++];
+    for (size_t i = 0; i < count; ++i) tensors[i].second[d] = dims[d].strides[i];
   }
   return static_cast<int>(dims.size());
+}
+
+}  // namespace
+
+int describe_rows(const char* op, const at::Tensor& shape,
+                  std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
+                  int64_t* row_sizes, int64_t& rows) {
+  return describe_rows_of(op, shape, tensors.begin(), tensors.size(), max_dims, row_sizes, rows);
 }
 
 namespace {
@@ -143,17 +151,16 @@ bool rows_overlap_between(const at::Tensor& a, const at::Tensor& b) {
 void describe_rows(const char* op, const at::Tensor& shape,
                    std::initializer_list<std::pair<const at::Tensor*, kernels::RowStrides*>> tensors,
                    kernels::RowShape& out) {
-  TORCH_CHECK(tensors.size() >= 1 && tensors.size() <= 3, op, ": describe_rows takes 1 to 3 tensors, got ",
-              tensors.size(), "; this is a bug in the bridge");
-  auto it = tensors.begin();
-  auto pair = [&](size_t i) { return std::pair<const at::Tensor*, int64_t*>{it[i].first, it[i].second->s}; };
-  if (tensors.size() == 1) {
-    out.ndim = describe_rows(op, shape, {pair(0)}, kernels::kMaxRowDims, out.sizes, out.rows);
-  } else if (tensors.size() == 2) {
-    out.ndim = describe_rows(op, shape, {pair(0), pair(1)}, kernels::kMaxRowDims, out.sizes, out.rows);
-  } else {
-    out.ndim = describe_rows(op, shape, {pair(0), pair(1), pair(2)}, kernels::kMaxRowDims, out.sizes, out.rows);
+  std::pair<const at::Tensor*, int64_t*> pairs[kMaxRowTensors];
+  size_t n = 0;
+  for (const auto& [t, strides] : tensors) {
+    if (n == kMaxRowTensors) {
+      ++n;
+      break;
+    }
+    pairs[n++] = {t, strides->s};
   }
+  out.ndim = describe_rows_of(op, shape, pairs, n, kernels::kMaxRowDims, out.sizes, out.rows);
 }
 
 ProbeResult probe_highway() { return ProbeResult::ok(cpu::simd_target()); }

@@ -32,7 +32,7 @@ void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t,
 // kernel: size-1 dimensions dropped, neighbours merged where every tensor lays them out as one.
 // Fills row_sizes[0, ndim) and, for each (tensor, strides) pair, strides[0, ndim) (arrays of
 // max_dims entries); sets rows (0 when shape is empty) and returns ndim (>= 1). More than
-// max_dims dimensions after merging is an error naming `op`. Takes 1 to 3 tensors.
+// max_dims dimensions after merging is an error naming `op`. Takes 1 to 5 tensors.
 int describe_rows(const char* op, const at::Tensor& shape,
                   std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
                   int64_t* row_sizes, int64_t& rows);

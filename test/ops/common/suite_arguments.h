@@ -59,11 +59,14 @@ inline torch::jit::Stack copy_stack(const torch::jit::Stack& stack, std::optiona
 
 // Whether a stack is small and exercises the general path: every tensor has at least one
 // element and at least 2 elements in its last dimension (so a non-contiguous last dimension can
-// be made and is checked), and at most `max_elements` elements.
+// be made and is checked), and at most `max_elements` elements. Tensors of one element after the
+// first argument (a scale or a bound held in a tensor, whatever its shape) are exempt.
 inline bool small_and_general(const torch::jit::Stack& stack, int64_t max_elements) {
-  for (const auto& v : stack) {
+  for (size_t i = 0; i < stack.size(); ++i) {
+    const auto& v = stack[i];
     if (!v.isTensor()) continue;
     const at::Tensor& t = v.toTensor();
+    if (i > 0 && t.numel() == 1 && t.defined()) continue;
     if (t.dim() == 0 || t.numel() == 0 || t.size(-1) < 2 || t.numel() > max_elements) return false;
   }
   return true;
