@@ -316,9 +316,11 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   // (which hold a line fill buffer each) spread over the work; the item's first kAheadKeys keys at
   // its start, every line of the item's heads. Blocks are scattered: the table knows the next
   // ones, the hardware prefetchers do not. Decode of 16 x 4096 keys, 8 KV heads of 128 bf16 (2
-  // threads, per-thread CPU time on a loaded machine): 18.8 ms with every line of a tile 32 keys
-  // ahead prefetched at once at the tile's start, 13.8 ms spread; 16, 48 or 64 keys ahead 14.2,
-  // 14.9, 15.3 ms; no prefetch 23.7 ms, a quarter of the lines 28 ms.
+  // threads, the best per-thread CPU time of 8 cold calls on a loaded machine): 18.8 ms with every
+  // line of a tile 32 keys ahead prefetched at once at the tile's start, 13.8 ms spread; 16, 48 or
+  // 64 keys ahead 14.2, 14.9, 15.3 ms; no prefetch 23.7 ms; a quarter of the lines, or only the
+  // first head's (for the hardware prefetchers to follow), 28 and 32 ms; into L2 the same or
+  // slower. Alternated with the prefetch at once, 4 times: 19.3 against 15.3 ms.
   const int64_t kspan = ((heads - 1) * ks.head + hs) * 2, vspan = ((heads - 1) * vs.head + hs) * 2;
   for (int64_t j = item.key_begin; j < std::min(item.key_end, item.key_begin + kAheadKeys); ++j) {
     const uint16_t *k, *v;
