@@ -43,8 +43,7 @@ bool DecodeAvx512Bf16Supported() {
 namespace {
 
 constexpr int kT = static_cast<int>(kTileKeys);
-// Keys ahead of the tile being computed whose rows are prefetched (blocks are scattered: the table
-// knows the next ones, the hardware prefetchers do not).
+// Keys from the tile being computed to the one being prefetched (RunItem).
 constexpr int64_t kAheadKeys = 2 * kTileKeys;
 
 // Mask of lanes [0, n) of 32 (n clamped to [0, 32]).
@@ -120,35 +119,61 @@ struct Scratch16 {
   float *o, *sum, *row_max, *dots, *s, *alpha, *new_max;
 };
 
+// Prefetches (into L1) the lines of [row, row + bytes): a head's slice of a cache row of a later tile.
+XK_AVX512BF16_INLINE void PrefetchSlice(const char* row, int64_t bytes) {
+  const char* end = row + bytes;
+  for (const char* a = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63}); a < end;
+       a += 64) {
+    _mm_prefetch(a, _MM_HINT_T0);
+  }
+}
+
+// One pass of TileDots over query vectors [m0, m0 + mb), mb <= MB (a constant MB: no tests per
+// vector where the pass is full); ahead[j] (or null): this head's slice of a later key, prefetched
+// alongside key j.
+template <int NC, int MB>
+XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const uint16_t* const* krow, __mmask16 ok,
+                                   __mmask32 last, float* dots, const char* const* ahead, int64_t ahead_bytes) {
+  __m512bh qv[MB][NC];
+  for (int i = 0; i < MB; ++i) {
+    if (i >= mb) break;
+    for (int c = 0; c < NC; ++c) qv[i][c] = (__m512bh)_mm512_load_si512(q + (m0 + i) * NC * 32 + 32 * c);
+  }
+  for (int j = 0; j < kT; ++j) {
+    if (ahead != nullptr && ahead[j] != nullptr) PrefetchSlice(ahead[j], ahead_bytes);
+    __m512 acc[MB];
+    for (int i = 0; i < MB; ++i) acc[i] = _mm512_setzero_ps();
+    if ((ok >> j) & 1) {
+      const uint16_t* k = krow[j];
+      for (int c = 0; c < NC; ++c) {
+        const __m512bh kv = (__m512bh)(c + 1 < NC ? _mm512_loadu_si512(k + 32 * c)
+                                                  : _mm512_maskz_loadu_epi16(last, k + 32 * c));
+        for (int i = 0; i < MB; ++i) {
+          if (i < mb) acc[i] = _mm512_dpbf16_ps(acc[i], qv[i][c], kv);
+        }
+      }
+    }
+    for (int i = 0; i < MB; ++i) {
+      if (i < mb) _mm512_store_ps(dots + (i * kT + j) * 16, acc[i]);
+    }
+  }
+}
+
 // S[m][j] = q[m] . k[j] (unscaled) for the M query vectors of one KV head, keys j with bit j of
-// `ok` (others 0); q rows NC * 32 bf16 apart, krow[j] the key's row of this head.
+// `ok` (others 0); q rows NC * 32 bf16 apart, krow[j] the key's row of this head. ahead[j] (or
+// null): this head's slice of a key of a later tile, ahead_bytes long, prefetched with key j (the
+// prefetches spread over the work instead of issued at once).
 template <int NC>
 XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const uint16_t* const* krow, __mmask16 ok, __mmask32 last,
-                            float* dots, float* s) {
+                            float* dots, float* s, const char* const* ahead, int64_t ahead_bytes) {
   constexpr int MB = NC >= 16 ? 1 : 16 / NC;  // query vectors per pass, held in registers
   for (int m0 = 0; m0 < M; m0 += MB) {
     const int mb = std::min(MB, M - m0);
-    __m512bh qv[MB][NC];
-    for (int i = 0; i < MB; ++i) {
-      if (i >= mb) break;
-      for (int c = 0; c < NC; ++c) qv[i][c] = (__m512bh)_mm512_load_si512(q + (m0 + i) * NC * 32 + 32 * c);
-    }
-    for (int j = 0; j < kT; ++j) {
-      __m512 acc[MB];
-      for (int i = 0; i < MB; ++i) acc[i] = _mm512_setzero_ps();
-      if ((ok >> j) & 1) {
-        const uint16_t* k = krow[j];
-        for (int c = 0; c < NC; ++c) {
-          const __m512bh kv = (__m512bh)(c + 1 < NC ? _mm512_loadu_si512(k + 32 * c)
-                                                    : _mm512_maskz_loadu_epi16(last, k + 32 * c));
-          for (int i = 0; i < MB; ++i) {
-            if (i < mb) acc[i] = _mm512_dpbf16_ps(acc[i], qv[i][c], kv);
-          }
-        }
-      }
-      for (int i = 0; i < MB; ++i) {
-        if (i < mb) _mm512_store_ps(dots + (i * kT + j) * 16, acc[i]);
-      }
+    const char* const* pf = m0 == 0 ? ahead : nullptr;
+    if (mb == MB) {
+      DotsPass<NC, MB>(q, m0, MB, krow, ok, last, dots, pf, ahead_bytes);
+    } else {
+      DotsPass<NC, MB>(q, m0, mb, krow, ok, last, dots, pf, ahead_bytes);
     }
     for (int i = 0; i < mb; ++i) _mm512_store_ps(s + (m0 + i) * 16, Reduce16(dots + i * kT * 16));
   }
@@ -156,8 +181,10 @@ XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const uint16_t* const* kro
 
 // O[m] = alpha[m] O[m] + sum_j P[m][j] V[j] over the keys j with bit j of `ok`, one 64-element
 // chunk of the head at a time; the rows' 32-element groups masked by `masks` (2 per chunk).
+// ahead[j] (or null): as TileDots', prefetched with key j, each chunk's part in its first pass.
 XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const uint16_t* const* vrow, __mmask16 ok,
-                              const __mmask32* masks, int chunks, int op, float* o) {
+                              const __mmask32* masks, int chunks, int op, float* o, const char* const* ahead,
+                              int64_t ahead_bytes) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int g = 0; g < chunks; ++g) {
     const __mmask32 k0 = masks[2 * g], k1 = masks[2 * g + 1];
@@ -170,7 +197,11 @@ XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const 
         float* om = o + (m0 + i) * op + 64 * g;
         for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_mul_ps(_mm512_load_ps(om + 16 * c), a);
       }
+      // The chunk's part of the later slices (128 bytes), in the first pass over the chunk.
+      const bool prefetch = ahead != nullptr && m0 == 0 && 128 * g < ahead_bytes;
+      const int64_t part = std::min<int64_t>(128, ahead_bytes - 128 * g);
       for (int j = 0; j < kT; ++j) {
+        if (prefetch && ahead[j] != nullptr) PrefetchSlice(ahead[j] + 128 * g, part);
         if (!((ok >> j) & 1)) continue;
         const uint16_t* v = vrow[j] + 64 * g;
         const __m512i x0 = _mm512_maskz_loadu_epi16(k0, v), x1 = _mm512_maskz_loadu_epi16(k1, v + 32);
@@ -280,22 +311,35 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   const uint16_t* khead[kT];
   const uint16_t* vhead[kT];
 
-  // Bytes from a key's first head of the item to the end of its last.
+  // Prefetch: the tile kAheadKeys ahead of the one being computed, each head's slice of each key
+  // issued with the same key of the current tile (TileDots, TileValues), so that the prefetches
+  // (which hold a line fill buffer each) spread over the work; the item's first kAheadKeys keys at
+  // its start, every line of the item's heads. Blocks are scattered: the table knows the next
+  // ones, the hardware prefetchers do not. Decode of 16 x 4096 keys, 8 KV heads of 128 bf16 (2
+  // threads, the best per-thread CPU time of 8 cold calls on a loaded machine): 18.8 ms with every
+  // line of a tile 32 keys ahead prefetched at once at the tile's start, 13.8 ms spread; 16, 48 or
+  // 64 keys ahead 14.2, 14.9, 15.3 ms; no prefetch 23.7 ms; a quarter of the lines, or only the
+  // first head's (for the hardware prefetchers to follow), 28 and 32 ms; into L2 the same or
+  // slower. Alternated with the prefetch at once, 4 times: 19.3 against 15.3 ms.
   const int64_t kspan = ((heads - 1) * ks.head + hs) * 2, vspan = ((heads - 1) * vs.head + hs) * 2;
-  int64_t prefetched = item.key_begin;  // keys whose rows were prefetched: [key_begin, prefetched)
+  for (int64_t j = item.key_begin; j < std::min(item.key_end, item.key_begin + kAheadKeys); ++j) {
+    const uint16_t *k, *v;
+    rows_of(j, k, v);
+    if (k == nullptr) continue;
+    PrefetchSlice(reinterpret_cast<const char*>(k), kspan);
+    PrefetchSlice(reinterpret_cast<const char*>(v), vspan);
+  }
+  const char* kahead[kT];
+  const char* vahead[kT];
+  const char* khead_ahead[kT];
+  const char* vhead_ahead[kT];
   for (int64_t j0 = item.key_begin; j0 < item.key_end; j0 += kTileKeys) {
     const int n = static_cast<int>(std::min<int64_t>(kTileKeys, item.key_end - j0));
-    // Prefetch every line of the item's heads of the rows kAheadKeys ahead. Touching only a row's
-    // first line (enough for the Highway kernel, which reads rows in memory order) is not here,
-    // where each head's slice is read across the tile's rows: 53 ms instead of 35 ms on the
-    // decode of 16 x 4096 keys, 8 KV heads of 128 bf16 (2 threads, a loaded machine); into L2
-    // instead of L1, every other line, or 64 keys ahead are slower, 16 or 48 keys ahead the same.
-    for (const int64_t until = std::min(item.key_end, j0 + kTileKeys + kAheadKeys); prefetched < until; ++prefetched) {
-      const uint16_t *k, *v;
-      rows_of(prefetched, k, v);
-      if (k == nullptr) continue;
-      for (int64_t b = 0; b < kspan; b += 64) _mm_prefetch(reinterpret_cast<const char*>(k) + b, _MM_HINT_T0);
-      for (int64_t b = 0; b < vspan; b += 64) _mm_prefetch(reinterpret_cast<const char*>(v) + b, _MM_HINT_T0);
+    for (int j = 0; j < kT; ++j) {
+      const uint16_t *k = nullptr, *v = nullptr;
+      if (j0 + kAheadKeys + j < item.key_end) rows_of(j0 + kAheadKeys + j, k, v);
+      kahead[j] = reinterpret_cast<const char*>(k);
+      vahead[j] = reinterpret_cast<const char*>(v);
     }
     __mmask16 ok = 0;
     for (int j = 0; j < kT; ++j) {
@@ -310,8 +354,10 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
       for (int j = 0; j < kT; ++j) {
         khead[j] = krow[j] != nullptr ? krow[j] + hi * ks.head : nullptr;
         vhead[j] = vrow[j] != nullptr ? vrow[j] + hi * vs.head : nullptr;
+        khead_ahead[j] = kahead[j] != nullptr ? kahead[j] + 2 * hi * ks.head : nullptr;
+        vhead_ahead[j] = vahead[j] != nullptr ? vahead[j] + 2 * hi * vs.head : nullptr;
       }
-      TileDots<NC>(sc.q + static_cast<size_t>(hi) * M * qs, M, khead, ok, last, sc.dots, sc.s);
+      TileDots<NC>(sc.q + static_cast<size_t>(hi) * M * qs, M, khead, ok, last, sc.dots, sc.s, khead_ahead, 2 * hs);
       // Logits, their maxima, then (over the M vectors at once) the new maxima and rescale factors.
       alignas(64) float tile_max[16];
       for (int m = 0; m < 16; ++m) tile_max[m] = -std::numeric_limits<float>::infinity();
@@ -342,7 +388,8 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
         _mm512_store_ps(sc.s + m * 16, pr);
         _mm512_store_ps(sum + m * 16, _mm512_fmadd_ps(_mm512_load_ps(sum + m * 16), _mm512_set1_ps(sc.alpha[m]), pr));
       }
-      TileValues(sc.s, sc.alpha, M, vhead, ok, masks, chunks, op, sc.o + static_cast<size_t>(hi) * M * op);
+      TileValues(sc.s, sc.alpha, M, vhead, ok, masks, chunks, op, sc.o + static_cast<size_t>(hi) * M * op, vhead_ahead,
+                 2 * hs);
     }
   }
 

@@ -683,9 +683,10 @@ TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
 }
 
 // The decode kernel against the float64 reference (on the best target, where every item below runs
-// it): head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups 1, 3, 4, 8; several rows per
-// item; soft cap; windows; partial tiles at the sequences' ends (NaN in the rest of their
-// blocks); strided rows and padded blocks; split plans.
+// it): head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups 1, 3, 4, 6, 8 (the Q.K passes
+// over the query vectors full, partial, or both); several rows per item; soft cap; windows;
+// partial tiles at the sequences' ends (NaN in the rest of their blocks); strided rows and padded
+// blocks; split plans.
 TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
   std::mt19937 rng(20);
   const bool fast = HasDecodeKernel();
@@ -697,6 +698,8 @@ TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
   }
   cases.push_back({DType::kBFloat16, 8, 8, 128, 16, decode});                         // group 1
   cases.push_back({DType::kBFloat16, 64, 8, 128, 32, decode});                        // group 8
+  cases.push_back({DType::kBFloat16, 64, 8, 256, 16, decode});                        // group 8, passes of 2
+  cases.push_back({DType::kBFloat16, 48, 8, 128, 16, decode});                        // group 6: 4 + 2
   cases.push_back({DType::kBFloat16, 9, 3, 96, 1, decode, 0.0f, 0, 3, 5});            // group 3, block 1, strided
   cases.push_back({DType::kBFloat16, 32, 8, 128, 16, decode, 30.0f});                 // soft cap
   cases.push_back({DType::kBFloat16, 32, 8, 80, 16, decode, 0.0f, 7});                // window 7
