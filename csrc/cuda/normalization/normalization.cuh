@@ -65,6 +65,15 @@ XLLM_CUDA_UNROLL_4
   for (int64_t e = body + lane; e < hidden; e += width) f(e, Piece<1>{});
 }
 
+// One element of affine_pass before the bias and the rounding: (x - shift) * scale * w.
+XLLM_CUDA_HD float affine_value(float x, float shift, float scale, float w) { return (x - shift) * scale * w; }
+
+// The scale rms_norm and fused_add_rms_norm multiply by: rsqrt(sum_squares / hidden + eps). The
+// quantization kernels (csrc/cuda/quantization) call it and affine_value to produce the same bits.
+XLLM_CUDA_HD float rms_inv_scale(float sum_squares, int64_t hidden, float eps) {
+  return inv_sqrt(sum_squares / static_cast<float>(hidden) + eps);
+}
+
 // out = (src - shift) * scale * weight (+ bias), rounded once to T.
 template <bool kBias, class T, class W>
 XLLM_CUDA_HD void affine_pass(const Row<T, W>& r, const T* src, int lane, int width, float shift, float scale) {
@@ -74,7 +83,7 @@ XLLM_CUDA_HD void affine_pass(const Row<T, W>& r, const T* src, int lane, int wi
     load<N>(src + e, x);
     load<N>(r.weight + e, w);
 XLLM_CUDA_UNROLL
-    for (int i = 0; i < N; ++i) x[i] = (x[i] - shift) * scale * w[i];
+    for (int i = 0; i < N; ++i) x[i] = affine_value(x[i], shift, scale, w[i]);
     if constexpr (kBias) {
       float b[N];
       load<N>(r.bias + e, b);
@@ -111,8 +120,7 @@ XLLM_CUDA_UNROLL
 
   template <class T, class W>
   static XLLM_CUDA_HD void finish(const Row<T, W>& r, int lane, int width, const float* totals, float eps) {
-    const float inv = inv_sqrt(totals[0] / static_cast<float>(r.hidden) + eps);
-    affine_pass<false>(r, r.input, lane, width, 0.0f, inv);
+    affine_pass<false>(r, r.input, lane, width, 0.0f, rms_inv_scale(totals[0], r.hidden, eps));
   }
 };
 
@@ -142,8 +150,7 @@ XLLM_CUDA_UNROLL
 
   template <class T, class W>
   static XLLM_CUDA_HD void finish(const Row<T, W>& r, int lane, int width, const float* totals, float eps) {
-    const float inv = inv_sqrt(totals[0] / static_cast<float>(r.hidden) + eps);
-    affine_pass<false>(r, r.residual, lane, width, 0.0f, inv);
+    affine_pass<false>(r, r.residual, lane, width, 0.0f, rms_inv_scale(totals[0], r.hidden, eps));
   }
 };
 
