@@ -761,6 +761,49 @@ TEST(CudaQuantizationHost, RowParametersEqualTheHeader) {
   }
 }
 
+// Offsets are int64 throughout: strides beyond 2^31 elements over eight leading dimensions, for
+// every tensor a row addresses.
+TEST(CudaQuantizationHost, RowOffsetsBeyond2To31AndEightDimensions) {
+  QuantArgs a;
+  QuantParams& p = a.p;
+  p.hidden = 16;
+  p.shape.ndim = 8;
+  int64_t rows = 1;
+  for (int d = 0; d < 8; ++d) {
+    p.shape.sizes[d] = 2;
+    rows *= 2;
+    p.input_strides.s[d] = (int64_t{1} << 31) + (int64_t{1} << d);
+    p.out_strides.s[d] = (int64_t{3} << 31) + d;
+    p.scale_strides.s[d] = (int64_t{1} << 32) + 3 * d;
+    p.azp_strides.s[d] = (int64_t{5} << 31) + 7 * d;
+    p.residual_strides.s[d] = (int64_t{1} << 33) + 11 * d;
+  }
+  p.shape.rows = rows;
+  // Pointer values only: nothing is dereferenced.
+  const auto base = uintptr_t{1} << 44;
+  p.input = reinterpret_cast<const void*>(base);
+  p.out = reinterpret_cast<void*>(base);
+  p.scale_out = reinterpret_cast<float*>(base);
+  p.azp_out = reinterpret_cast<int32_t*>(base);
+  p.residual = reinterpret_cast<void*>(base);
+  for (int64_t row : {int64_t{0}, int64_t{1}, int64_t{37}, rows - 1}) {
+    auto want = [&](const RowStrides& s) {
+      int64_t off = 0;
+      for (int d = 0; d < 8; ++d) off += (row >> (7 - d) & 1) * s.s[d];
+      return off;
+    };
+    const auto r = kernels::make_quant_row<QuantOp::kFusedAddRmsNorm, __half, float>(a, row);
+    const auto* in = reinterpret_cast<const __half*>(base);
+    EXPECT_EQ(r.input - in, want(p.input_strides)) << "row " << row;
+    EXPECT_EQ(r.residual - in, want(p.residual_strides)) << "row " << row;
+    EXPECT_EQ(r.out - reinterpret_cast<uint8_t*>(base), want(p.out_strides)) << "row " << row;
+    EXPECT_EQ(r.scale - p.scale_out, want(p.scale_strides)) << "row " << row;
+    EXPECT_EQ(r.azp - p.azp_out, want(p.azp_strides)) << "row " << row;
+    const auto s = kernels::make_quant_row<QuantOp::kSiluAndMul, float, float>(a, row);
+    EXPECT_EQ(s.up - s.input, 16);
+  }
+}
+
 // ---- plans --------------------------------------------------------------------------------------
 
 TEST(CudaQuantizationHost, PlanVectorOrElementPath) {
