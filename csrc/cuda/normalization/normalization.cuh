@@ -54,14 +54,24 @@ struct Piece {
 // Calls f(element, Piece<N>) for the elements `lane` of a group of `width` threads owns. With
 // vector access: pieces of kVec<T> elements at multiples of kVec<T> (consecutive lanes take
 // consecutive pieces, so a warp touches 512 contiguous bytes), then the tail one element at a
-// time; otherwise one element at a time. Every element belongs to exactly one lane, and to the
-// same lane in every pass, so a lane may read back what it wrote without a barrier.
+// time; otherwise the same pieces, one element at a time, in the same order: a lane's elements and
+// their order do not depend on the alignment, so neither do a row's sums (the bits of rms_norm,
+// and of the quantization kernels that reuse these sums, are the same for any layout of the
+// tensors). Every element belongs to exactly one lane, and to the same lane in every pass, so a
+// lane may read back what it wrote without a barrier.
 template <class T, class F>
 XLLM_CUDA_HD void for_each_piece(int64_t hidden, bool vector, int lane, int width, F&& f) {
   constexpr int V = kVec<T>;
-  const int64_t body = vector ? hidden / V * V : 0;
+  const int64_t body = hidden / V * V;
+  if (vector) {
 XLLM_CUDA_UNROLL_4
-  for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) f(e, Piece<V>{});
+    for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) f(e, Piece<V>{});
+  } else {
+    for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) {
+XLLM_CUDA_UNROLL
+      for (int i = 0; i < V; ++i) f(e + i, Piece<1>{});
+    }
+  }
   for (int64_t e = body + lane; e < hidden; e += width) f(e, Piece<1>{});
 }
 

@@ -165,7 +165,7 @@ struct QuantRow {
   float* scale = nullptr;    // per-token schemes
   int32_t* azp = nullptr;    // kPerTokenAzp
   int64_t hidden = 0;
-  bool norm_vector = false;  // pass 1: the normalization kernel's Row::vector for this row
+  bool norm_vector = false;  // pass 1: 16-byte loads allowed
 };
 
 template <QuantOp kOp, class T, class W>
@@ -189,17 +189,10 @@ XLLM_CUDA_HD QuantRow<T, W> make_quant_row(const QuantArgs& a, int64_t row) {
   if constexpr (kOp == QuantOp::kRmsNorm || kOp == QuantOp::kFusedAddRmsNorm) {
     r.weight = static_cast<const W*>(p.weight);
   }
-  if constexpr (kOp == QuantOp::kRmsNorm) {
-    // rms_norm's out in the composition: row `row` of a contiguous [rows, hidden] tensor whose
-    // start is 16-byte aligned.
-    const bool out_aligned = (static_cast<uint64_t>(row) * static_cast<uint64_t>(p.hidden) * sizeof(T)) % kVectorBytes == 0;
-    r.norm_vector = a.weights_aligned && aligned16(r.input) && out_aligned;
-  }
-  if constexpr (kOp == QuantOp::kFusedAddRmsNorm) {
-    r.residual = static_cast<T*>(p.residual) + residual;
-    // fused_add_rms_norm writes its out into the input row.
-    r.norm_vector = a.weights_aligned && aligned16(r.input) && aligned16(r.residual);
-  }
+  if constexpr (kOp == QuantOp::kFusedAddRmsNorm) r.residual = static_cast<T*>(p.residual) + residual;
+  // 16-byte loads where the rows pass 1 reads allow them (the sums do not depend on it: see
+  // for_each_piece in normalization.cuh).
+  r.norm_vector = a.weights_aligned && aligned16(r.input) && aligned16(r.residual);
   return r;
 }
 

@@ -22,9 +22,10 @@
 //
 // Fused = composition. rms_norm_quant uses the rms_norm kernel's launch shape (plan_launch of
 // csrc/cuda/normalization for the same rows, hidden and SM count), its element partition and its
-// sum of squares (the same device functions), so its normalized row has the bits that rms_norm
-// writes into a contiguous [rows, hidden] tensor (16-byte aligned), which quant then reads.
-// fused_add_rms_norm_quant does the same with fused_add_rms_norm on the same input and residual.
+// sum of squares (the same device functions, whose order does not depend on the tensors'
+// alignment), so its normalized row has the bits that rms_norm writes, which quant then reads.
+// fused_add_rms_norm_quant does the same with fused_add_rms_norm. The bits do not depend on the
+// layout of any tensor.
 // silu_and_mul_quant computes each element as silu_and_mul does (no reduction: any partition).
 #pragma once
 

@@ -699,6 +699,42 @@ TEST(CudaQuantizationHost, FusedAddRmsNormQuantEqualsCompositionAndReference) {
 }
 TEST(CudaQuantizationHost, SiluAndMulQuantEqualsCompositionAndReference) { run_operation(QuantOp::kSiluAndMul); }
 
+// The bits do not depend on the layout: the same values in every 2-D layout give the same codes,
+// scales and zero points (the sums of squares take the same elements in the same order whether or
+// not a row allows 16-byte access).
+TEST(CudaQuantizationHost, ResultsDoNotDependOnTheLayout) {
+  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+    for (DType dtype : dtypes()) {
+      for (int64_t hidden : {int64_t{133}, int64_t{1029}, int64_t{256}}) {
+        for (int mi : {0, 4}) {
+          const Method& m = methods()[mi];
+          std::vector<std::vector<uint8_t>> first_codes;
+          std::vector<uint32_t> first_scales;
+          for (Layout l : {Layout::kContiguous, Layout::kAlignedPadding, Layout::kOddPadding, Layout::kMisaligned}) {
+            const Case c{op, dtype, DType::kFloat32, 9, hidden, l, 132};
+            SCOPED_TRACE(c.describe(m));
+            std::unique_ptr<Problem> P = make_problem(c, m, 42);
+            run_quant_host(op, P->p, c.sm_count);
+            for (int64_t row = 0; row < P->s.shape.rows; ++row) {
+              const unsigned char* o = P->out.bytes.get() + P->s.row_offset(P->out.strides, row);
+              std::vector<uint8_t> codes(o, o + hidden);
+              uint32_t scale;
+              std::memcpy(&scale, P->scale.bytes.get() + 4 * P->s.row_offset(P->scale.strides, row), 4);
+              if (l == Layout::kContiguous) {
+                first_codes.push_back(codes);
+                first_scales.push_back(scale);
+              } else {
+                EXPECT_EQ(codes, first_codes[row]) << "row " << row;
+                EXPECT_EQ(scale, first_scales[row]) << "row " << row;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Many rows over a small grid (blocks loop over rows; warps of a block take distinct rows).
 TEST(CudaQuantizationHost, GridLoopsOverRows) {
   for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
