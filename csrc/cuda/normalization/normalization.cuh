@@ -54,15 +54,34 @@ struct Piece {
 // Calls f(element, Piece<N>) for the elements `lane` of a group of `width` threads owns. With
 // vector access: pieces of kVec<T> elements at multiples of kVec<T> (consecutive lanes take
 // consecutive pieces, so a warp touches 512 contiguous bytes), then the tail one element at a
-// time; otherwise one element at a time. Every element belongs to exactly one lane, and to the
-// same lane in every pass, so a lane may read back what it wrote without a barrier.
+// time; otherwise the same pieces, one element at a time, in the same order: a lane's elements and
+// their order do not depend on the alignment, so neither do a row's sums (the bits of rms_norm,
+// and of the quantization kernels that reuse these sums, are the same for any layout of the
+// tensors). Every element belongs to exactly one lane, and to the same lane in every pass, so a
+// lane may read back what it wrote without a barrier.
 template <class T, class F>
 XLLM_CUDA_HD void for_each_piece(int64_t hidden, bool vector, int lane, int width, F&& f) {
   constexpr int V = kVec<T>;
-  const int64_t body = vector ? hidden / V * V : 0;
+  const int64_t body = hidden / V * V;
+  if (vector) {
 XLLM_CUDA_UNROLL_4
-  for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) f(e, Piece<V>{});
+    for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) f(e, Piece<V>{});
+  } else {
+    for (int64_t e = int64_t{lane} * V; e < body; e += int64_t{width} * V) {
+XLLM_CUDA_UNROLL
+      for (int i = 0; i < V; ++i) f(e + i, Piece<1>{});
+    }
+  }
   for (int64_t e = body + lane; e < hidden; e += width) f(e, Piece<1>{});
+}
+
+// One element of affine_pass before the bias and the rounding: (x - shift) * scale * w.
+XLLM_CUDA_HD float affine_value(float x, float shift, float scale, float w) { return (x - shift) * scale * w; }
+
+// The scale rms_norm and fused_add_rms_norm multiply by: rsqrt(sum_squares / hidden + eps). The
+// quantization kernels (csrc/cuda/quantization) call it and affine_value to produce the same bits.
+XLLM_CUDA_HD float rms_inv_scale(float sum_squares, int64_t hidden, float eps) {
+  return inv_sqrt(sum_squares / static_cast<float>(hidden) + eps);
 }
 
 // out = (src - shift) * scale * weight (+ bias), rounded once to T.
@@ -74,7 +93,7 @@ XLLM_CUDA_HD void affine_pass(const Row<T, W>& r, const T* src, int lane, int wi
     load<N>(src + e, x);
     load<N>(r.weight + e, w);
 XLLM_CUDA_UNROLL
-    for (int i = 0; i < N; ++i) x[i] = (x[i] - shift) * scale * w[i];
+    for (int i = 0; i < N; ++i) x[i] = affine_value(x[i], shift, scale, w[i]);
     if constexpr (kBias) {
       float b[N];
       load<N>(r.bias + e, b);
@@ -111,8 +130,7 @@ XLLM_CUDA_UNROLL
 
   template <class T, class W>
   static XLLM_CUDA_HD void finish(const Row<T, W>& r, int lane, int width, const float* totals, float eps) {
-    const float inv = inv_sqrt(totals[0] / static_cast<float>(r.hidden) + eps);
-    affine_pass<false>(r, r.input, lane, width, 0.0f, inv);
+    affine_pass<false>(r, r.input, lane, width, 0.0f, rms_inv_scale(totals[0], r.hidden, eps));
   }
 };
 
@@ -142,8 +160,7 @@ XLLM_CUDA_UNROLL
 
   template <class T, class W>
   static XLLM_CUDA_HD void finish(const Row<T, W>& r, int lane, int width, const float* totals, float eps) {
-    const float inv = inv_sqrt(totals[0] / static_cast<float>(r.hidden) + eps);
-    affine_pass<false>(r, r.residual, lane, width, 0.0f, inv);
+    affine_pass<false>(r, r.residual, lane, width, 0.0f, rms_inv_scale(totals[0], r.hidden, eps));
   }
 };
 
