@@ -8,6 +8,7 @@
 
 #include "src/ops/activation/internal.h"
 #include "src/ops/normalization/internal.h"
+#include "src/core/cpu_allocator.h"
 #include "src/ops/quantization/internal.h"
 
 namespace xllm_kernel::quantization {
@@ -90,12 +91,17 @@ Arguments check_arguments(const char* op, Producer producer, QuantScheme scheme,
 Outputs new_outputs(const at::Tensor& input, const Arguments& a) {
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());
   sizes.back() = a.hidden;
+  // On the CPU from the library's output block cache, as the other families' outputs: a fresh
+  // allocation of a large output costs a page fault per page on every call.
+  const auto empty = [&](at::ScalarType t) {
+    return input.is_cpu() ? detail::empty_cpu_cached(sizes, t) : at::empty(sizes, input.options().dtype(t));
+  };
   Outputs o;
-  o.out = at::empty(sizes, input.options().dtype(scalar_type(a.qdtype)));
+  o.out = empty(scalar_type(a.qdtype));
   if (a.scheme == QuantScheme::kStatic) return o;
   sizes.back() = 1;
-  o.scale = at::empty(sizes, input.options().dtype(at::kFloat));
-  if (a.scheme == QuantScheme::kPerTokenAzp) o.azp = at::empty(sizes, input.options().dtype(at::kInt));
+  o.scale = empty(at::kFloat);
+  if (a.scheme == QuantScheme::kPerTokenAzp) o.azp = empty(at::kInt);
   return o;
 }
 
