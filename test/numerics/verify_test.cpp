@@ -84,6 +84,7 @@ TEST(Compare, MatchesNonFiniteReferencesExactly) {
   EXPECT_EQ(mismatches({fnan, -finf, -finf, 1.0f, 2.0f}), 1);     // the other infinity
   EXPECT_EQ(mismatches({fnan, fnan, 3e38f, 1.0f, 2.0f}), 2);      // NaN or finite for an infinity
   EXPECT_EQ(mismatches({fnan, finf, -finf, fnan, finf}), 2);      // non-finite for finite
+}
 
 // Tolerance 0 is an exact comparison: equal values (infinities of the same sign included) and NaN
 // where the reference is NaN are no error, with headroom 0; one ulp off, a NaN for a number, a
