@@ -75,8 +75,8 @@ Grid grid(const SuiteOptions& o, bool with_bias) {
     }
   }
   // Non-finite values (NaN, +-inf) in some rows of the input (and the residual): each dtype,
-  // strided rows (custom points).
-  for (const auto& dtype : g.dimensions[2].values) {
+  // strided rows (custom points), unless the user chose the shapes.
+  for (const auto& dtype : default_tokens && default_hidden ? g.dimensions[2].values : std::vector<json>{}) {
     json p{{"tokens", 7}, {"hidden", 64}, {"dtype", dtype}, {"weight_dtype", "input"}, {"layout", "strided"},
            {"values", "nonfinite"}};
     if (with_bias) p["bias"] = "true";
