@@ -63,6 +63,13 @@ void compare(Validation& v, const std::string& name, const std::string& kind, co
     diff = at::where(bad, at::full({}, std::numeric_limits<double>::infinity(), diff.options()), diff);
     w = at::where(w.isfinite(), w, at::zeros({}, w.options()));  // for the limits and ulps below
     at::Tensor limit = w.abs() * tol.rtol + tol.atol;
+    if (tol.elementwise_atol.defined()) {
+      TORCH_CHECK(tol.elementwise_atol.sizes() == want.sizes(), "compare: ", kind, " ", name,
+                  ": elementwise_atol has shape ", tol.elementwise_atol.sizes(), ", expected ", want.sizes());
+      const at::Tensor e = tol.elementwise_atol.to(at::kCPU).to(at::kDouble).contiguous();
+      limit = limit + e;
+      check["elementwise_atol_max"] = e.max().item<double>();
+    }
     at::Tensor ratio = at::where(diff == 0, at::zeros({}, diff.options()), diff / limit);  // 0 / 0 is no error
     const Format f = format_of(got.scalar_type());
     // ULPs of values below the absolute tolerance are counted at the tolerance's magnitude:

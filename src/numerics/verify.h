@@ -14,9 +14,13 @@
 
 namespace xllm_kernel::numerics {
 
+// |got - want| <= atol + rtol * |want| + elementwise_atol, element by element. elementwise_atol is
+// optional (undefined: none): float64 with the reference's shape, for a bound that scales with each
+// element's own inputs rather than with the largest of the tensor.
 struct Tolerance {
   double atol = 0;
   double rtol = 0;
+  at::Tensor elementwise_atol = {};
 };
 
 // The unit roundoff of `dtype` (half an ulp relative): 2^-24 for float32, 2^-8 bfloat16, 2^-11 float16.

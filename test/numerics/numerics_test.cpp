@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,16 @@ void forgetful_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const
   input.copy_(correct_rms(sum, weight, eps));
 }
 
+// gelu in float32 without cancellation (0.5 x erfc(-x / sqrt 2)), then off by 16 float32 ulps of
+// the tensor's largest |x| on every element: within the activation suites' former bound (32 ulps of
+// the largest |a b|), far outside the element-by-element one for the small results of x < 0.
+at::Tensor absolute_error_gelu(const at::Tensor& input) {
+  at::Tensor x = input.to(at::kFloat);
+  at::Tensor out = x * 0.5 * at::erfc(x * -M_SQRT1_2);
+  const double shift = x.numel() > 0 ? 16 * std::ldexp(1.0, -24) * x.abs().max().item<double>() : 0.0;
+  return (out + shift).to(input.scalar_type());
+}
+
 KernelSpec wrong(const std::string& solution, const OpContract& c) {
   return KernelSpec{.name = "cpu." + solution + "." + c.operation, .contract = &c, .device = Device::kCpu,
                     .input_domain = "test", .solution = solution, .binding = "test", .priority = -100};
@@ -54,6 +65,7 @@ KernelSpec wrong(const std::string& solution, const OpContract& c) {
 XLLM_REGISTER_KERNEL(wrong_value, rms_norm_operation(), wrong("test_wrong_value", rms_norm_contract()), wrong_value_rms_norm);
 XLLM_REGISTER_KERNEL(mutating, rms_norm_operation(), wrong("test_mutating", rms_norm_contract()), mutating_rms_norm);
 XLLM_REGISTER_KERNEL(aliasing, layer_norm_operation(), wrong("test_aliasing", layer_norm_contract()), aliasing_layer_norm);
+XLLM_REGISTER_KERNEL(absolute_error, gelu_operation(), wrong("test_absolute_error", gelu_contract()), absolute_error_gelu);
 XLLM_REGISTER_KERNEL(forgetful, fused_add_rms_norm_operation(), wrong("test_forgetful", fused_add_rms_norm_contract()),
                      forgetful_fused_add_rms_norm);
 
@@ -168,6 +180,25 @@ TEST(Numerics, CatchesWrongValue) {
   EXPECT_EQ(r.report["summary"]["status"], "failed");
   EXPECT_NE(failures_of(r.report).find("output out0:"), std::string::npos) << failures_of(r.report);
   EXPECT_GT(r.report["implementations"][0]["worst_headroom"].get<double>(), 1.0);
+}
+
+// The activation suites bound the float32 evaluation's error element by element: an absolute error
+// sized by the tensor's largest value is caught where the true result is small.
+TEST(Numerics, ActivationBoundIsElementwise) {
+  ToolRun r = numerics({"--operation", "gelu", "--implementation", "cpu.test_absolute_error.gelu", "--hidden", "64",
+                        "--tokens", "7", "--dtype", "float32"},
+                       "elementwise");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(failures_of(r.report).find("output out0:"), std::string::npos) << failures_of(r.report);
+  EXPECT_GT(r.report["implementations"][0]["worst_headroom"].get<double>(), 1.0);
+  // The same shapes pass on the library's own implementations (the bound is not simply too tight).
+  ToolRun ok = numerics({"--operation", "gelu", "--implementation", "all", "--device", "cpu", "--hidden", "64",
+                         "--tokens", "7", "--dtype", "float32"},
+                        "elementwise_ok");
+  for (const auto& i : ok.report["implementations"]) {
+    if (i["implementation"]["solution"] == "test_absolute_error") continue;
+    EXPECT_EQ(i["coverage"]["failed"], 0) << i["implementation"]["name"];
+  }
 }
 
 TEST(Numerics, CatchesUndeclaredMutation) {

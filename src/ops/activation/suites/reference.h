@@ -30,6 +30,13 @@ inline double gelu_tanh(double a) {
 }
 inline double quick_gelu(double a) { return a / (1 + std::exp(-1.702 * a)); }
 
+// act(a) with the contracts' limits at the infinities (act(+inf) = +inf, act(-inf) = 0), where the
+// formulas give inf / inf or -inf * 0; NaN stays NaN.
+inline double limited(ActivationFunction act, double a) {
+  if (std::isinf(a)) return a > 0 ? a : 0.0;
+  return act(a);
+}
+
 // An activation operation: out = act(x[..., :d]) * x[..., d:] (kGatedActivations) or act(x)
 // (kPlainActivations).
 struct GatedActivation {
@@ -59,7 +66,7 @@ inline const GatedActivation& gated_activation(const std::string& operation) {
   throw std::invalid_argument("not a gated activation: " + operation);
 }
 
-// [..., 2d] on any device -> float64 [..., d] on the CPU: act(gate) * up.
+// [..., 2d] on any device -> float64 [..., d] on the CPU: act(gate) * up (IEEE product).
 inline at::Tensor reference_gated(ActivationFunction act, const at::Tensor& input) {
   const int64_t width = input.size(-1), d = width / 2;
   const at::Tensor x = input.to(at::kCPU).to(at::kDouble).contiguous().reshape({-1, width});
@@ -67,7 +74,7 @@ inline at::Tensor reference_gated(ActivationFunction act, const at::Tensor& inpu
   const double* xp = x.const_data_ptr<double>();
   double* op = out.mutable_data_ptr<double>();
   for (int64_t r = 0; r < x.size(0); ++r) {
-    for (int64_t i = 0; i < d; ++i) op[r * d + i] = act(xp[r * width + i]) * xp[r * width + d + i];
+    for (int64_t i = 0; i < d; ++i) op[r * d + i] = limited(act, xp[r * width + i]) * xp[r * width + d + i];
   }
   std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
   shape.back() = d;
@@ -80,7 +87,7 @@ inline at::Tensor reference_plain(ActivationFunction act, const at::Tensor& inpu
   at::Tensor out = at::empty(x.sizes(), at::kDouble);
   const double* xp = x.const_data_ptr<double>();
   double* op = out.mutable_data_ptr<double>();
-  for (int64_t i = 0; i < x.numel(); ++i) op[i] = act(xp[i]);
+  for (int64_t i = 0; i < x.numel(); ++i) op[i] = limited(act, xp[i]);
   return out;
 }
 

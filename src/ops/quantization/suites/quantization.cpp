@@ -12,7 +12,8 @@
 // so that one benchmark run gives the fused / unfused ratio).
 //
 // The default grid (vLLM's test grid and more): hidden {17, 1024, 1025, 1026, 5137, 8193} x tokens
-// {1, 7, 4096} x dtype {float32, bfloat16, float16} x every quantized type and bound (int8, fp8,
+// {1, 7, 4096} (the 4096-token rows with hidden 17 and 1025 only) x dtype {float32, bfloat16,
+// float16} x every quantized type and bound (int8, fp8,
 // fp8 with scale_ub; static: int8, int8 with azp, fp8), contiguous normal values; then on small
 // shapes every layout (strided and 3d rows, which must give the contiguous rows' bits) and every
 // value kind: rows of zeros, rows whose values sit exactly on rounding ties (unfused operations:
@@ -164,6 +165,12 @@ std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
   for (const auto& c : compositions) {
     for (const auto& t : tokens) {
       for (const auto& h : hiddens) {
+        // Without a user's shapes, the many-row cases keep the narrow rows (17, 1025: every thread
+        // gets rows, with a tail): 4096 x 5137 and x 8193 would add 55M float64 reference elements
+        // per dtype and scheme (minutes of CI per implementation) and cover no path that 7 x 8193
+        // and 4096 x 1025 do not.
+        const int64_t width = h.get<int64_t>();
+        if (!custom && t.get<int64_t>() > 7 && width != 17 && width != 1025) continue;
         for (const auto& d : dtypes) {
           for (const auto& [q, b] : pairs) {
             for (const auto& l : layouts) {
