@@ -322,6 +322,7 @@ HWY_INLINE void TileSoftmax(const PagedAttentionParams& p, int64_t G, int64_t fi
     const auto pos_rel = hn::Set(di, static_cast<int32_t>(std::min<int64_t>(pos - j0, kTileKeys)));
     float* s = sm + m * kT;
     VF vmax = neg_inf;
+    auto poisoned = hn::FirstN(d, 0);  // a NaN or +inf logit among the row's keys
     for (size_t c = 0; c < kT; c += N) {
       const auto rel = hn::Iota(di, static_cast<int32_t>(c));
       const auto ok = hn::And(hn::And(hn::Gt(rel, hn::Sub(lo_rel, one)), hn::Lt(rel, hn::Add(pos_rel, one))),
@@ -329,14 +330,21 @@ HWY_INLINE void TileSoftmax(const PagedAttentionParams& p, int64_t G, int64_t fi
       VF x = hn::Mul(hn::Load(d, s + c), scale);
       if (capped) x = hn::Mul(cap, hn::Tanh(d, hn::Mul(x, inv_cap)));
       x = hn::IfThenElse(hn::RebindMask(d, ok), x, neg_inf);
+      poisoned = hn::Or(poisoned, hn::Not(hn::Lt(x, hn::Set(d, std::numeric_limits<float>::infinity()))));
       hn::Store(x, d, s + c);
       vmax = hn::Max(vmax, x);
     }
-    const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
-    if (!(tile_max > -std::numeric_limits<float>::infinity())) {
-      if (std::isnan(tile_max)) row_max[m] = tile_max;  // NaN logits (NaN in the row's own keys) propagate
+    if (!hn::AllFalse(d, poisoned)) {
+      // IEEE: a NaN logit (NaN in the query or a key the row reads) is NaN through the softmax, and
+      // one of +inf gives inf - inf there. The row's sum becomes NaN and stays so (its output is
+      // acc / sum, and a split's sum is a weight of the merge).
+      row_max[m] = std::numeric_limits<float>::infinity();
+      row_sum[m] = std::numeric_limits<float>::quiet_NaN();
+      seen[m] = 0;
       continue;
     }
+    const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+    if (!(tile_max > -std::numeric_limits<float>::infinity()) || std::isnan(row_sum[m])) continue;
     const float new_max = std::max(row_max[m], tile_max);
     if (new_max != row_max[m] && row_sum[m] > 0.0f) {
       const float alpha = std::exp(row_max[m] - new_max);

@@ -181,6 +181,53 @@ int64_t cache_bytes(const json& p) {
   return 2 * blocks * block * h.kv * p.at("head_size").get<int64_t>() * es;
 }
 
+// The "nonfinite" cases (decode batches of 7 sequences, so that every query row reads every
+// position of its sequence): NaN and +-inf planted at positions the rows read, one kind a
+// sequence, with the rows each must reach by the contract's IEEE rules (checked against the
+// float64 reference: NaN as NaN, an infinity as the same infinity):
+//   0: a NaN in query head 0 -> that head's row NaN;
+//   1: +inf in a value (position 0, KV head 0, channel 3) -> channel 3 +inf in that group's heads;
+//   2: a NaN in a key (position 1, the last KV head) -> that group's rows NaN;
+//   3: +inf in a key element (position 2, KV head 0) against negative query elements -> logits of
+//      -inf (weight 0: finite rows without that key); with a soft cap -soft_cap;
+//   4: +inf and -inf in one value channel at two positions -> that channel NaN;
+//   5: a NaN in a value (position 0, the last KV head, channel 0) -> channel 0 NaN in that group;
+//   6: float32 only, +inf in a key element (position 2, KV head 1) against positive query elements
+//      -> logits of +inf: that group's rows NaN (+-soft_cap with a cap: finite). torch's bfloat16
+//      and float16 SDPA give 0 there instead, the deviation the contract states.
+void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int64_t width,
+                     const std::vector<int32_t>& qsl, int64_t block, const Heads& h, bool full_precision,
+                     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // The cache row of position pos of sequence s, KV head kv.
+  auto row = [&](const at::Tensor& cache, int64_t s, int64_t pos, int64_t kv) {
+    return cache[table[s * width + pos / block]][pos % block][kv];
+  };
+  // Element 5 of the query heads of KV head kv, in sequence s's (only) row: made |x| or -|x|.
+  auto sign_query = [&](int64_t s, int64_t kv, double sign) {
+    const int64_t group = h.q / h.kv;
+    at::Tensor e = q[qsl[s]].narrow(0, kv * group, group).select(1, 5);
+    e.copy_(e.abs().mul_(sign).clamp_(sign > 0 ? 0.5 : -1e30, sign > 0 ? 1e30 : -0.5));
+  };
+  const int64_t n = static_cast<int64_t>(batch.seqs.size());
+  if (n < 7 || h.kv < 2) return;
+  for (const Sequence& sq : batch.seqs) {
+    if (sq.q_len != 1 || sq.len < 5) return;
+  }
+  q[qsl[0]][0][0] = nan;
+  row(v, 1, 0, 0)[3] = inf;
+  row(k, 2, 1, h.kv - 1)[0] = nan;
+  row(k, 3, 2, 0)[5] = inf;
+  sign_query(3, 0, -1);
+  row(v, 4, 3, 0)[7] = inf;
+  row(v, 4, 4, 0)[7] = -inf;
+  row(v, 5, 0, h.kv - 1)[0] = nan;
+  if (full_precision) {
+    row(k, 6, 2, 1)[5] = inf;
+    sign_query(6, 1, 1);
+  }
+}
+
 Example build(const json& p, at::Generator& g) {
   const Heads h = parse_heads(p.at("heads"));
   const int64_t head_size = p.at("head_size"), block = p.at("block_size"), window = p.at("window");
@@ -232,6 +279,9 @@ Example build(const json& p, at::Generator& g) {
   const at::Tensor v32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
   at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
   if (soft_cap > 0) q32.mul_(8);
+  if (p.value("values", "finite") == "nonfinite") {
+    plant_nonfinite(batch, table_v, width, qsl_v, block, h, dtype == at::kFloat, q32, k32, v32);
+  }
 
   at::Tensor query, key_cache, value_cache;
   if (strided) {
@@ -398,6 +448,16 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
         for (const auto& dtype : dims[1].values) {
           for (const int64_t head_size : {33, 67}) {
             points.push_back(point("mixed", 7, 97, "9x3", head_size, 16, 30, 0, dtype, "strided", "varied"));
+          }
+        }
+      }
+      // NaN and +-inf at positions the rows read (plant_nonfinite), with and without a soft cap.
+      if (!options::given(o, "batch") && !options::given(o, "heads") && !options::given(o, "head_size")) {
+        for (const auto& dtype : dims[1].values) {
+          for (const int64_t cap : {0, 30}) {
+            json p = point("decode", 7, 97, "32x8", 128, 16, cap, 0, dtype, "contiguous", "equal");
+            p["values"] = "nonfinite";
+            points.push_back(p);
           }
         }
       }

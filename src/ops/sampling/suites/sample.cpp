@@ -6,7 +6,8 @@
 // A case is a batch of rows of one vocabulary. Logits: "normal1" N(0, 1), "normal5" N(0, 5), or
 // "spikes" (N(0, 1/2) with five tokens per row raised to 8..12). Shares: "none"; "zeros" (30% of
 // the logits 0: ties everywhere, at the top-k and top-p boundaries too); "neginf" (half of them -inf,
-// and with 7 or more rows, row 1 all -inf but one token); "ties" (five tokens per row equal to the
+// and with 7 or more rows, row 1 all -inf but one token); "posinf" (up to three +inf tokens a row,
+// and 10% -inf); "ties" (five tokens per row equal to the
 // row's largest logit: greedy and top_k = 1 must take the lowest index). Sampling: "grid" (row r
 // takes combination (r + case salt) of the parameter grid of FlashInfer's tests and more:
 // temperature {0.7, 1.3} x top_k {off, 1, 10, 100, 500} x top_p {0.1, 0.5, 0.9, 1} x min_p {0,
@@ -49,7 +50,7 @@ void add_arguments(CLI::App& app, SuiteOptions& o) {
       ->delimiter(',');
   app.add_option("--dtype", o["dtype"], "Logits dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
   app.add_option("--dist", o["dist"], "Logit distributions: normal1,normal5,spikes [default: all]")->delimiter(',');
-  app.add_option("--shares", o["shares"], "Special logits: none,zeros,neginf,ties [default: drawn per case]")
+  app.add_option("--shares", o["shares"], "Special logits: none,zeros,neginf,posinf,ties [default: drawn per case]")
       ->delimiter(',');
   app.add_option("--sampling", o["sampling"],
                  "Per-row parameters: grid (the parameter grid over the rows), greedy, typical (temperature 0.8, "
@@ -116,6 +117,11 @@ at::Tensor draw_logits(const json& p, int64_t batch, int64_t vocab, at::Generato
       l[1].fill_(-std::numeric_limits<float>::infinity());
       l[1][t] = v;
     }
+  } else if (shares == "posinf") {
+    // Up to three +inf tokens a row (the contract: the draw is among them, each as likely; greedy
+    // and top_k = 1 take the lowest index), and some -inf.
+    l.masked_fill_(at::rand({batch, vocab}, gen, f32).lt(0.1), -std::numeric_limits<float>::infinity());
+    l.scatter_(1, random_tokens(std::min<int64_t>(3, vocab)), std::numeric_limits<float>::infinity());
   } else if (shares == "ties") {
     const int64_t n = std::min<int64_t>(5, vocab);
     const at::Tensor top = std::get<0>(l.max(1, /*keepdim=*/true));
@@ -231,7 +237,8 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   const auto vocabs = options::integers(o, "vocab", {111, 32000}, 1);
   const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"});
   const auto dists = options::choices(o, "dist", {"normal1", "normal5", "spikes"}, {"normal1", "normal5", "spikes"});
-  const auto shares = options::choices(o, "shares", {"none", "zeros", "neginf", "ties"}, {"none", "zeros", "neginf", "ties"});
+  const auto shares = options::choices(o, "shares", {"none", "zeros", "neginf", "posinf", "ties"},
+                                           {"none", "zeros", "neginf", "posinf", "ties"});
   const auto samplings = options::choices(o, "sampling", {"grid", "greedy", "typical"}, {"grid"});
   const auto layouts = options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"});
   const bool grid_given = options::given(o, "batch") || options::given(o, "vocab") || options::given(o, "shares") ||
