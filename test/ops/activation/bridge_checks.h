@@ -190,7 +190,7 @@ inline void check_argument_errors(const std::string& impl, at::Device device) {
   };
   const at::Device other = device.is_cpu() ? at::Device(at::kMeta) : at::Device(at::kCPU);
   const std::string type = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const bool gate = gated(operation_of(impl));
   std::vector<Bad> cases = {
       {on(at::randn({4, 0})), gate ? "input's last dimension must be even and >= 2"

@@ -208,7 +208,7 @@ inline void check_bad_slots(const std::string& impl, at::Device device) {
 
 // Every argument error names the operation, the argument, what was expected and what was given.
 inline void check_argument_errors(const std::string& impl, at::Device device) {
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const at::Tensor key = on(at::randn({4, 2, 8})), value = on(at::randn({4, 2, 8}));
   const at::Tensor kc = on(at::randn({3, 4, 2, 8})), vc = on(at::randn({3, 4, 2, 8}));
   const at::Tensor slots = on(at::tensor({0, 1, 2, 3}, at::kLong));

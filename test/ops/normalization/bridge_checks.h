@@ -231,7 +231,7 @@ inline Devices devices_for(at::Device device) {
 
 inline std::vector<BadCase> rms_norm_bad_cases(at::Device device) {
   const Devices d = devices_for(device);
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const at::Tensor x = on(at::randn({4, 16}, at::kBFloat16)), w = on(at::ones({16}, at::kBFloat16));
   auto call = [](at::Tensor input, at::Tensor weight, double eps) {
     return [=](const std::string& impl) { function_of<RmsNormFn>(impl)(input, weight, eps); };
@@ -260,7 +260,8 @@ inline std::vector<BadCase> rms_norm_bad_cases(at::Device device) {
 
 inline std::vector<BadCase> fused_add_rms_norm_bad_cases(at::Device device) {
   const Devices d = devices_for(device);
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  // By value: the overlap cases below call it after this function has returned.
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const at::Tensor x = on(at::randn({4, 16}, at::kHalf)), w = on(at::ones({16}, at::kFloat));
   auto call = [](at::Tensor input, at::Tensor residual, at::Tensor weight, double eps) {
     return [=](const std::string& impl) mutable { function_of<FusedAddRmsNormFn>(impl)(input, residual, weight, eps); };
@@ -299,7 +300,7 @@ inline std::vector<BadCase> fused_add_rms_norm_bad_cases(at::Device device) {
 
 inline std::vector<BadCase> layer_norm_bad_cases(at::Device device) {
   const Devices d = devices_for(device);
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const at::Tensor x = on(at::randn({4, 16})), w = on(at::ones({16}));
   auto call = [](at::Tensor input, at::Tensor weight, std::optional<at::Tensor> bias, double eps) {
     return [=](const std::string& impl) { function_of<LayerNormFn>(impl)(input, weight, bias, eps); };

@@ -196,7 +196,7 @@ inline bool check_token_stride_beyond_2_to_31(const std::string& impl, at::Devic
 inline void check_argument_errors(const std::string& impl, at::Device device) {
   const at::Device other = device.is_cpu() ? at::Device(at::kMeta) : at::Device(at::kCPU);
   const std::string type = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
-  const auto on = [&](const at::Tensor& t) { return t.to(device); };
+  const auto on = [device](const at::Tensor& t) { return t.to(device); };
   const at::Tensor pos = on(at::tensor({int64_t{0}, int64_t{1}}, at::kLong));
   const at::Tensor q = on(at::randn({2, 4 * 64})), k = on(at::randn({2, 2 * 64}));
   const at::Tensor cache = on(cos_sin_cache(8, 64, at::kFloat));
