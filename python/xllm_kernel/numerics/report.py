@@ -39,8 +39,10 @@ SCHEMA_FILES = {NUMERICS: "numerics-report", BENCHMARK: "benchmark-report", COMP
 # The top-level fields each schema requires (checked without jsonschema too; a test keeps these
 # equal to the schema files' "required").
 REQUIRED = {
-    NUMERICS: ("schema", "tool", "operation", "device", "mode", "seed", "environment", "implementations", "summary"),
-    BENCHMARK: ("schema", "tool", "operation", "device", "mode", "seed", "environment", "timing", "device_timer",
+    NUMERICS: ("schema", "tool", "operation", "device", "mode", "seed", "environment", "occupancy", "implementations",
+               "summary"),
+    BENCHMARK: ("schema", "tool", "operation", "device", "mode", "seed", "environment", "occupancy", "timing",
+                "device_timer",
                 "copy_bandwidth_gbps", "copy_method", "copy_methods", "copy_bytes", "implementations", "results",
                 "summary"),
     COMPARISON: ("schema", "tolerance", "rows", "drift", "compared"),
