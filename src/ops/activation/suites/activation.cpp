@@ -68,7 +68,9 @@ at::Tensor make_input(const json& p, at::Generator& g, bool gated) {
   at::Tensor base = layout == "3d" ? at::randn({tokens, 3, width + pad}, g, at::kDouble)
                                    : at::randn({tokens, width + pad}, g, at::kDouble);
   base.narrow(-1, 0, d).mul_(3);
-  if (p.value("values", "normal") == "nonfinite" && tokens > 0 && d >= 8) {
+  if (p.value("values", "normal") == "nonfinite") {
+    TORCH_CHECK(tokens > 0 && d >= 8, "activation suite: a nonfinite case needs >= 1 row of >= 8 columns, got ",
+                tokens, " x ", d);
     // The contracts' non-finite rules (act(+inf) = +inf, act(-inf) = 0, NaN stays NaN, an IEEE
     // product with the up half), in the first columns (the vector path) and the last (the tail).
     const double inf = INFINITY, nan = std::nan("");

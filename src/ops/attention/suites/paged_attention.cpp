@@ -209,11 +209,11 @@ void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int6
     at::Tensor e = q[qsl[s]].narrow(0, kv * group, group).select(1, 5);
     e.copy_(e.abs().mul_(sign).clamp_(sign > 0 ? 0.5 : -1e30, sign > 0 ? 1e30 : -0.5));
   };
-  const int64_t n = static_cast<int64_t>(batch.seqs.size());
-  if (n < 7 || h.kv < 2) return;
-  for (const Sequence& sq : batch.seqs) {
-    if (sq.q_len != 1 || sq.len < 5) return;
-  }
+  // A case whose shape cannot hold the plants is a suite error, never a case that checks nothing.
+  bool fits = static_cast<int64_t>(batch.seqs.size()) >= 7 && h.kv >= 2;
+  for (const Sequence& sq : batch.seqs) fits = fits && sq.q_len == 1 && sq.len >= 5;
+  TORCH_CHECK(fits, "paged_attention suite: a nonfinite case needs a decode batch of >= 7 sequences of >= 5 "
+              "positions and >= 2 KV heads");
   q[qsl[0]][0][0] = nan;
   row(v, 1, 0, 0)[3] = inf;
   row(k, 2, 1, h.kv - 1)[0] = nan;
