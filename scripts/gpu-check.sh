@@ -241,6 +241,9 @@ phase_tests() {
   # The bundle's libhwy stands in for an installed one (the installed-package test links against
   # the installed libxllm_kernel.so, which needs it).
   export LD_LIBRARY_PATH="$BUNDLE/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Passive OpenMP waiting: the parallel test processes' idle threads do not spin on each other's
+  # cores (scripts/test.sh says why).
+  export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
   limited ctest --test-dir "$dir" -j "$JOBS" --timeout 300 --output-on-failure \
     --output-junit "$REPORTS/ctest.xml" >"$REPORTS/ctest.log" 2>&1
   local rc=$?
