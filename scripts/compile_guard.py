@@ -14,16 +14,24 @@ change. Not checked here:
 Prints one line per failing translation unit with its first error, then a summary; exit 1 when any
 failed, 2 on bad arguments.
 
+With --cache DIR, a translation unit that passed is not compiled again while its command, the
+compiler and the content of every file it read (the dependency list clang wrote when it passed) are
+unchanged, the way ccache keys an object. Paths under the checkout and the build folder are keyed
+relative to them, so another clone of the same tree hits the same entries. A failure is never cached.
+
   python3 scripts/compile_guard.py --build-dir build --torch-headers DIR [--compiler clang++] [--jobs N]
+                                   [--cache DIR]
 """
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +46,71 @@ def parse_args():
     p.add_argument("--compiler", default="clang++")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--only", default="", help="a regular expression: check only the files it matches")
+    p.add_argument("--cache", default="", help="a folder for the passes of unchanged translation units (empty: none)")
     return p.parse_args()
+
+
+class PassCache:
+    """Which translation units passed, keyed by command and compiler, each with the content hashes
+    of the files it read then (the manifest). A hit needs every one of those files unchanged."""
+
+    def __init__(self, folder, compiler_version, roots):
+        self.folder = folder
+        self.compiler_version = compiler_version
+        # (absolute prefix, placeholder), the longest first: a build folder inside the checkout.
+        self.roots = sorted(((os.path.abspath(r), "<%s>" % name) for name, r in roots.items()),
+                            key=lambda r: -len(r[0]))
+        self.hashes = {}
+        os.makedirs(folder, exist_ok=True)
+
+    def relative(self, text):
+        for prefix, name in self.roots:
+            text = text.replace(prefix, name)
+        return text
+
+    def absolute(self, text):
+        for prefix, name in self.roots:
+            text = text.replace(name, prefix)
+        return text
+
+    def digest(self, path):
+        if path not in self.hashes:  # dict writes are atomic; a race only hashes a file twice
+            try:
+                with open(path, "rb") as f:
+                    self.hashes[path] = hashlib.sha256(f.read()).hexdigest()
+            except OSError:
+                self.hashes[path] = None
+        return self.hashes[path]
+
+    def manifest_path(self, directory, cmd):
+        key = "\0".join([self.compiler_version, self.relative(directory)] + [self.relative(a) for a in cmd])
+        return os.path.join(self.folder, hashlib.sha256(key.encode()).hexdigest() + ".json")
+
+    def hit(self, directory, cmd):
+        try:
+            with open(self.manifest_path(directory, cmd)) as f:
+                deps = json.load(f)["deps"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return bool(deps) and all(self.digest(self.absolute(p)) == h for p, h in deps)
+
+    def store(self, directory, cmd, depfile):
+        with open(depfile) as f:
+            text = f.read().replace("\\\n", " ")
+        _, _, listed = text.partition(": ")
+        paths = [t.replace("\\ ", " ") for t in re.split(r"(?<!\\)\s+", listed) if t]
+        deps = []
+        for p in paths:
+            full = os.path.normpath(os.path.join(directory, p))
+            h = self.digest(full)
+            if h is None:
+                return
+            deps.append([self.relative(full), h])
+        target = self.manifest_path(directory, cmd)
+        tmp = "%s.%d.tmp" % (target, os.getpid())
+        with open(tmp, "w") as f:
+            json.dump({"deps": deps}, f)
+        os.replace(tmp, target)
 
 
 def first_error(output):
@@ -124,10 +196,32 @@ def main():
               file=sys.stderr)
         return 1
 
+    compiler = subprocess.run([opts.compiler, "--version"], stdout=subprocess.PIPE, text=True).stdout.splitlines()
+    cache = None
+    if opts.cache:
+        source_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cache = PassCache(opts.cache, "\n".join(compiler),
+                          {"build": os.path.abspath(opts.build_dir), "source": source_root})
+    cached = []
+
     def run(job):
         path, directory, cmd, against = job
         started = time.time()
-        proc = subprocess.run(cmd, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if cache is not None and cache.hit(directory, cmd):
+            cached.append(path)
+            return path, against, 0, "", 0.0
+        depfile = None
+        full = cmd
+        if cache is not None:
+            fd, depfile = tempfile.mkstemp(dir=cache.folder, suffix=".d")
+            os.close(fd)
+            full = cmd + ["-MD", "-MF", depfile]
+        proc = subprocess.run(full, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if depfile is not None:
+            if proc.returncode == 0 and os.path.exists(depfile):
+                cache.store(directory, cmd, depfile)
+            if os.path.exists(depfile):
+                os.remove(depfile)
         return path, against, proc.returncode, proc.stdout, time.time() - started
 
     print("[compile-guard] %d translation units, syntax only, with %s against torch %s headers (%d jobs)"
@@ -141,11 +235,10 @@ def main():
                 failed.append((path, against, output))
                 print("FAILED %s (%s, %.0f s): %s" % (os.path.relpath(path, root), against, seconds,
                                                       first_error(output)), flush=True)
-    compiler = subprocess.run([opts.compiler, "--version"], stdout=subprocess.PIPE, text=True).stdout.splitlines()
-    print("[compile-guard] %s, torch %s headers: %d of %d translation units compile, %d do not "
-          "(%d .cu left to nvcc) in %.0f s"
-          % (compiler[0] if compiler else opts.compiler, version, len(jobs) - len(failed), len(jobs), len(failed),
-             skipped_cu, time.time() - start))
+    print("[compile-guard] %s, torch %s headers: %d of %d translation units compile (%d of them unchanged since "
+          "they passed, from the cache), %d do not (%d .cu left to nvcc) in %.0f s"
+          % (compiler[0] if compiler else opts.compiler, version, len(jobs) - len(failed), len(jobs), len(cached),
+             len(failed), skipped_cu, time.time() - start))
     for path, against, output in failed:
         print("\n---- %s (%s)\n%s" % (os.path.relpath(path, root), against, "\n".join(output.splitlines()[:40])),
               file=sys.stderr)

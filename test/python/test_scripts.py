@@ -106,6 +106,44 @@ def test_compile_guard_isolates_compiler_and_headers(tree):
     assert r.returncode == 0 and "1 of 1 translation units compile" in r.stdout
 
 
+@pytest.mark.skipif(clang_major() is None, reason="clang++ is not installed (scripts/install-clang.sh)")
+def test_compile_guard_cache_skips_only_unchanged_passes(tree, tmp_path):
+    # The guard keys paths relative to its checkout (the folder above scripts/): here tmp_path.
+    root = tmp_path
+    os.makedirs(str(root / "scripts"))
+    for name in ("compile_guard.py", "gpu_check_verdict.py"):
+        shutil.copy(os.path.join(ROOT, "scripts", name), str(root / "scripts" / name))
+    cache = str(tmp_path.parent / (tmp_path.name + "-guard-cache"))
+
+    def run(top):
+        r = subprocess.run([sys.executable, str(top / "scripts" / "compile_guard.py"), "--build-dir", str(top / "build"),
+                            "--torch-headers", str(top / "site" / "torch"), "--jobs", "2", "--cache", cache],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        m = re.search(r"(\d+) of (\d+) translation units compile \((\d+) of them unchanged", r.stdout)
+        assert m, r.stdout + r.stderr
+        return failed_files(r.stdout), int(m.group(1)), int(m.group(3))
+
+    broken = ["binding.cpp"] if clang_major() < 16 else []
+    passing = 4 - len(broken)
+    assert run(root) == (broken, passing, 0)
+    # Nothing changed: every pass comes from the cache; a failure is compiled (and fails) again.
+    assert run(root) == (broken, passing, passing)
+    # Another checkout of the same files (every path differs) hits the same entries.
+    clone = tmp_path.parent / (tmp_path.name + "-clone")
+    shutil.copytree(str(root), str(clone))
+    database = clone / "build" / "compile_commands.json"
+    database.write_text(database.read_text().replace(str(root), str(clone)))
+    assert run(clone) == (broken, passing, passing)
+    # A header two of them include changes: those two are compiled again, npu_bridge.cpp is not.
+    with open(str(root / "site" / "torch" / "include" / "ATen" / "ATen.h"), "a") as f:
+        f.write("// touched\n")
+    assert run(root) == (broken, passing, passing - 2)
+    # A header that now fails fails every file that reads it, though each passed before.
+    with open(str(root / "site" / "torch" / "include" / "c10" / "Guard.h"), "a") as f:
+        f.write("this does not compile\n")
+    assert run(root) == (sorted(["good.cpp", "transitive.cpp", "npu_bridge.cpp"] + broken), 4 - 3 - len(broken), 0)
+
+
 def test_compile_guard_rejects_bad_arguments(tree, tmp_path):
     r = subprocess.run([sys.executable, GUARD, "--build-dir", str(tmp_path / "none"), "--torch-headers", tree["old"]],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
