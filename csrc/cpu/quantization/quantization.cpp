@@ -4,6 +4,7 @@
 // scalar functions, which the tests check on every target.
 #include "csrc/cpu/quantization/quantization.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -456,6 +457,98 @@ HWY_INLINE void RowMinMax(const T* HWY_RESTRICT x, size_t count, float& min, flo
   max = kernels::quant_float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(hi))));
 }
 
+// ---------------------------------------------------------------- fp8 of bf16 rows by table
+#undef XLLM_QUANT_BF16_TABLE
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3 && HWY_NATIVE_FMA
+// Per-token fp8 of a bf16 row whose scale s is a normal float in [2^-18, 2^120] and whose
+// quotients are in range (Fp8PerTokenInRangeFma's rows), by a 128-byte table and vpermi2b
+// (AVX512_VBMI) instead of the quotient and its conversion per element.
+// A bf16 x = 2^(E - 127) (1 + m / 128) (E >= 1) is r_m = 2^(eb - 127) (1 + m / 128) times
+// 2^(E - eb). Take eb = Es, s's biased exponent, so r_m / s lies in (1/2, 2). Scaling
+// by a power of 2 commutes with both roundings while every value stays normal: RN32(x / s) =
+// 2^(E - eb) RN32(r_m / s), and e4m3 of 2^k w is e4m3 of w plus k binades, i.e. code + 8k,
+// wherever the result is a normal e4m3 (>= 2^-6). So code(x) = T[m] + 8 (E - eb) with T[m] the
+// code of r_m / s, computed by Fp8PerTokenInRangeFma itself. Where that sum is below 8 (x / s
+// below 2^-6, e4m3's subnormals, and zeros and bf16 subnormals, whose sums are below 0 as eb >=
+// 109) the spacing differs: a block of 64 elements holding such a lane is quantized by the
+// quotient instead. (A sum of exactly 8 from the binade below, a value within 2^-11 of 2^-6, is
+// 8 by the subnormal spacing as well: 2^-6 - 2^-10 is already the tie that rounds to 8.) In-range
+// quotients are at most 448 (1 + 2^-23), so no sum exceeds 0x7E. The tests run every bf16 value
+// through it against x / s for every scale of the quotient tests, with the tables and without.
+struct Bf16E4m3Table {
+  __m512i lo, hi;  // T[0..63], T[64..127]
+  __m512i bias;    // 8 eb in every 16-bit lane
+};
+
+HWY_INLINE Bf16E4m3Table MakeBf16E4m3Table(const Fp8PerTokenInRangeFma& q, float s) {
+  const DF d;
+  const DI di;
+  uint32_t s_bits;
+  std::memcpy(&s_bits, &s, sizeof(s_bits));
+  const int32_t eb = static_cast<int32_t>(s_bits >> 23);
+  const size_t n = hn::Lanes(d);  // 16
+  VI codes[8];
+  for (size_t j = 0; j < 8; ++j) {
+    const VI m = hn::Add(hn::Iota(di, static_cast<int32_t>(j * n)), hn::Set(di, eb << 7));
+    codes[j] = q(hn::BitCast(d, hn::ShiftLeft<16>(m)));
+  }
+  return Bf16E4m3Table{PackBytes<true>(codes[0], codes[1], codes[2], codes[3]).raw,
+                       PackBytes<true>(codes[4], codes[5], codes[6], codes[7]).raw,
+                       _mm512_set1_epi16(static_cast<int16_t>(8 * eb))};
+}
+
+// The codes of 32 bf16 elements (16-bit lanes, sign included); *small: a lane needs the quotient.
+HWY_INLINE __m512i Bf16E4m3Codes(__m512i a, const Bf16E4m3Table& t, __mmask32& small) {
+  __m512i r = a;  // byte indexes: the low byte of each element is its m (bit 7, E's low bit, unread)
+  // vpermi2b by assembly: this target's compiler flags do not include AVX512_VBMI, which the
+  // caller checked at run time.
+  __asm__("vpermi2b %[hi], %[lo], %[r]" : [r] "+v"(r) : [lo] "v"(t.lo), [hi] "v"(t.hi));
+  const __m512i e8 = _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi16(0x07F8));
+  const __m512i code =
+      _mm512_sub_epi16(_mm512_add_epi16(_mm512_and_si512(r, _mm512_set1_epi16(0x00FF)), e8), t.bias);
+  small = _mm512_cmplt_epi16_mask(code, _mm512_set1_epi16(8));
+  // code | ((a >> 8) & 0x80); ternlog 0xF8 = a | (b & c)
+  return _mm512_ternarylogic_epi32(code, _mm512_srli_epi16(a, 8), _mm512_set1_epi16(0x80), 0xF8);
+}
+
+// QuantizeRow<kStream, kPrefetch> of a bf16 row with q, by the table where it applies.
+template <bool kStream, bool kPrefetch>
+HWY_NOINLINE void QuantizeBf16RowByTable(const bfloat16_t* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, size_t count,
+                                         const Fp8PerTokenInRangeFma& q, const Bf16E4m3Table& t,
+                                         const bfloat16_t* next) {
+  const D8 d8;
+  constexpr size_t v = 64;
+  size_t i = 0;
+  if constexpr (kStream) {
+    const size_t misaligned = reinterpret_cast<uintptr_t>(y) % v;
+    i = misaligned == 0 ? 0 : HWY_MIN(count, v - misaligned);
+    QuantizePartial(x, y, i, q);
+  }
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  for (; i + v <= count; i += v) {
+    if constexpr (kPrefetch) PrefetchElems(next + i, v);
+    const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
+    __mmask32 small_a, small_b;
+    const __m512i ca = Bf16E4m3Codes(a, t, small_a), cb = Bf16E4m3Codes(b, t, small_b);
+    if (HWY_UNLIKELY((small_a | small_b) != 0)) {
+      QuantizePartial(x + i, y + i, v, q);
+      continue;
+    }
+    // packus of two 16-bit vectors interleaves their 64-bit groups per 128-bit block.
+    StoreVec<kStream>(hn::Vec<D8>{_mm512_permutexvar_epi64(order, _mm512_packus_epi16(ca, cb))}, d8, y + i);
+  }
+  QuantizePartial(x + i, y + i, count - i, q);
+}
+
+HWY_INLINE bool CpuHasVbmi() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+#define XLLM_QUANT_BF16_TABLE 1
+#else
+#define XLLM_QUANT_BF16_TABLE 0
+#endif
+
 // ---------------------------------------------------------------- quantizing rows
 
 enum class Method : int { kFp8PerToken, kInt8PerToken, kInt8Azp, kFp8Static, kInt8Static, kInt8AzpStatic };
@@ -475,6 +568,9 @@ Method MethodOf(const QuantParams& p) {
 class RowQuantizer {
  public:
   explicit RowQuantizer(const QuantParams& p) : method_(MethodOf(p)), scale_ub_(p.scale_ub), stream_(p.stream_out) {
+#if XLLM_QUANT_BF16_TABLE
+    tables_ = CpuHasVbmi() && quant_byte_tables_enabled();
+#endif
     if (p.scheme == QuantScheme::kStatic) {
       static_scale_ = *p.static_scale;
       static_azp_ = p.static_azp != nullptr ? *p.static_azp : 0;
@@ -501,7 +597,18 @@ class RowQuantizer {
 #if HWY_NATIVE_FMA
           // Always so for these rows (s >= 1 / 229376, s <= FLT_MAX / 448); checked all the same.
           if (s >= 0x1p-18f && s <= 0x1p120f) {
-            return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRangeFma{hn::Set(d, s), hn::Set(d, 1.0f / s)}, next);
+            const Fp8PerTokenInRangeFma q{hn::Set(d, s), hn::Set(d, 1.0f / s)};
+#if XLLM_QUANT_BF16_TABLE
+            if constexpr (std::is_same_v<T, bfloat16_t>) {
+              // The table costs about what 300 elements do by the quotient.
+              if (tables_ && count >= 512) {
+                const Bf16E4m3Table t = MakeBf16E4m3Table(q, s);
+                if (stream_) return QuantizeBf16RowByTable<true, kPrefetch>(src, y, count, q, t, next);
+                return QuantizeBf16RowByTable<false, kPrefetch>(src, y, count, q, t, next);
+              }
+            }
+#endif
+            return Quantize<kPrefetch>(src, y, count, q, next);
           }
 #endif
           return Quantize<kPrefetch>(src, y, count, Fp8PerTokenInRange{hn::Set(d, s)}, next);
@@ -551,6 +658,7 @@ class RowQuantizer {
   Method method_;
   const float* scale_ub_;
   bool stream_;
+  bool tables_ = false;  // the bf16 fp8 table path (AVX512_VBMI), unless turned off for a test
   float static_scale_ = 0.0f;
   int32_t static_azp_ = 0;
 };
@@ -713,6 +821,13 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace xllm_kernel::cpu {
+
+namespace {
+std::atomic<bool> g_byte_tables{true};
+}  // namespace
+
+bool quant_byte_tables_enabled() { return g_byte_tables.load(std::memory_order_relaxed); }
+void set_quant_byte_tables_for_test(bool enabled) { g_byte_tables.store(enabled, std::memory_order_relaxed); }
 
 HWY_EXPORT(QuantRows);
 HWY_EXPORT(RmsNormQuantRows);

@@ -5,7 +5,8 @@
 //     here (the scalar functions of the header, and the kernels' SIMD forms through static_quant
 //     with scale 1, where q = e4m3(x), int8(x) or int8(int32(x) + azp)), and a stratified float32
 //     sweep of the SIMD e4m3 conversions against the header's scalar one;
-//   - the per-token fp8 quotient (a division-free exact form on targets with fma) against
+//   - the per-token fp8 quotient (a division-free exact form on targets with fma, and for bf16
+//     rows on AVX512_VBMI CPUs a 128-byte table per row, run with the tables and without) against
 //     quantize_fp8_per_token for every bf16 and f16 value and the e4m3 boundaries, times scales
 //     over the whole range;
 //   - every kernel and scheme against a scalar reference of the contract's float32 arithmetic
@@ -45,6 +46,15 @@ namespace kq = kernels;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr uint32_t kCanonicalNaN = 0x7FC00000u;
+
+// The bf16 byte-table path on (the default) or off while in scope.
+class ByteTablesScope {
+ public:
+  explicit ByteTablesScope(bool enabled) { set_quant_byte_tables_for_test(enabled); }
+  ~ByteTablesScope() { set_quant_byte_tables_for_test(true); }
+  ByteTablesScope(const ByteTablesScope&) = delete;
+  ByteTablesScope& operator=(const ByteTablesScope&) = delete;
+};
 
 // ---------------------------------------------------------------- float64 references
 // Independent of csrc/common/quantization.h: e4m3 values from the format's definition, rounding by
@@ -727,17 +737,22 @@ TEST(QuantConversions, PerTokenRowsOnEveryTarget) {
         for (size_t i = 0; i < want.size(); ++i) {
           want[i] = k == 0 ? RefE4m3(set.values[i]) : static_cast<uint8_t>(RefInt8(set.values[i]));
         }
-        for (auto [hidden, stream] : {std::pair<int64_t, bool>{4097, false}, {1000, true}, {18, false}}) {
-          const std::vector<uint8_t> got = PerTokenOfValues(m, set.dtype, set.values, k == 0 ? 448.0f : 127.0f, hidden, stream);
-          ASSERT_EQ(got.size(), want.size());
-          int64_t bad = 0;
-          for (size_t i = 0; i < want.size(); ++i) {
-            if (got[i] != want[i] && bad++ < 5) {
-              ADD_FAILURE() << "hidden " << hidden << " v " << set.values[i] << " (" << Hex(F32Bits(set.values[i]))
-                            << "): " << Hex(got[i]) << " want " << Hex(want[i]);
+        for (bool tables : k == 0 && set.dtype == DType::kBFloat16 ? std::vector<bool>{true, false}
+                                                                   : std::vector<bool>{true}) {
+          ByteTablesScope tables_scope(tables);
+          for (auto [hidden, stream] : {std::pair<int64_t, bool>{4097, false}, {1000, true}, {18, false}}) {
+            const std::vector<uint8_t> got =
+                PerTokenOfValues(m, set.dtype, set.values, k == 0 ? 448.0f : 127.0f, hidden, stream);
+            ASSERT_EQ(got.size(), want.size());
+            int64_t bad = 0;
+            for (size_t i = 0; i < want.size(); ++i) {
+              if (got[i] != want[i] && bad++ < 5) {
+                ADD_FAILURE() << "hidden " << hidden << (tables ? "" : " (no tables)") << " v " << set.values[i] << " ("
+                              << Hex(F32Bits(set.values[i])) << "): " << Hex(got[i]) << " want " << Hex(want[i]);
+              }
             }
+            EXPECT_EQ(bad, 0) << "hidden " << hidden;
           }
-          EXPECT_EQ(bad, 0) << "hidden " << hidden;
         }
       }
     }
@@ -868,16 +883,20 @@ TEST(QuantConversions, Fp8PerTokenQuotientsOnEveryTarget) {
     ++cases;
     for (int64_t target : targets) {
       TargetScope scope(target);
-      const std::vector<uint8_t> got = Fp8OfValuesWithAmax(t, values, amax, 4097);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        if (got[i] != want[i] && bad++ < 10) {
-          ADD_FAILURE() << hwy::TargetName(target) << " " << ShortName(t) << " x " << values[i] << " ("
-                        << Hex(F32Bits(values[i])) << ") / scale " << s << " (" << Hex(F32Bits(s)) << "): " << Hex(got[i])
-                        << " want " << Hex(want[i]);
+      // bf16 rows take the byte tables where the CPU has AVX512_VBMI; the quotient path as well.
+      for (bool tables : t == DType::kBFloat16 ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+        ByteTablesScope tables_scope(tables);
+        const std::vector<uint8_t> got = Fp8OfValuesWithAmax(t, values, amax, 4097);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (got[i] != want[i] && bad++ < 10) {
+            ADD_FAILURE() << hwy::TargetName(target) << (tables ? "" : " (no tables) ") << " " << ShortName(t) << " x "
+                          << values[i] << " (" << Hex(F32Bits(values[i])) << ") / scale " << s << " ("
+                          << Hex(F32Bits(s)) << "): " << Hex(got[i]) << " want " << Hex(want[i]);
+          }
         }
+        checked += static_cast<int64_t>(got.size());
       }
-      checked += static_cast<int64_t>(got.size());
     }
   };
   for (float amax : QuotientAmaxes(false)) {
