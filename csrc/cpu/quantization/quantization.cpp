@@ -658,7 +658,9 @@ class RowQuantizer {
   Method method_;
   const float* scale_ub_;
   bool stream_;
+#if XLLM_QUANT_BF16_TABLE
   bool tables_ = false;  // the bf16 fp8 table path (AVX512_VBMI), unless turned off for a test
+#endif
   float static_scale_ = 0.0f;
   int32_t static_azp_ = 0;
 };
