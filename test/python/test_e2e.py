@@ -237,3 +237,17 @@ def test_synthetic_prefill_times_decode_only(tmp_path):
     calls = {r["operation"]: r["calls"] for r in side["profile"]["operations"]}
     assert calls["paged_attention"] == 2 * 3 and calls["sample"] == 3  # the decode steps alone
     assert "Synthetic prefill" in result.stdout
+
+
+def test_report_figures_read_as_numbers():
+    # Tables show 3 significant digits below 1000 and whole numbers from there on (a prefill rate
+    # of 1848 tokens/s, not 1.85e+03); a missing figure is a dash.
+    from xllm_kernel.e2e.report import _fmt
+
+    assert _fmt(1847.9) == "1848"
+    assert _fmt(157258.4) == "157258"
+    assert _fmt(154.11) == "154"
+    assert _fmt(0.10382) == "0.104"
+    assert _fmt(0.12345, 2) == "0.12"
+    assert _fmt(None) == "—"
+    assert _fmt(16) == "16"

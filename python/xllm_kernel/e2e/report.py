@@ -46,7 +46,7 @@ def _fmt(x, digits=3):
     if x is None:
         return "—"
     if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1e5 else f"{x:.0f}"
+        return f"{x:.{digits}g}" if abs(x) < 1e3 else f"{x:.0f}"  # 1848, not 1.85e+03
     return str(x)
 
 
