@@ -259,7 +259,7 @@ Int8Azp MakeInt8Azp(float multiplier, int32_t azp) {
 
 // ---------------------------------------------------------------- row passes
 
-// Prefetch hints of the next row: none, into L1 (prefetcht0), or into L2 (prefetcht1, x86).
+// Prefetch hints of the next row: none, into L1 (PrefetchElems), or into L2 (PrefetchElemsL2).
 constexpr int kPrefetchNone = 0, kPrefetchL1 = 1, kPrefetchL2 = 2;
 
 template <int kPrefetch, typename T>
@@ -267,14 +267,15 @@ HWY_INLINE void PrefetchNext(const T* p, size_t count) {
   if constexpr (kPrefetch == kPrefetchL1) {
     PrefetchElems(p, count);
   } else if constexpr (kPrefetch == kPrefetchL2) {
-#if HWY_ARCH_X86
-    for (size_t k = 0; k < count * sizeof(T); k += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + k, _MM_HINT_T1);
-    }
-#else
-    PrefetchElems(p, count);
-#endif
+    PrefetchElemsL2(p, count);
   }
+}
+
+// The elements before y's first address aligned to v bytes (at most count): stored normally
+// ahead of a row's non-temporal stores.
+HWY_INLINE size_t StreamHead(const uint8_t* y, size_t count, size_t v) {
+  const size_t misaligned = reinterpret_cast<uintptr_t>(y) % v;
+  return misaligned == 0 ? 0 : HWY_MIN(count, v - misaligned);
 }
 
 // Fewer than a full byte vector: float vectors of N, then a partial one through a stack buffer
@@ -296,6 +297,14 @@ HWY_INLINE void QuantizePartial(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y
 
 #if HWY_TARGET != HWY_SCALAR
 using D8 = hn::ScalableTag<uint8_t>;
+
+#if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
+// A 16-to-8-bit pack of vectors a and b interleaves their 64-bit groups per 128-bit block (a0 b0
+// a1 b1 ...); this puts them back in memory order (a0 a1 a2 a3 b0 b1 b2 b3).
+HWY_INLINE __m512i QwordsInOrder(__m512i packed) {
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+}
+#endif
 
 // The elements of four int32 vectors (4N elements in memory order, each in [-128, 127] or, with
 // kUnsigned, [0, 255]) as one full vector of bytes. x86: two saturating packs to 16 bits, one to
@@ -341,10 +350,8 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
   const size_t v = hn::Lanes(d8);
   const size_t n = hn::Lanes(DF());
   if constexpr (kStream) {
-    const size_t misaligned = reinterpret_cast<uintptr_t>(y) % v;
-    const size_t head = misaligned == 0 ? 0 : HWY_MIN(count, v - misaligned);
-    QuantizePartial(x, y, head, q);
-    i = head;
+    i = StreamHead(y, count, v);
+    QuantizePartial(x, y, i, q);
   }
 #if XLLM_QUANT_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (std::is_same_v<T, bfloat16_t>) {
@@ -353,7 +360,6 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
     // 32-bit pack of (lo, hi) is a's 32 elements in order; the 16-bit pack interleaves a's and b's
     // 64-bit groups, which one vpermq puts back in order.
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
     for (; i + v <= count; i += v) {
       PrefetchNext<kPrefetch>(next + i, v);
       const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
@@ -363,7 +369,7 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
       const VI q3 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b))});
       const __m512i ab = _mm512_packs_epi32(q0.raw, q1.raw), ce = _mm512_packs_epi32(q2.raw, q3.raw);
       const __m512i packed = Q::kUnsigned ? _mm512_packus_epi16(ab, ce) : _mm512_packs_epi16(ab, ce);
-      StoreVec<kStream>(hn::Vec<D8>{_mm512_permutexvar_epi64(order, packed)}, d8, y + i);
+      StoreVec<kStream>(hn::Vec<D8>{QwordsInOrder(packed)}, d8, y + i);
     }
   }
 #endif
@@ -539,11 +545,9 @@ HWY_NOINLINE void QuantizeBf16RowByTable(const bfloat16_t* HWY_RESTRICT x, uint8
   constexpr size_t v = 64;
   size_t i = 0;
   if constexpr (kStream) {
-    const size_t misaligned = reinterpret_cast<uintptr_t>(y) % v;
-    i = misaligned == 0 ? 0 : HWY_MIN(count, v - misaligned);
+    i = StreamHead(y, count, v);
     QuantizePartial(x, y, i, q);
   }
-  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   for (; i + v <= count; i += v) {
     PrefetchNext<kPrefetch>(next + i, v);
     const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
@@ -553,8 +557,7 @@ HWY_NOINLINE void QuantizeBf16RowByTable(const bfloat16_t* HWY_RESTRICT x, uint8
       QuantizePartial(x + i, y + i, v, q);
       continue;
     }
-    // packus of two 16-bit vectors interleaves their 64-bit groups per 128-bit block.
-    StoreVec<kStream>(hn::Vec<D8>{_mm512_permutexvar_epi64(order, _mm512_packus_epi16(ca, cb))}, d8, y + i);
+    StoreVec<kStream>(hn::Vec<D8>{QwordsInOrder(_mm512_packus_epi16(ca, cb))}, d8, y + i);
   }
   QuantizePartial(x + i, y + i, count - i, q);
 }
@@ -599,9 +602,9 @@ class RowQuantizer {
   bool streams() const { return stream_; }
 
   // Row src of `count` elements into y; per-token: its scale into *scale (and azp into *azp).
-  // kPrefetch (PrefetchNext's hint): prefetch the same span of `next` while quantizing. Rows whose values all map to one
-  // element (a NaN row, an int8 row with multiplier 0) are filled; rows whose amax bounds the
-  // quotients take the conversions without NaN and saturation handling.
+  // kPrefetch (PrefetchNext's hint): prefetch the same span of `next` while quantizing. Rows whose
+  // values all map to one element (a NaN row, an int8 row with multiplier 0) are filled; rows
+  // whose amax bounds the quotients take the conversions without NaN and saturation handling.
   template <int kPrefetch, typename T>
   HWY_INLINE void Row(const T* src, uint8_t* y, size_t count, float* scale, int32_t* azp, const T* next) const {
     const DF d;

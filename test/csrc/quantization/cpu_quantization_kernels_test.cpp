@@ -56,6 +56,9 @@ class ByteTablesScope {
   ByteTablesScope& operator=(const ByteTablesScope&) = delete;
 };
 
+// The table settings to run: both for per-token fp8 of bf16 rows (the tables' only use), else on.
+std::vector<bool> TableSettings(bool bf16_fp8) { return bf16_fp8 ? std::vector<bool>{true, false} : std::vector<bool>{true}; }
+
 // ---------------------------------------------------------------- float64 references
 // Independent of csrc/common/quantization.h: e4m3 values from the format's definition, rounding by
 // comparing exact float64 distances, integers by float64 nearbyint (ties to even).
@@ -737,8 +740,7 @@ TEST(QuantConversions, PerTokenRowsOnEveryTarget) {
         for (size_t i = 0; i < want.size(); ++i) {
           want[i] = k == 0 ? RefE4m3(set.values[i]) : static_cast<uint8_t>(RefInt8(set.values[i]));
         }
-        for (bool tables : k == 0 && set.dtype == DType::kBFloat16 ? std::vector<bool>{true, false}
-                                                                   : std::vector<bool>{true}) {
+        for (bool tables : TableSettings(k == 0 && set.dtype == DType::kBFloat16)) {
           ByteTablesScope tables_scope(tables);
           for (auto [hidden, stream] : {std::pair<int64_t, bool>{4097, false}, {1000, true}, {18, false}}) {
             const std::vector<uint8_t> got =
@@ -884,7 +886,7 @@ TEST(QuantConversions, Fp8PerTokenQuotientsOnEveryTarget) {
     for (int64_t target : targets) {
       TargetScope scope(target);
       // bf16 rows take the byte tables where the CPU has AVX512_VBMI; the quotient path as well.
-      for (bool tables : t == DType::kBFloat16 ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+      for (bool tables : TableSettings(t == DType::kBFloat16)) {
         ByteTablesScope tables_scope(tables);
         const std::vector<uint8_t> got = Fp8OfValuesWithAmax(t, values, amax, 4097);
         ASSERT_EQ(got.size(), want.size());
