@@ -157,8 +157,9 @@ HWY_INLINE float AddRoundSumSquares(const T* x, T* r, size_t hidden) {
 
 // AffineRow for bf16 rows on f32 weights (and bias) in even/odd order per block of 2N elements
 // (natural order after the last full block, see PreparedWeights). kStream: full blocks are
-// stored non-temporally, y must be aligned to the vector size.
-template <bool kShift, bool kBias, bool kNaNPayload, bool kStream>
+// stored non-temporally, y must be aligned to the vector size. kHalfPrefetch: only the first half
+// of `next`, at half the rate (for a pass that follows and prefetches the second half).
+template <bool kShift, bool kBias, bool kNaNPayload, bool kStream, bool kHalfPrefetch = false>
 HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale_s, const float* w, const float* b,
                                  bfloat16_t* y, size_t hidden, const bfloat16_t* next) {
   const DF d;
@@ -167,7 +168,11 @@ HWY_INLINE void AffineRowEvenOdd(const bfloat16_t* x, float shift_s, float scale
   const VF scale = hn::Set(d, scale_s);
   size_t i = 0;
   for (; i + 4 * n <= hidden; i += 4 * n) {
-    PrefetchElems(next + i, 4 * n);
+    if constexpr (kHalfPrefetch) {
+      PrefetchElems(next + i / 2, 2 * n);
+    } else {
+      PrefetchElems(next + i, 4 * n);
+    }
     VF e0, o0, e1, o1;
     LoadEvenOdd(x + i, e0, o0);
     LoadEvenOdd(x + i + 2 * n, e1, o1);
@@ -301,7 +306,9 @@ class PreparedWeights {
   // y = (x - shift) * scale * w (+ b) for one row. row_nan: the row's input may hold a NaN.
   // stream: store y non-temporally where the layout allows (f32 and bf16 rows aligned to the
   // vector size).
-  template <bool kShift, bool kBias>
+  // kHalfPrefetch: bf16 rows on prepared weights prefetch the first half of next only
+  // (AffineRowEvenOdd); others all of it.
+  template <bool kShift, bool kBias, bool kHalfPrefetch = false>
   HWY_INLINE void Row(const T* x, float shift, float scale, T* y, size_t hidden, const T* next, bool row_nan,
                       bool stream) const {
     stream = stream && !std::is_same_v<T, float16_t> && StreamAligned(y);
@@ -317,10 +324,11 @@ class PreparedWeights {
     const float* b = kBias ? w + hidden : w;
     if constexpr (kEvenOdd) {
       const bool nan = row_nan || has_nan_;
-      if (nan && stream) AffineRowEvenOdd<kShift, kBias, true, true>(x, shift, scale, w, b, y, hidden, next);
-      if (nan && !stream) AffineRowEvenOdd<kShift, kBias, true, false>(x, shift, scale, w, b, y, hidden, next);
-      if (!nan && stream) AffineRowEvenOdd<kShift, kBias, false, true>(x, shift, scale, w, b, y, hidden, next);
-      if (!nan && !stream) AffineRowEvenOdd<kShift, kBias, false, false>(x, shift, scale, w, b, y, hidden, next);
+      constexpr bool kHalf = kHalfPrefetch;
+      if (nan && stream) AffineRowEvenOdd<kShift, kBias, true, true, kHalf>(x, shift, scale, w, b, y, hidden, next);
+      if (nan && !stream) AffineRowEvenOdd<kShift, kBias, true, false, kHalf>(x, shift, scale, w, b, y, hidden, next);
+      if (!nan && stream) AffineRowEvenOdd<kShift, kBias, false, true, kHalf>(x, shift, scale, w, b, y, hidden, next);
+      if (!nan && !stream) AffineRowEvenOdd<kShift, kBias, false, false, kHalf>(x, shift, scale, w, b, y, hidden, next);
     } else {
       AffineRow<kShift, kBias>(x, shift, scale, w, b, y, hidden, next);
     }

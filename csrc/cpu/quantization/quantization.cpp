@@ -259,15 +259,21 @@ Int8Azp MakeInt8Azp(float multiplier, int32_t azp) {
 
 // ---------------------------------------------------------------- row passes
 
-// Prefetch hints of the next row: none, into L1 (PrefetchElems), or into L2 (PrefetchElemsL2).
-constexpr int kPrefetchNone = 0, kPrefetchL1 = 1, kPrefetchL2 = 2;
+// Prefetch hints of the next row: none, into L1 (PrefetchElems), into L2 (PrefetchElemsL2), or
+// into L1 its second half only, at half the rate (after a pass that prefetched the first half:
+// AffineRowEvenOdd<..., kHalfPrefetch>).
+constexpr int kPrefetchNone = 0, kPrefetchL1 = 1, kPrefetchL2 = 2, kPrefetchL1SecondHalf = 3;
 
+// The prefetch of a pass over a row of `count` elements at elements [i, i + n): the same span of
+// the next row `next`, or with kPrefetchL1SecondHalf half as many elements of its second half.
 template <int kPrefetch, typename T>
-HWY_INLINE void PrefetchNext(const T* p, size_t count) {
+HWY_INLINE void PrefetchNext(const T* next, size_t count, size_t i, size_t n) {
   if constexpr (kPrefetch == kPrefetchL1) {
-    PrefetchElems(p, count);
+    PrefetchElems(next + i, n);
   } else if constexpr (kPrefetch == kPrefetchL2) {
-    PrefetchElemsL2(p, count);
+    PrefetchElemsL2(next + i, n);
+  } else if constexpr (kPrefetch == kPrefetchL1SecondHalf) {
+    PrefetchElems(next + count / 2 + i / 2, n / 2);
   }
 }
 
@@ -361,7 +367,7 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
     // 64-bit groups, which one vpermq puts back in order.
     const __m512i zero = _mm512_setzero_si512();
     for (; i + v <= count; i += v) {
-      PrefetchNext<kPrefetch>(next + i, v);
+      PrefetchNext<kPrefetch>(next, count, i, v);
       const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
       const VI q0 = q(VF{_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a))});
       const VI q1 = q(VF{_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a))});
@@ -374,7 +380,7 @@ HWY_INLINE void QuantizeRow(const T* HWY_RESTRICT x, uint8_t* HWY_RESTRICT y, si
   }
 #endif
   for (; i + v <= count; i += v) {
-    PrefetchNext<kPrefetch>(next + i, v);
+    PrefetchNext<kPrefetch>(next, count, i, v);
     const VI q0 = q(LoadF(x + i)), q1 = q(LoadF(x + i + n));
     const VI q2 = q(LoadF(x + i + 2 * n)), q3 = q(LoadF(x + i + 3 * n));
     StoreVec<kStream>(PackBytes<Q::kUnsigned>(q0, q1, q2, q3), d8, y + i);
@@ -549,7 +555,7 @@ HWY_NOINLINE void QuantizeBf16RowByTable(const bfloat16_t* HWY_RESTRICT x, uint8
     QuantizePartial(x, y, i, q);
   }
   for (; i + v <= count; i += v) {
-    PrefetchNext<kPrefetch>(next + i, v);
+    PrefetchNext<kPrefetch>(next, count, i, v);
     const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + v / 2);
     __mmask32 small_a, small_b;
     const __m512i ca = Bf16E4m3Codes(a, t, small_a), cb = Bf16E4m3Codes(b, t, small_b);
@@ -739,11 +745,13 @@ void RmsNormQuantRowsT(const QuantParams& p, int64_t row_begin, int64_t row_end,
     const T* next = row + 1 < row_end ? input + rc.NextOffset(0) : x;
     const float ss = ReduceRow(x, hidden, SquareOp());
     const float inv = RmsInverse(ss, inv_hidden, eps);
-    weights.template Row<false, false>(x, 0.0f, inv, buf, hidden, next, std::isnan(ss), /*stream=*/false);
+    weights.template Row<false, false, /*kHalfPrefetch=*/true>(x, 0.0f, inv, buf, hidden, next, std::isnan(ss),
+                                                               /*stream=*/false);
     const RowOutputs o = OutputsAt(p, rc, 1);
-    // The next row is prefetched again while quantizing: with fp8 the divisions make this the
-    // longest pass, and the fetch spreads over it instead of stalling the short normalizing pass.
-    rq.Row<kPrefetchL1>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);
+    // The next row's first half is prefetched while normalizing, its second half while
+    // quantizing, each at half the rate of the pass, so that the fetch spreads over both passes
+    // instead of stalling the normalizing one (bf16 rows; others prefetch the whole row there).
+    rq.Row<kPrefetchL1SecondHalf>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);
   }
   if (rq.streams()) hwy::FlushStream();
 }
@@ -772,10 +780,11 @@ void FusedAddRmsNormQuantRowsT(const QuantParams& p, int64_t row_begin, int64_t 
       ss = AddRoundSumSquares(x, r, hidden);
     }
     const float inv = RmsInverse(ss, inv_hidden, eps);
-    weights.template Row<false, false>(static_cast<const T*>(r), 0.0f, inv, buf, hidden, next, std::isnan(ss),
-                                       /*stream=*/false);
+    weights.template Row<false, false, /*kHalfPrefetch=*/true>(static_cast<const T*>(r), 0.0f, inv, buf, hidden,
+                                                               next, std::isnan(ss), /*stream=*/false);
     const RowOutputs o = OutputsAt(p, rc, 2);
-    rq.Row<kPrefetchL1>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);  // as in RmsNormQuantRowsT
+    // As in RmsNormQuantRowsT.
+    rq.Row<kPrefetchL1SecondHalf>(static_cast<const T*>(buf), o.out, hidden, o.scale, o.azp, next);
   }
   if (rq.streams()) hwy::FlushStream();
 }
