@@ -10,13 +10,34 @@
 # src/core/parallel.cpp); the Python package is not built (it would need the runtime preloaded into
 # python) and the CUDA plugin neither (no GPU runs here).
 #
-#   bash scripts/sanitize.sh [asan|tsan|all]     (default all; JOBS=N, default nproc)
+#   kernels  ASan+UBSan of the torch-free CPU kernels and their tests only (csrc/cpu, test/csrc;
+#         -DXLLM_KERNEL_KERNELS_ONLY=ON: no torch, no library): a few minutes, run by .ci/run
+#         (scripts/test.sh). On a failure it prints the first sanitizer report again at the end
+#         and keeps it in BUILD_DIR/first-report.txt.
+#
+#   bash scripts/sanitize.sh [asan|tsan|kernels|all]   (default all: asan and tsan; JOBS=N, default
+#                                                      nproc; BUILD_DIR for kernels, default build-asan-kernels)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT="${1:-all}"
-case "$WHAT" in asan|tsan|all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
+case "$WHAT" in asan|tsan|kernels|all) ;; *) echo "usage: $0 [asan|tsan|kernels|all]" >&2; exit 2 ;; esac
 ROOT="$PWD"
-PYTHON="$(bash scripts/setup.sh | tail -n 1)"
+if [ "$WHAT" = kernels ]; then
+  # Needs no torch: the Debian packages of the build only (scripts/setup.sh installs them and torch;
+  # here only what the kernels need).
+  missing=()
+  for p in build-essential cmake ninja-build ccache pkg-config libhwy-dev libgtest-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq >&2
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+else
+  PYTHON="$(bash scripts/setup.sh | tail -n 1)"
+fi
 bash scripts/install-clang.sh >&2
 export CCACHE_BASEDIR="$ROOT"
 JOBS="${JOBS:-$(nproc)}"
@@ -36,6 +57,35 @@ configure() {  # dir sanitizers [cmake args...]
 }
 
 seconds() { echo $(( $(date +%s) - $1 )); }
+
+if [ "$WHAT" = kernels ]; then
+  start=$(date +%s)
+  dir="${BUILD_DIR:-build-asan-kernels}"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DXLLM_KERNEL_SANITIZE="address,undefined" -DXLLM_KERNEL_KERNELS_ONLY=ON >&2
+  cmake --build "$dir" -j "$JOBS" >&2
+  built=$(seconds "$start")
+  start=$(date +%s)
+  rc=0
+  rm -f "$dir/first-report.txt"
+  ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --output-log "$dir/ctest.log" >&2 || rc=$?
+  count="$(ctest --test-dir "$dir" -N | tail -n 1)"
+  if [ "$rc" -ne 0 ]; then
+    # The failing tests' output went by above; the first sanitizer report again, whole, so that the
+    # log's end says what was found.
+    # $dir/first-report.txt keeps it for the caller (scripts/test.sh prints it at its end).
+    log="$dir/ctest.log"
+    {
+      echo "[sanitize] kernels: ASan+UBSan FAILED ($count); the first sanitizer report:"
+      awk '/ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/ {on = 1}
+           on {print; if (++n >= 60 || /^SUMMARY: /) exit}' "$log" || true
+    } > "$dir/first-report.txt"
+    cat "$dir/first-report.txt" >&2
+    exit "$rc"
+  fi
+  echo "[sanitize] kernels: asan+ubsan: built in ${built} s, CTest green in $(seconds "$start") s ($count)"
+  exit 0
+fi
 
 if [ "$WHAT" = asan ] || [ "$WHAT" = all ]; then
   start=$(date +%s)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the compile guard (every translation unit with clang++ against
+# Sets up, builds and runs every test: the torch-free kernel tests under ASan+UBSan (clang,
+# scripts/sanitize.sh kernels), the compile guard (every translation unit with clang++ against
 # the oldest supported torch's headers, scripts/compile-guard.sh), CTest (GoogleTest suites, CLI
 # checks, the installed-package consumer), then pytest on the Python package in the build tree with
 # the guide's command (`python -m pytest -q test --ignore=test/npu`: test/test_*.py and test/python),
@@ -10,6 +11,11 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 BUILD_DIR="$(bash scripts/build.sh | tail -n 1)"
 echo "[test] built in $(( $(date +%s) - start )) s" >&2
+# The torch-free kernels and their tests under ASan+UBSan (clang), in a build of their own.
+SAN_DIR="${SAN_BUILD_DIR:-build-asan-kernels}"
+san=0
+BUILD_DIR="$SAN_DIR" bash scripts/sanitize.sh kernels >&2 || san=$?
+echo "[test] kernel sanitizers done at $(( $(date +%s) - start )) s (exit $san)" >&2
 guard=0
 bash scripts/compile-guard.sh "$BUILD_DIR" || guard=$?
 echo "[test] compile guard done at $(( $(date +%s) - start )) s (exit $guard)" >&2
@@ -32,6 +38,11 @@ fi
 echo "[test] total $(( $(date +%s) - start )) s" >&2
 if [ "$guard" -ne 0 ]; then
   echo "[test] the compile guard failed (exit $guard): see its FAILED lines above" >&2
+  [ "$rc" -ne 0 ] || rc=1
+fi
+if [ "$san" -ne 0 ]; then
+  echo "[test] the kernel tests under ASan+UBSan failed (exit $san):" >&2
+  cat "$SAN_DIR/first-report.txt" >&2 2>/dev/null || echo "[test] (no sanitizer report: see the build or CTest output above)" >&2
   [ "$rc" -ne 0 ] || rc=1
 fi
 exit "$rc"

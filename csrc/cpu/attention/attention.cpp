@@ -228,16 +228,23 @@ HWY_INLINE void TileValues(const float* HWY_RESTRICT pm, const uint8_t* seen, si
 
 // Walks the keys of one sequence through the block table in order: the addresses of the current
 // key's rows (head 0), or null for a key whose block id is out of range (never dereferenced). One
-// division at Seek, none per key.
+// division at Seek, none per key. The table is read only below `blocks` (the blocks that hold the
+// item's keys): Next() after the last key, when that key ends its block, steps past them, and the
+// entry there may be past the table's allocation.
 template <typename T>
 struct KeyWalk {
   const PagedAttentionParams* p;
   const int32_t* table;
+  int64_t blocks;  // table entries the walk may read: [0, blocks)
   int64_t block = 0, row = 0;
-  const T* k = nullptr;  // the current key's rows (null: bad block id)
+  const T* k = nullptr;  // the current key's rows (null: bad block id, or past the item's keys)
   const T* v = nullptr;
 
   HWY_INLINE void Block() {
+    if (block >= blocks) {
+      k = v = nullptr;
+      return;
+    }
     const int64_t id = table[block];
     if (id < 0 || id >= p->num_blocks) {
       k = v = nullptr;
@@ -403,7 +410,8 @@ void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* HW
   std::fill(sc.row_max, sc.row_max + vectors, -std::numeric_limits<float>::infinity());
   std::fill(sc.row_sum, sc.row_sum + vectors, 0.0f);
 
-  KeyWalk<T> walk{&p, p.block_tables + item.seq * p.block_table_stride};
+  KeyWalk<T> walk{&p, p.block_tables + item.seq * p.block_table_stride,
+                  (item.key_end + p.block_size - 1) / p.block_size};
   walk.Seek(item.key_begin);
   KeyWalk<T> ahead = walk;
   const int64_t kh = p.key_cache_strides.head, vh = p.value_cache_strides.head;

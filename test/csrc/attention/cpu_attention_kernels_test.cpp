@@ -6,8 +6,9 @@
 // entry the kernel must not read; strided query and output rows and padded cache blocks; padding
 // sequences (seq_lens 0); split plans equal to unsplit ones; items run by threads taking the next
 // one; the plan (every visible (sequence, KV head, query row, key) in exactly one item, splits
-// merged once); bad block ids and contradicting lengths (nothing read, nothing written); rows that
-// end at an inaccessible page; the kernel's rejections.
+// merged once); bad block ids and contradicting lengths (nothing read, nothing written); rows and
+// index arrays (block tables, seq_lens, query_start_loc) that end at an inaccessible page; the
+// kernel's rejections.
 //
 // Tolerance of an output element with float64 reference r (u = 2^-24, the float32 unit roundoff):
 //   |got - r| <= roundoff(dtype) |r| + subnormal(dtype) + 32 u vmax (sqrt(keys) + sqrt(head_size))
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -94,7 +96,20 @@ struct Problem {
   uint32_t sentinel = 0;
   // Per output element: sqrt(sum_j w_j^2 (v_j - out)^2) (Reference fills it).
   mutable std::vector<double> spread;
+  // The index arrays the kernel reads, each ending right before an inaccessible page; kept until
+  // the problem dies (earlier Params() stay valid).
+  std::vector<std::shared_ptr<GuardedArray<int32_t>>> guarded;
 
+  int32_t* Guarded(const int32_t* values, size_t n) {
+    guarded.push_back(std::make_shared<GuardedArray<int32_t>>(values, n));
+    EXPECT_TRUE(guarded.back()->ok());
+    return guarded.back()->data();
+  }
+
+  // Parameters over copies of the index arrays as they are now (change tables, qsl or lens before
+  // calling this). The block table ends right after the last sequence's last block (the rows before
+  // it keep their unused entries): a kernel reading the table entry past the blocks a sequence
+  // needs crashes, as it does on seq_lens[num_seqs] or query_start_loc[num_seqs + 1].
   PagedAttentionParams Params() {
     PagedAttentionParams p;
     p.dtype = c.dtype;
@@ -114,10 +129,15 @@ struct Problem {
     p.value_cache_strides = {block_stride, c.kv_heads * c.head_size, c.head_size};
     p.out = out.data();
     p.out_strides = {q_token_stride, q_head_stride};
-    p.block_tables = tables.data();
+    size_t table_entries = tables.size();
+    if (!lens.empty()) {
+      const int64_t last = std::clamp<int64_t>((lens.back() + c.block_size - 1) / c.block_size, 0, max_blocks);
+      table_entries = static_cast<size_t>((static_cast<int64_t>(lens.size()) - 1) * max_blocks + last);
+    }
+    p.block_tables = Guarded(tables.data(), table_entries);
     p.block_table_stride = max_blocks;
-    p.query_start_loc = qsl.data();
-    p.seq_lens = lens.data();
+    p.query_start_loc = Guarded(qsl.data(), qsl.size());
+    p.seq_lens = Guarded(lens.data(), lens.size());
     p.scale = scale;
     p.soft_cap = c.soft_cap;
     p.sliding_window = c.window;
@@ -571,15 +591,15 @@ TEST(CpuAttentionKernel, BadBlocksAndLengthsWriteNothingAndReadNothing) {
     ASSERT_TRUE(kc.ok() && vc.ok());
     std::memcpy(kc.tail(bytes), pr.key_cache.data(), bytes);
     std::memcpy(vc.tail(bytes), pr.value_cache.data(), bytes);
-    PagedAttentionParams p = pr.Params();
-    p.key_cache = kc.tail(bytes);
-    p.value_cache = vc.tail(bytes);
     std::vector<double> ref;
     Reference(pr, ref);
     pr.tables[0 * pr.max_blocks + 1] = static_cast<int32_t>(pr.num_blocks);  // seq 0: past the end
     pr.tables[1 * pr.max_blocks + 2] = -1;                                    // seq 1: negative
     pr.lens[3] = 2;                                                            // seq 3: q_len 3 > 2 keys
     pr.lens[4] = static_cast<int32_t>(pr.max_blocks * c.block_size + 1);       // seq 4: beyond the table
+    PagedAttentionParams p = pr.Params();  // the index arrays as changed
+    p.key_cache = kc.tail(bytes);
+    p.value_cache = vc.tail(bytes);
     std::vector<bool> written(pr.tokens, true);
     for (int s : {0, 1, 3, 4}) {
       for (int32_t t = pr.qsl[s]; t < pr.qsl[s + 1]; ++t) written[t] = false;
@@ -589,8 +609,35 @@ TEST(CpuAttentionKernel, BadBlocksAndLengthsWriteNothingAndReadNothing) {
   }
 }
 
-// Queries, outputs and cache blocks that end right before an inaccessible page, head sizes with
-// tails: nothing read or written past a row.
+// Every index array ends right before an inaccessible page (Problem::Params): the block table right
+// after the last sequence's last block, seq_lens and query_start_loc after their last entries.
+// Batches whose last sequence fills its last block exactly (the walk must stop at the last key,
+// not step into the next block's id), whole and split over threads (split items end mid-sequence),
+// every block size of the reference tests, decode and prefill (the AVX-512 BF16 decode and AMX
+// prefill kernels where the CPU has them).
+TEST(CpuAttentionKernel, ReadsNoIndexPastTheArrays) {
+  std::mt19937 rng(23);
+  std::vector<Case> cases;
+  for (DType t : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+    cases.push_back({t, 8, 2, 64, 16, {{1, 17}, {1, 64}}});                       // decode
+    cases.push_back({t, 8, 2, 64, 16, {{1, 1}, {1, 1024}}});                      // decode, long
+    cases.push_back({t, 32, 8, 128, 32, {{1, 96}, {40, 96}}});                    // mixed
+    cases.push_back({t, 8, 8, 64, 16, {{48, 48}}});                               // prefill
+    cases.push_back({t, 9, 3, 33, 1, {{3, 7}, {0, 0}, {2, 5}}});                  // block 1, padding seq
+    cases.push_back({t, 4, 2, 128, 16, {{2, 40}, {1, 32}}, 0.0f, 7});             // window
+  }
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Case& c : cases) {
+      for (int64_t threads : {1, 3, 8}) RunAndCheck(c, threads, false, rng);
+    }
+  }
+}
+
+// Queries, outputs, cache blocks and the block table that end right before an inaccessible page,
+// head sizes with tails: nothing read or written past a row, no table entry read past the block
+// the last key is in (the last key is the last row of its block).
 TEST(CpuAttentionKernel, NoAccessPastTheRows) {
   std::mt19937 rng(17);
   for (int64_t target : KernelTargets()) {
@@ -612,11 +659,11 @@ TEST(CpuAttentionKernel, NoAccessPastTheRows) {
         for (int64_t h = 0; h < 2; ++h) {
           std::memcpy(q.tail(q_bytes) + h * hs * es, pr.query.data() + h * pr.q_head_stride * es, hs * es);
         }
-        std::vector<int32_t> table = {0};
+        const int32_t block0 = 0;
         PagedAttentionParams p = pr.Params();
         p.num_blocks = 1;
         p.max_blocks_per_seq = 1;
-        p.block_tables = table.data();
+        p.block_tables = pr.Guarded(&block0, 1);  // the table ends at a guard page too
         p.block_table_stride = 1;
         p.key_cache = kc.tail(cache_bytes);
         p.value_cache = vc.tail(cache_bytes);

@@ -9,8 +9,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +21,7 @@
 #include "csrc/common/rows.h"
 #include "csrc/cpu/common/simd.h"
 #include "hwy/targets.h"
+#include "test/csrc/common/guarded_memory.h"
 
 namespace xllm_kernel::cpu::test {
 
@@ -207,38 +206,9 @@ class TargetScope {
   TargetScope& operator=(const TargetScope&) = delete;
 };
 
-// ---------------------------------------------------------------- memory
+// ---------------------------------------------------------------- memory (guarded_memory.h)
 
-// `bytes` of memory that end right before a PROT_NONE page: a kernel reading or writing past
-// the end crashes. Large sizes only reserve address space (pages are committed when touched).
-class GuardedRegion {
- public:
-  explicit GuardedRegion(size_t bytes) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t data_pages = (bytes + page - 1) / page;
-    len_ = (data_pages + 1) * page;
-    base_ = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base_ == MAP_FAILED) {
-      base_ = nullptr;
-      return;
-    }
-    char* guard = static_cast<char*>(base_) + data_pages * page;
-    if (mprotect(guard, page, PROT_NONE) != 0) return;
-    end_ = guard;
-  }
-  ~GuardedRegion() {
-    if (base_ != nullptr) munmap(base_, len_);
-  }
-  GuardedRegion(const GuardedRegion&) = delete;
-  GuardedRegion& operator=(const GuardedRegion&) = delete;
-  bool ok() const { return end_ != nullptr; }
-  // Start of the last `bytes` before the guard page.
-  char* tail(size_t bytes) const { return end_ - bytes; }
-
- private:
-  void* base_ = nullptr;
-  size_t len_ = 0;
-  char* end_ = nullptr;
-};
+using xllm_kernel::test::GuardedArray;
+using xllm_kernel::test::GuardedRegion;
 
 }  // namespace xllm_kernel::cpu::test

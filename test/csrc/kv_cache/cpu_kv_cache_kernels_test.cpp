@@ -3,8 +3,8 @@
 // here with plain loops), row sizes around the vector widths (tails), heads not adjacent, block
 // strides beyond one block, negative and out-of-range slots skipped, split token ranges, streaming
 // stores, runs of consecutive slots (a prefill: one copy per run, which must end at its block's
-// end, a skipped slot and its range's end), rows that end at an inaccessible page, and the
-// kernel's rejections.
+// end, a skipped slot and its range's end), rows and slot mappings that end at an inaccessible page,
+// and the kernel's rejections.
 #include "csrc/cpu/kv_cache/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -94,7 +94,9 @@ void RunCase(const Case& c, bool stream, int splits, std::mt19937& rng) {
   p.key_cache_block_stride = block;
   p.value_cache = vc.data();
   p.value_cache_block_stride = block;
-  p.slot_mapping = slot.data();
+  GuardedArray<int64_t> guarded_slots(slot);  // ends at a guard page: no slot read past the last token
+  ASSERT_TRUE(guarded_slots.ok());
+  p.slot_mapping = guarded_slots.data();
   p.slot_stride = 1;
   p.stream_out = stream;
   for (int s = 0; s < splits; ++s) {
@@ -128,7 +130,8 @@ TEST(CpuKvCacheKernel, CopiesBitsIntoTheAddressedSlotsOnEveryTarget) {
   }
 }
 
-// Rows that end right before an inaccessible page: no read or write past a row.
+// Rows and the slot mapping that end right before an inaccessible page: no read or write past a
+// row, no slot read past the last token.
 TEST(CpuKvCacheKernel, NoAccessPastTheRows) {
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
@@ -142,6 +145,8 @@ TEST(CpuKvCacheKernel, NoAccessPastTheRows) {
       std::memset(kc.tail(bytes), 0, bytes);
       std::memset(vc.tail(bytes), 0, bytes);
       const int64_t slot = 0;
+      GuardedArray<int64_t> slots(&slot, 1);  // the slot mapping ends at a guard page too
+      ASSERT_TRUE(slots.ok());
       KvCacheParams p;
       p.dtype = DType::kFloat16;
       p.tokens = 1;
@@ -153,7 +158,7 @@ TEST(CpuKvCacheKernel, NoAccessPastTheRows) {
       p.value = value.tail(bytes);
       p.key_cache = kc.tail(bytes);
       p.value_cache = vc.tail(bytes);
-      p.slot_mapping = &slot;
+      p.slot_mapping = slots.data();
       ASSERT_TRUE(reshape_and_cache(p, 0, 1).is_ok());
       EXPECT_EQ(std::memcmp(kc.tail(bytes), key.tail(bytes), bytes), 0);
       EXPECT_EQ(std::memcmp(vc.tail(bytes), value.tail(bytes), bytes), 0);

@@ -1642,8 +1642,9 @@ TEST(QuantMemory, RowsPast2To31Elements) {
 }
 
 TEST(QuantMemory, NoReadOrWritePastRowEnd) {
-  // Input, residual and out rows end right before an inaccessible page: reading or writing past a
-  // row's end crashes. Every width up to 3 full AVX-512 byte vectors and some more.
+  // Input, residual and out rows, the weight, the scalars and the scale and zero-point outputs end
+  // right before an inaccessible page: reading or writing past any of them crashes. Every width up
+  // to 3 full AVX-512 byte vectors and some more.
   std::vector<int64_t> widths;
   for (int64_t h = 1; h <= 70; ++h) widths.push_back(h);
   for (int64_t h : {127, 128, 129, 191, 192, 193, 255, 257}) widths.push_back(h);
@@ -1658,17 +1659,23 @@ TEST(QuantMemory, NoReadOrWritePastRowEnd) {
           // Two rows back to back, the second ending at the guard (silu_and_mul: 2 * hidden wide).
           GuardedRegion gx(4 * hidden * es), gr(2 * hidden * es), gq(2 * hidden);
           ASSERT_TRUE(gx.ok() && gr.ok() && gq.ok());
-          std::vector<unsigned char> w(hidden * 4);
-          for (int64_t j = 0; j < hidden; ++j) Store(DType::kFloat32, w.data(), j, 1.0f);
+          // The weight, the scalars and the per-row scale and zero-point outputs end at guard pages
+          // too.
+          GuardedArray<float> w(std::vector<float>(hidden, 1.0f)), scale(std::vector<float>(2));
+          GuardedArray<int32_t> azp(std::vector<int32_t>(2));
           const Constants c = MakeConstants(m, static_cast<uint32_t>(hidden));
-          float scale[2];
-          int32_t azp[2];
+          GuardedArray<float> ub(&c.ub, 1), static_scale(&c.scale, 1);
+          GuardedArray<int32_t> static_azp(&c.azp, 1);
+          ASSERT_TRUE(w.ok() && scale.ok() && azp.ok() && ub.ok() && static_scale.ok() && static_azp.ok());
           kq::QuantParams p = BaseParams(t, MakeShape(2, false), hidden);
           SetMethod(m, c, p);
+          if (p.scale_ub != nullptr) p.scale_ub = ub.data();
+          if (p.static_scale != nullptr) p.static_scale = static_scale.data();
+          if (p.static_azp != nullptr) p.static_azp = static_azp.data();
           p.residual_strides.s[0] = p.out_strides.s[0] = hidden;
           p.scale_strides.s[0] = p.azp_strides.s[0] = 1;
-          p.scale_out = scale;
-          p.azp_out = azp;
+          p.scale_out = scale.data();
+          p.azp_out = azp.data();
           p.weight = w.data();
           p.eps = 1e-6;
           for (bool stream : {false, true}) {

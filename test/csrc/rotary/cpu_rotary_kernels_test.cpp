@@ -211,8 +211,9 @@ TEST(RotaryKernel, OutOfRangePositionsLeaveTheirTokensUnchanged) {
   }
 }
 
-// The last head ends right before an inaccessible page, and so does the last cache row: a read or
-// write past either crashes. Head sizes whose pair counts are not multiples of the vector width.
+// The last head ends right before an inaccessible page, and so do the last cache row and the
+// positions: a read or write past any of them crashes. Head sizes whose pair counts are not
+// multiples of the vector width.
 TEST(RotaryKernel, NoAccessPastTheLastHeadOrCacheRow) {
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
@@ -231,6 +232,8 @@ TEST(RotaryKernel, NoAccessPastTheLastHeadOrCacheRow) {
             cache[i] = i < rot / 2 ? 0.0f : 1.0f;  // cos 0, sin 1: a quarter turn
           }
           const int64_t position = 0;
+          GuardedArray<int64_t> positions(&position, 1);  // the positions end at a guard page too
+          ASSERT_TRUE(positions.ok());
           RotaryParams p;
           p.dtype = t;
           p.cache_dtype = DType::kFloat32;
@@ -238,7 +241,7 @@ TEST(RotaryKernel, NoAccessPastTheLastHeadOrCacheRow) {
           p.head_size = rot;
           p.rot_dim = rot;
           p.is_neox = neox;
-          p.positions = &position;
+          p.positions = positions.data();
           p.cos_sin_cache = cache;
           p.cache_stride = rot;
           p.max_position = 1;

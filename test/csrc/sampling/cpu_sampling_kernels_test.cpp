@@ -1042,7 +1042,8 @@ TEST(CpuSamplingKernel, ChiSquaredSurvivalFunction) {
 
 // ---------------------------------------------------------------- memory and rejections
 
-// Rows that end right before an inaccessible page (tails of every dtype are read exactly).
+// Rows and the per-row arrays (temperature, top-k, top-p, min-p, seeds, offsets, out) that end right
+// before an inaccessible page (tails of every dtype are read exactly).
 TEST(CpuSamplingKernel, ReadsNothingPastTheRow) {
   std::mt19937 rng(6);
   for (int64_t target : KernelTargets()) {
@@ -1057,22 +1058,25 @@ TEST(CpuSamplingKernel, ReadsNothingPastTheRow) {
           ASSERT_TRUE(region.ok());
           char* data = region.tail(bytes);
           for (int64_t i = 0; i < v; ++i) StoreBits(dtype, data, i, row.bits[i]);
-          float t = s.t, p = s.p, m = s.m;
-          int32_t k = s.k;
-          int64_t seed = s.seed, offset = s.offset, out = -7;
+          // The per-row arrays (one row) end at guard pages too.
+          GuardedArray<float> t(&s.t, 1), p(&s.p, 1), m(&s.m, 1);
+          GuardedArray<int32_t> k(&s.k, 1);
+          const int64_t minus7 = -7;
+          GuardedArray<int64_t> seed(&s.seed, 1), offset(&s.offset, 1), out(&minus7, 1);
+          ASSERT_TRUE(t.ok() && p.ok() && m.ok() && k.ok() && seed.ok() && offset.ok() && out.ok());
           SamplingParams sp;
           sp.dtype = dtype;
           sp.batch = 1;
           sp.vocab = v;
           sp.logits = data;
           sp.logits_row_stride = 0;
-          sp.temperature = &t;
-          sp.top_k = &k;
-          sp.top_p = &p;
-          sp.min_p = &m;
-          sp.seeds = &seed;
-          sp.offsets = &offset;
-          sp.out = &out;
+          sp.temperature = t.data();
+          sp.top_k = k.data();
+          sp.top_p = p.data();
+          sp.min_p = m.data();
+          sp.seeds = seed.data();
+          sp.offsets = offset.data();
+          sp.out = out.data();
           for (int threads : {1, 16}) {
             const SamplePlan plan = plan_sample(sp, threads);
             auto ws = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(std::max<int64_t>(plan.workspace_bytes, 64)));
@@ -1080,7 +1084,7 @@ TEST(CpuSamplingKernel, ReadsNothingPastTheRow) {
               ASSERT_TRUE(sample(sp, plan, ws.get(), static_cast<int>(ph), 0, plan.phase_items[ph]).is_ok());
             }
             ASSERT_EQ(row.expect.allowed.size(), 1u) << "a near-tie; change the seed";
-            EXPECT_EQ(out, row.expect.allowed[0]) << ShortName(dtype) << " vocab " << v;
+            EXPECT_EQ(out[0], row.expect.allowed[0]) << ShortName(dtype) << " vocab " << v;
           }
         }
       }

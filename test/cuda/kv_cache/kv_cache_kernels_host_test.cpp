@@ -3,7 +3,8 @@
 // the piece size the launcher would pick, against expected caches built here byte by byte. They
 // check that the addressed slots hold the inputs' bits, that every byte of a written row is
 // stored exactly once and nothing else is (the host build's store observer), that negative and
-// out-of-range slots write nothing, that 16-byte accesses happen exactly on the vector path and
+// out-of-range slots write nothing (the slot mapping ends at an inaccessible page: no slot is read
+// past the last token), that 16-byte accesses happen exactly on the vector path and
 // only at aligned addresses (the host load16/store16 throw otherwise), the plan's rules, and the
 // launcher's argument checks.
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 
 #include "csrc/cuda/kv_cache/kv_cache.cuh"
 #include "csrc/cuda/kv_cache/kv_cache.h"
+#include "test/csrc/common/guarded_memory.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
@@ -118,7 +120,9 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
   p.key_cache_block_stride = block;
   p.value_cache = vc.p.get() + c.misalign * es;
   p.value_cache_block_stride = block;
-  p.slot_mapping = slot.data();
+  test::GuardedArray<int64_t> guarded_slots(slot);  // ends at a guard page: no slot read past the last token
+  ASSERT_TRUE(guarded_slots.ok());
+  p.slot_mapping = guarded_slots.data();
   p.slot_stride = 1;
   KvCacheArgs args;
   args.p = p;
