@@ -60,7 +60,7 @@ def run(tool: str, argv: list[str] | None = None) -> int:
         )
         print(f"{prog}: this build of xllm_kernel has no {tool} tool: {why}", file=sys.stderr)
         return 2
-    compare = tool == "benchmark" and args[:1] == ["compare"]  # reads reports only
+    compare = tool == "benchmark" and args[:1] in (["compare"], ["ab"])  # reads reports only
     if not compare and not _load_suites(prog, args):
         return 1
     # Both languages write to the same file descriptors; flush Python's buffers first so output

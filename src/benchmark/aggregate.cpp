@@ -125,6 +125,18 @@ json aggregate_benchmark(const std::vector<json>& reports) {
     const double median = c["device"]["median"].get<double>();
     const double bytes = static_cast<double>(row.at("bytes_read").get<int64_t>() + row.at("bytes_written").get<int64_t>());
     const double gbps = median > 0 ? bytes / median / 1e9 : 0;
+    // The roofline: the ranks' largest ideal time (their slowest ceilings, as the copy's smallest
+    // bandwidth above), against the aggregated median.
+    json line;
+    for (const json* r : rows) {
+      if (r == nullptr || !r->contains("roofline")) continue;
+      const json& rl = r->at("roofline");
+      if (line.is_null() || rl.at("ideal_seconds").get<double>() > line.at("ideal_seconds").get<double>()) line = rl;
+    }
+    if (line.is_object()) {
+      line["percent"] = median > 0 ? 100.0 * line.at("ideal_seconds").get<double>() / median : 0.0;
+      c.update({{"roofline", line}, {"percent_of_roofline", line["percent"]}});
+    }
     c.update({{"implementation_detail", row.at("implementation_detail")},
               {"bytes_read", row.at("bytes_read")},
               {"bytes_written", row.at("bytes_written")},

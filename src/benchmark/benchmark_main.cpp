@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "src/benchmark/aggregate.h"
+#include "src/benchmark/ab.h"
+#include "src/benchmark/ceilings.h"
 #include "src/benchmark/compare.h"
 #include "src/benchmark/ratios.h"
 #include "src/benchmark/statistics.h"
@@ -116,15 +118,17 @@ std::string markdown(const json& report) {
   }
   md << "); each case's % of copy is against the faster copy timed again just before the case. "
      << report["device_timer"].get<std::string>() << ".\n\n";
+  if (env.contains("ceilings")) md << ceilings_markdown(env["ceilings"]);
   if (report.contains("occupancy")) md << tools::occupancy_markdown(report["occupancy"]);
   md << "Device and host enqueue intervals exclude the reset of a mutating case; its wall time includes it (the "
         "reset's own median in parentheses, to subtract).\n\n";
-  md << "| case | implementation | median us | p10-p90 us | wall us | GB/s | % of copy | x fastest | speed-up vs torch |\n";
-  md << "|---|---|---|---|---|---|---|---|---|\n";
+  md << "| case | implementation | median us | p10-p90 us | wall us | GB/s | % of copy | % of roofline (bound) | x fastest "
+        "| speed-up vs torch |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : report["results"]) {
     md << "| `" << r["case_id"].get<std::string>() << "` | `" << r["implementation"].get<std::string>() << "` | ";
     if (r["status"] != "timed") {
-      md << r["status"].get<std::string>() << ": " << r.value("reason", std::string()) << " | | | | | | |\n";
+      md << r["status"].get<std::string>() << ": " << r.value("reason", std::string()) << " | | | | | | | |\n";
       continue;
     }
     const json& d = r["device"];
@@ -134,7 +138,10 @@ std::string markdown(const json& report) {
                ? " (reset " + format_microseconds(r["reset"]["seconds"]["median"].get<double>()) + ")"
                : std::string())
        << " | " << format_number(r["achieved_gbps"].get<double>()) << " | "
-       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r)
+       << format_number(r["percent_of_copy"].get<double>()) << row_flags(r) << " | "
+       << (r.contains("roofline") ? format_number(r["percent_of_roofline"].get<double>()) + " (" +
+                                        r["roofline"]["bound"].get<std::string>() + ")"
+                                  : std::string("-"))
        << " | " << format_number(r["ratio_to_fastest"].get<double>()) << " | "
        << (r["speedup_vs_torch"].is_null() ? std::string("-") : format_number(r["speedup_vs_torch"].get<double>()))
        << " |\n";
@@ -144,8 +151,10 @@ std::string markdown(const json& report) {
 
 int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& dist) {
   if (argv.size() >= 2 && argv[1] == "compare") return compare_main(argv);
+  if (argv.size() >= 2 && argv[1] == "ab") return ab_main(argv);
   CLI::App app{"xllm-kernel-benchmark: time validated cases against the in-run copy bandwidth.\n"
-               "Subcommand: `compare BASELINE CANDIDATE BASELINE2`. Exit codes: 0 timed, 1 a case failed "
+               "Subcommands: `compare BASELINE CANDIDATE BASELINE2`; `ab` (rounds of two builds, scripts/ab.sh; "
+               "see `ab --help`). Exit codes: 0 timed, 1 a case failed "
                "validation (or an execution error), 2 usage error, 3 nothing timed.",
                "xllm-kernel-benchmark"};
   CommonOptions common;
@@ -220,6 +229,12 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   const int64_t copy_bytes = bo.copy_bytes > 0 ? bo.copy_bytes : int64_t{256} << 20;
   CopyMeter copy_meter(*api, torch_device, index, copy_bytes);
   const CopyBandwidth copy = copy_meter.measure(10);
+  // The roofline's other ceilings (ceilings.h): a read-only stream on a buffer of the same size,
+  // and the compute peaks of the device's instruction classes.
+  if (progress) std::cerr << "\r\033[Kmeasuring read and compute ceilings...\r" << std::flush;
+  ReadMeter read_meter(*api, torch_device, index, copy_bytes);
+  const ReadCeiling read = read_meter.measure(5);
+  const ComputePeaks peaks = measure_compute_peaks(*api, torch_device, index);
 
   std::vector<std::optional<std::string>> prepared_reasons;
   for (const auto& target : targets) {
@@ -233,6 +248,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     if (dist) dist->test_fault().before_case(ci, cases.size());
     const size_t row_start = results.size();
     std::optional<double> case_copy_bw;  // measured just before this case's first timing
+    std::optional<double> case_read_bw;  // the read ceiling's best method, the same
     // Interleaved: every implementation on this case before the next case.
     for (size_t ti = 0; ti < targets.size(); ++ti) {
       const auto& target = targets[ti];
@@ -281,6 +297,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       }
       for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
       if (!case_copy_bw) case_copy_bw = copy_meter.measure(5).best().second;
+      if (!case_read_bw) case_read_bw = read_meter.measure_best(5);
       const Samples s = mode == ExecutionMode::kGraph ? time_graph(*api, index, copies[0], bo.timing)
                                                       : time_eager(*api, index, copies, bo.timing);
       ++timed;
@@ -288,11 +305,16 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       const Steadiness steady = steadiness(s.device);
       const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
       const double gbps = bytes / device_summary.median / 1e9;
+      std::map<std::string, double> work = meta.work;
+      if (work.empty() && meta.flops > 0) work["f32_fma"] = meta.flops;
+      const Roofline line = roofline(static_cast<double>(meta.bytes_read), static_cast<double>(meta.bytes_written), work,
+                                     *case_read_bw, *case_copy_bw, peaks.peaks);
       r.update({{"status", "timed"},
                 {"implementation_detail", tools::implementation_json(*target.kernel)},
                 {"bytes_read", meta.bytes_read},
                 {"bytes_written", meta.bytes_written},
                 {"flops", meta.flops},
+                {"work", work},
                 {"calls_per_sample", s.calls_per_sample},
                 {"hold_expired", s.hold_expired},
                 {"host_enqueue", to_json(summarize(s.host_enqueue))},
@@ -303,6 +325,9 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"copy_gbps", *case_copy_bw / 1e9},
                 {"percent_of_copy", 100.0 * gbps * 1e9 / *case_copy_bw},
                 {"warm_cache", gbps * 1e9 > *case_copy_bw},
+                {"read_gbps", *case_read_bw / 1e9},
+                {"roofline", to_json(line, device_summary.median)},
+                {"percent_of_roofline", 100.0 * line.ideal_seconds / device_summary.median},
                 {"warmup_calls", s.warmup_calls},
                 {"unsteady", steady.unsteady()},
                 {"steadiness", to_json(steady)},
@@ -321,7 +346,11 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                                 : common.device},
               {"mode", common.mode},
               {"seed", common.seed},
-              {"environment", tools::environment(device, index, common.revision)},
+              {"environment", [&] {
+                 json env = tools::environment(device, index, common.revision);
+                 env["ceilings"] = ceilings_json(read, copy.best().second, copy.best().first, peaks);
+                 return env;
+               }()},
               {"occupancy", occupancy.finish()},
               {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
                           {"steadiness_bounds", steadiness_bounds()},

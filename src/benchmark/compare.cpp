@@ -50,22 +50,45 @@ json dtype_grid(const json& report) {
   return json(std::vector<std::string>(dtypes.begin(), dtypes.end()));
 }
 
-}  // namespace
-
-json configuration_mismatches(const json& baseline, const json& candidate, const json& baseline2) {
-  // What the three runs must share for their times to be comparable: name -> where it is.
+// What runs must share for their times to be comparable: name -> where it is (the dtypes of the
+// cases besides, dtype_grid).
+const std::vector<std::pair<const char*, const char*>>& comparable_fields() {
   static const std::vector<std::pair<const char*, const char*>> kFields{
       {"operation", "/operation"}, {"device", "/device"}, {"mode", "/mode"},
       {"iterations", "/timing/iterations"}, {"seed", "/seed"}, {"host", "/environment/host"},
       {"cpu_model", "/environment/cpu_model"}, {"torch", "/environment/torch"}};
+  return kFields;
+}
+
+}  // namespace
+
+json configuration_mismatches(const json& baseline, const json& candidate, const json& baseline2) {
   json out = json::array();
-  auto add = [&](const std::string& field, const json& a, const json& b, const json& c) {
-    if (a != b || a != c) out.push_back({{"field", field}, {"baseline", a}, {"candidate", b}, {"baseline2", c}});
-  };
-  for (const auto& [field, pointer] : kFields) {
-    add(field, value_at(baseline, pointer), value_at(candidate, pointer), value_at(baseline2, pointer));
+  for (const auto& m : configuration_mismatches(std::vector<json>{baseline, candidate, baseline2})) {
+    out.push_back({{"field", m["field"]}, {"baseline", m["values"][0]}, {"candidate", m["values"][1]},
+                   {"baseline2", m["values"][2]}});
   }
-  add("dtypes", dtype_grid(baseline), dtype_grid(candidate), dtype_grid(baseline2));
+  return out;
+}
+
+json configuration_mismatches(const std::vector<json>& reports) {
+  json out = json::array();
+  auto add = [&](const std::string& field, const json& values) {
+    for (const auto& v : values) {
+      if (v != values[0]) {
+        out.push_back({{"field", field}, {"values", values}});
+        return;
+      }
+    }
+  };
+  for (const auto& [field, pointer] : comparable_fields()) {
+    json values = json::array();
+    for (const auto& r : reports) values.push_back(value_at(r, pointer));
+    add(field, values);
+  }
+  json dtypes = json::array();
+  for (const auto& r : reports) dtypes.push_back(dtype_grid(r));
+  add("dtypes", dtypes);
   return out;
 }
 

@@ -22,6 +22,9 @@ nlohmann::json compare_reports(const nlohmann::json& baseline, const nlohmann::j
 // the same in all three: {field, baseline, candidate, baseline2} (null where a report lacks it).
 nlohmann::json configuration_mismatches(const nlohmann::json& baseline, const nlohmann::json& candidate,
                                         const nlohmann::json& baseline2);
+// The same fields over any number of reports: one entry per field not the same in all of them,
+// {field, values} with one value per report, in order.
+nlohmann::json configuration_mismatches(const std::vector<nlohmann::json>& reports);
 
 // The command's exit codes beyond 0 and 2 (usage, unreadable reports).
 inline constexpr int kCompareNothing = 3;   // no (case, implementation) in all three

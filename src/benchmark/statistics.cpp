@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 namespace xllm_kernel::benchmark {
 
@@ -90,6 +91,31 @@ Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, i
   for (int i = 0; i < resamples; ++i) {
     for (auto& x : ra) x = a[pick_a(rng)];
     for (auto& x : rb) x = b[pick_b(rng)];
+    ratios.push_back(percentile(rb, 50) / percentile(ra, 50));
+  }
+  r.low = percentile(ratios, 2.5);
+  r.high = percentile(ratios, 97.5);
+  return r;
+}
+
+Ratio paired_median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {
+  if (a.empty() || a.size() != b.size()) {
+    throw std::invalid_argument("paired_median_ratio: expected as many values in b as in a (at least 1); given " +
+                                std::to_string(a.size()) + " and " + std::to_string(b.size()));
+  }
+  Ratio r;
+  r.point = percentile(b, 50) / percentile(a, 50);
+  std::mt19937_64 rng(12345);
+  std::vector<double> ratios;
+  ratios.reserve(resamples);
+  std::vector<double> ra(a.size()), rb(b.size());
+  std::uniform_int_distribution<size_t> pick(0, a.size() - 1);
+  for (int i = 0; i < resamples; ++i) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      const size_t j = pick(rng);
+      ra[k] = a[j];
+      rb[k] = b[j];
+    }
     ratios.push_back(percentile(rb, 50) / percentile(ra, 50));
   }
   r.low = percentile(ratios, 2.5);

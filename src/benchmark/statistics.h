@@ -46,4 +46,9 @@ struct Ratio {
 };
 Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples = 2000);
 
+// The same for paired values (a[i] and b[i] measured next to each other, as the rounds of an A/B
+// run): point median(b) / median(a); the bootstrap resamples pair indices, so a drift of the machine
+// that moves a pair together stays out of the interval. Needs a.size() == b.size() >= 1.
+Ratio paired_median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples = 2000);
+
 }  // namespace xllm_kernel::benchmark

@@ -49,6 +49,11 @@ struct CaseMetadata {
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   double flops = 0;
+  // The roofline's work (src/benchmark/ceilings.h): operations (a multiply-add counts 2) per
+  // instruction class the case may be computed with, as alternatives: "f32_fma", "bf16_dot",
+  // "int8_dot", "amx_bf16", "amx_int8" on the CPU, "matrix_bf16", "matrix_f16" on an accelerator.
+  // The fastest class the device has sets the compute time. Empty: `flops` counts as f32_fma.
+  std::map<std::string, double> work;
 };
 
 struct PreparedCase {

@@ -1,7 +1,9 @@
 // The benchmark tool: statistics, timing protocol (reset outside the enqueue and device intervals and
 // inside the wall time, only validated
 // cases timed, device intervals under a hold with events made once, wall time apart), side-by-side
-// ratios, cold-cache rotation and the baseline/candidate/baseline comparison. No test asserts a speed.
+// ratios, cold-cache rotation, the baseline/candidate/baseline comparison, the A/B comparison over
+// rounds, the ceilings and the roofline. No test asserts a speed.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -10,9 +12,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
+#include "csrc/cpu/ceilings/ceilings.h"
+#include "src/benchmark/ab.h"
+#include "src/benchmark/ceilings.h"
 #include "src/benchmark/compare.h"
 #include "src/benchmark/ratios.h"
 #include "src/benchmark/statistics.h"
@@ -573,6 +579,177 @@ TEST(Compare, CommandLine) {
   EXPECT_EQ(tools::benchmark_main({"xllm-kernel-benchmark", "compare", (dir / "a.json").string(), (dir / "missing.json").string(),
                                    (dir / "c.json").string()}),
             2);
+  fs::remove_all(dir);
+}
+
+// The roofline of made-up cases, one of each bound (ceilings.h): compute peaks of 100 Gop/s of
+// float32 FMA and 1 Top/s of AMX bf16, read and copy ceilings per case.
+TEST(Roofline, EachBound) {
+  const std::map<std::string, ComputePeak> peaks{{"f32_fma", {100e9, "loop"}}, {"amx_bf16", {1000e9, "tiles"}}};
+  // Read: 1 GB read, nothing written: 0.1 s at the read ceiling, 0.05 s through a 20 GB/s copy.
+  Roofline r = roofline(1e9, 0, {}, 10e9, 20e9, peaks);
+  EXPECT_EQ(r.bound, "read");
+  EXPECT_DOUBLE_EQ(r.ideal_seconds, 0.1);
+  EXPECT_DOUBLE_EQ(r.copy_seconds, 0.05);
+  EXPECT_TRUE(r.compute_class.empty());
+  // Copy: 1 GB read and 1 GB written through an 8 GB/s copy (0.25 s) beat the read (0.1 s).
+  r = roofline(1e9, 1e9, {}, 10e9, 8e9, peaks);
+  EXPECT_EQ(r.bound, "copy");
+  EXPECT_DOUBLE_EQ(r.ideal_seconds, 0.25);
+  // Compute: 1e12 float32 operations (10 s) over the bytes' 0.1 s.
+  r = roofline(1e9, 0, {{"f32_fma", 1e12}}, 10e9, 20e9, peaks);
+  EXPECT_EQ(r.bound, "f32_fma");
+  EXPECT_DOUBLE_EQ(r.ideal_seconds, 10.0);
+  // Alternatives: the fastest class the machine has sets the compute time (AMX: 1 s); a class it
+  // lacks is ignored, and with none of them left the bytes bound the case.
+  r = roofline(1e9, 0, {{"f32_fma", 1e12}, {"amx_bf16", 1e12}, {"bf16_dot", 1e12}}, 10e9, 20e9, peaks);
+  EXPECT_EQ(r.bound, "amx_bf16");
+  EXPECT_DOUBLE_EQ(r.ideal_seconds, 1.0);
+  EXPECT_EQ(r.compute_class, "amx_bf16");
+  r = roofline(1e9, 0, {{"int8_dot", 1e15}}, 10e9, 20e9, peaks);
+  EXPECT_EQ(r.bound, "read");
+  EXPECT_TRUE(r.compute_class.empty());
+  // Ties go to read, then copy.
+  EXPECT_EQ(roofline(1e9, 1e9, {}, 10e9, 20e9, peaks).bound, "read");
+  EXPECT_EQ(roofline(1e9, 1e9, {{"f32_fma", 1e10}}, 20e9, 20e9, peaks).bound, "copy");
+  // The report's fields: a run at twice the ideal time is at 50%.
+  const json j = to_json(roofline(1e9, 0, {{"f32_fma", 1e12}}, 10e9, 20e9, peaks), 20.0);
+  EXPECT_DOUBLE_EQ(j["percent"].get<double>(), 50.0);
+  EXPECT_EQ(j["bound"], "f32_fma");
+  EXPECT_EQ(j["compute_class"], "f32_fma");
+  EXPECT_TRUE(to_json(roofline(1e9, 0, {}, 10e9, 20e9, peaks), 0.2)["compute_class"].is_null());
+}
+
+// The CPU's ceilings: every read method measured (threads x cursors x prefetch), the best
+// remembered; every compute class either measured or absent with the reason the CPU probe gives.
+TEST(Ceilings, CpuReadMethodsAndComputeClasses) {
+  const DeviceApi& api = *device_api(Device::kCpu);
+  ReadMeter meter(api, at::Device(at::kCPU), 0, int64_t{8} << 20);
+  const ReadCeiling read = meter.measure(2);
+  EXPECT_EQ(read.methods.size(), at::get_num_threads() > 1 ? 8u : 4u);
+  for (const auto& [name, bps] : read.methods) {
+    EXPECT_NE(name.find("read_stream: threads "), std::string::npos);
+    EXPECT_GT(bps, 0.0) << name;
+  }
+  EXPECT_GT(meter.measure_best(2), 0.0);
+  const ComputePeaks peaks = measure_compute_peaks(api, at::Device(at::kCPU), 0);
+  ASSERT_TRUE(peaks.peaks.count("f32_fma"));
+  EXPECT_GT(peaks.peaks.at("f32_fma").ops_per_second, 0.0);
+  EXPECT_EQ(peaks.peaks.size() + peaks.absent.size(), std::size(cpu::kComputeClasses));
+  for (cpu::ComputeClass c : cpu::kComputeClasses) {
+    std::string detail;
+    const bool available = cpu::compute_class_available(c, &detail);
+    EXPECT_EQ(peaks.peaks.count(cpu::compute_class_name(c)), available ? 1u : 0u) << cpu::compute_class_name(c);
+    if (!available) EXPECT_EQ(peaks.absent.at(cpu::compute_class_name(c)), detail);
+  }
+  const json j = ceilings_json(read, 1e10, "torch copy_", peaks);
+  EXPECT_DOUBLE_EQ(j["read"]["gbps"].get<double>(), read.best().second / 1e9);
+  EXPECT_EQ(j["read"]["methods"].size(), read.methods.size());
+  EXPECT_EQ(j["compute"].size(), peaks.peaks.size());
+  EXPECT_NE(ceilings_markdown(j).find("f32_fma"), std::string::npos);
+}
+
+// Rounds of an A/B run: round i of the baseline has center base[i] (the machine's speed then), the
+// candidate's the same times `factor`; each round's 20 samples carry 1% noise.
+std::vector<json> rounds_of(const std::vector<double>& base, double factor, uint32_t seed) {
+  std::vector<json> out;
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0, 0.01);
+  for (double center : base) {
+    std::vector<double> s;
+    for (int i = 0; i < 20; ++i) s.push_back(center * factor * (1 + noise(rng)));
+    json report = synthetic(1, 1, 1, seed);
+    report["results"] = json::array({{{"case_id", "a"}, {"implementation", "cpu.native.rms_norm"}, {"status", "timed"},
+                                      {"parameters", {{"dtype", "bfloat16"}}}, {"samples", {{"device", s}}}}});
+    out.push_back(report);
+  }
+  return out;
+}
+
+TEST(Ab, PairedRoundsSeeThroughDrift) {
+  // The machine slows down by 40% during the run, the same for both builds in each pair: a 7% faster
+  // candidate is still shown faster (its interval below 1), its point near 0.93.
+  const std::vector<double> drifting = {1.0, 1.08, 1.16, 1.24, 1.32, 1.4};
+  json c = compare_rounds(rounds_of(drifting, 1.0, 1), rounds_of(drifting, 0.93, 2));
+  ASSERT_EQ(c["rows"].size(), 1u);
+  EXPECT_EQ(c["rounds"], 6);
+  EXPECT_EQ(c["rows"][0]["verdict"], "faster");
+  EXPECT_FALSE(c["rows"][0]["straddles_one"].get<bool>());
+  EXPECT_NEAR(c["rows"][0]["candidate_over_baseline"]["point"].get<double>(), 0.93, 0.02);
+  EXPECT_LT(c["rows"][0]["candidate_over_baseline"]["high"].get<double>(), 1.0);
+  EXPECT_NEAR(c["rows"][0]["baseline_spread"].get<double>(), 1.4, 0.05);
+  EXPECT_EQ(c["rows"][0]["baseline_round_medians"].size(), 6u);
+  EXPECT_EQ(c["faster"], 1);
+  // The same build on both sides: the interval straddles 1, and the Markdown says so.
+  c = compare_rounds(rounds_of(drifting, 1.0, 3), rounds_of(drifting, 1.0, 4));
+  EXPECT_EQ(c["rows"][0]["verdict"], "same");
+  EXPECT_TRUE(c["rows"][0]["straddles_one"].get<bool>());
+  EXPECT_NE(ab_markdown(c).find("straddles 1"), std::string::npos);
+  // Slower.
+  c = compare_rounds(rounds_of(drifting, 1.0, 5), rounds_of(drifting, 1.1, 6));
+  EXPECT_EQ(c["rows"][0]["verdict"], "slower");
+  EXPECT_EQ(c["slower"], 1);
+  // A pair's ratio that the machine's drift would hide without the pairing: unpaired, the same
+  // values give an interval that straddles 1.
+  std::vector<double> a, b;
+  for (size_t i = 0; i < drifting.size(); ++i) {
+    a.push_back(drifting[i]);
+    b.push_back(drifting[i] * 0.93);
+  }
+  EXPECT_LT(paired_median_ratio(a, b).high, 1.0);
+  EXPECT_GT(median_ratio(a, b).high, 1.0);
+  EXPECT_THROW(compare_rounds(rounds_of({1, 1}, 1, 7), rounds_of({1}, 1, 8)), std::invalid_argument);
+  EXPECT_THROW(paired_median_ratio({1, 2}, {1}), std::invalid_argument);
+}
+
+TEST(Ab, CommandLine) {
+  const fs::path dir = fs::temp_directory_path() / ("xk_ab_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<double> centers = {1.0, 1.02, 0.98, 1.01, 0.99};
+  const std::vector<json> base = rounds_of(centers, 1.0, 11), cand = rounds_of(centers, 1.25, 12);
+  std::vector<std::string> a, b;
+  for (size_t i = 0; i < centers.size(); ++i) {
+    a.push_back((dir / ("a-" + std::to_string(i) + ".json")).string());
+    b.push_back((dir / ("b-" + std::to_string(i) + ".json")).string());
+    std::ofstream(a.back()) << base[i].dump();
+    std::ofstream(b.back()) << cand[i].dump();
+  }
+  auto ab = [&](const std::vector<std::string>& base_files, const std::vector<std::string>& cand_files,
+                std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{"xllm-kernel-benchmark", "ab", "--baseline"};
+    argv.insert(argv.end(), base_files.begin(), base_files.end());
+    argv.push_back("--candidate");
+    argv.insert(argv.end(), cand_files.begin(), cand_files.end());
+    argv.insert(argv.end(), {"--output", (dir / "ab.json").string()});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return tools::benchmark_main(argv);
+  };
+  // A slower candidate fails by default, and passes with --fail-on none.
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(ab(a, b), kCompareSlower);
+  EXPECT_NE(::testing::internal::GetCapturedStdout().find("5 rounds of each build"), std::string::npos);
+  json c = json::parse(std::ifstream(dir / "ab.json"));
+  EXPECT_EQ(c["rows"][0]["verdict"], "slower");
+  EXPECT_EQ(c["exit_code"], kCompareSlower);
+  EXPECT_EQ(ab(a, b, {"--fail-on", "none"}), 0);
+  EXPECT_EQ(ab(a, a), 0);  // the baseline against itself
+  // Too few rounds, or unequal sides: usage errors naming the counts.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ab({a[0], a[1]}, {b[0], b[1]}), 2);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("at least 5 of each (--min-rounds); given 2 and 2"),
+            std::string::npos);
+  EXPECT_EQ(ab({a[0], a[1]}, {b[0], b[1]}, {"--min-rounds", "2", "--fail-on", "none"}), 0);
+  EXPECT_EQ(ab(a, {b[0], b[1], b[2], b[3]}), 2);
+  EXPECT_EQ(ab(a, {b[0], b[1], b[2], b[3], (dir / "missing.json").string()}), 2);
+  // Another configuration in one round is refused, naming the round.
+  json other = cand[3];
+  other["environment"]["torch"] = "2.11.0";
+  std::ofstream(dir / "other.json") << other.dump();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ab(a, {b[0], b[1], b[2], (dir / "other.json").string(), b[4]}), kCompareMismatch);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("candidate 3 \"2.11.0\""), std::string::npos);
+  EXPECT_EQ(ab(a, {b[0], b[1], b[2], (dir / "other.json").string(), b[4]}, {"--allow-mismatch", "--fail-on", "none"}),
+            0);
   fs::remove_all(dir);
 }
 

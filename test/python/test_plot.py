@@ -51,8 +51,9 @@ def _benchmark_report(path: pathlib.Path) -> None:
     assert bench.returncode == 0, bench.stderr
 
 
-def test_plot_is_percent_of_copy(tmp_path):
-    # The bars are each case's percent_of_copy (against the copy timed next to it), 100% a line.
+def test_plot_is_percent_of_roofline(tmp_path):
+    # The bars are each case's percent_of_roofline (against the ceilings timed in the run), 100% a
+    # line, each bar labelled with its bound; a report from before the roofline shows percent_of_copy.
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (scripts/setup.sh installs it)")
     from xllm_kernel.benchmark import plot as plot_module
     import matplotlib.figure
@@ -68,17 +69,24 @@ def test_plot_is_percent_of_copy(tmp_path):
         drawn["bars"] = sorted(round(p.get_height(), 9) for p in ax.patches)
         drawn["lines"] = [line.get_ydata()[0] for line in ax.lines]
         drawn["ylabel"] = ax.get_ylabel()
+        drawn["texts"] = sorted(t.get_text() for t in ax.texts)
         return original(fig, *args, **kwargs)
 
     matplotlib.figure.Figure.savefig = capture
     try:
         plot_module.plot(data, str(tmp_path / "p.png"))
+        timed = [r for r in data["results"] if r["status"] == "timed"]
+        assert drawn["bars"] == sorted(round(r["percent_of_roofline"], 9) for r in timed)
+        assert drawn["lines"] == [100]
+        assert drawn["ylabel"] == "% of roofline"
+        assert drawn["texts"] == sorted(r["roofline"]["bound"] for r in timed)
+        for r in data["results"]:
+            r.pop("percent_of_roofline", None)
+        plot_module.plot(data, str(tmp_path / "q.png"))
+        assert drawn["bars"] == sorted(round(r["percent_of_copy"], 9) for r in timed)
+        assert drawn["ylabel"] == "% of copy bandwidth"
     finally:
         matplotlib.figure.Figure.savefig = original
-    expected = sorted(round(r["percent_of_copy"], 9) for r in data["results"] if r["status"] == "timed")
-    assert drawn["bars"] == expected
-    assert drawn["lines"] == [100]
-    assert drawn["ylabel"] == "% of copy bandwidth"
 
 
 def test_main_sh_plots_its_benchmark_reports(tmp_path):

@@ -82,6 +82,22 @@ def test_benchmark_report_and_comparison_validate(tmp_path):
     assert comparison["compared"] == 8
 
 
+def test_ab_comparison_validates(tmp_path):
+    # `ab` over rounds (scripts/ab.sh runs it): one report as both sides of one round.
+    report = tmp_path / "r.json"
+    run_tool("benchmark", "--operation", "rms_norm", "--implementation", "cpu.native.rms_norm", "--tokens", "4",
+             "--hidden", "64", "--dtype", "float32", "--iterations", "5", "--warmup", "1", "--copy-bytes", "4194304",
+             out=report)
+    out = tmp_path / "ab.json"
+    result = subprocess.run([*command("benchmark"), "ab", "--baseline", str(report), "--candidate", str(report),
+                             "--min-rounds", "1", "--output", str(out)],
+                            capture_output=True, text=True, timeout=120, env=python_env())
+    assert result.returncode == 0, result.stderr
+    comparison = json.loads(out.read_text())
+    jsonschema.validate(comparison, schema("benchmark-ab"))
+    assert comparison["compared"] == 1 and comparison["rows"][0]["verdict"] == "same"
+
+
 def test_benchmark_report_of_a_mutating_case_validates(tmp_path):
     # rotary_embedding rotates in place: its rows carry the reset's own time and where it is counted.
     report = run_tool("benchmark", "--operation", "rotary_embedding", "--implementation", "all", "--tokens", "16",

@@ -1,7 +1,7 @@
-"""`python -m xllm_kernel.benchmark plot REPORT.json -o out.png`: each case's achieved bandwidth for each
-implementation as a percentage of the copy bandwidth measured next to that case (`percent_of_copy`), with
-100% (a plain copy of the same bytes) as a line. Needs matplotlib; without it the command says so and
-exits 3, drawing nothing."""
+"""`python -m xllm_kernel.benchmark plot REPORT.json -o out.png`: each case's time for each implementation as a
+percentage of its roofline (`percent_of_roofline`: the ideal time from the read, copy and compute ceilings measured in
+the same run, over the median), each bar labelled with its bound, 100% as a line. Reports from before the roofline
+show `percent_of_copy` instead. Needs matplotlib; without it the command says so and exits 3, drawing nothing."""
 
 from __future__ import annotations
 
@@ -33,13 +33,19 @@ def plot(report: dict, output: str) -> None:
     cases: list[str] = []
     labels: dict[str, str] = {}
     series: dict[str, dict[str, float]] = {}
+    bounds: dict[str, dict[str, str]] = {}
+    timed = [row for row in report["results"] if row["status"] == "timed"]
+    roofline = bool(timed) and all("percent_of_roofline" in row for row in timed)
     for row in report["results"]:
         case = row["case_id"]
         if case not in labels:
             cases.append(case)
             labels[case] = _label(row["parameters"])
         if row["status"] == "timed":
-            series.setdefault(row["implementation"], {})[case] = row["percent_of_copy"]
+            name = row["implementation"]
+            series.setdefault(name, {})[case] = row["percent_of_roofline"] if roofline else row["percent_of_copy"]
+            if roofline:
+                bounds.setdefault(name, {})[case] = row["roofline"]["bound"]
     if not series:
         raise SystemExit("plot: the report has no timed case")
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(cases)), 4.5))
@@ -47,13 +53,22 @@ def plot(report: dict, output: str) -> None:
     width = 0.8 / len(series)
     for i, (name, values) in enumerate(sorted(series.items())):
         xs = [p + (i - (len(series) - 1) / 2) * width for p, c in zip(positions, cases) if c in values]
-        ax.bar(xs, [values[c] for c in cases if c in values], width=width, label=name)
-    copy = report["copy_bandwidth_gbps"]
-    ax.axhline(100, color="black", linestyle="--", linewidth=1,
-               label=f"copy bandwidth (at the start of the run {copy:.3g} GB/s; each case against its own)")
+        heights = [values[c] for c in cases if c in values]
+        ax.bar(xs, heights, width=width, label=name)
+        if roofline:
+            for x, h, c in zip(xs, heights, [c for c in cases if c in values]):
+                ax.text(x, h, bounds[name][c], ha="center", va="bottom", fontsize=6, rotation=90)
+    if roofline:
+        ax.axhline(100, color="black", linestyle="--", linewidth=1,
+                   label="roofline (read, copy and compute ceilings of this run; bound above each bar)")
+    else:
+        copy = report["copy_bandwidth_gbps"]
+        ax.axhline(100, color="black", linestyle="--", linewidth=1,
+                   label=f"copy bandwidth (at the start of the run {copy:.3g} GB/s; each case against its own)")
     ax.set_xticks(list(positions))
     ax.set_xticklabels([labels[c] for c in cases], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("% of copy bandwidth")  # (bytes read + written / median device time) / copy GB/s
+    # roofline: ideal time / median; copy: (bytes read + written / median device time) / copy GB/s
+    ax.set_ylabel("% of roofline" if roofline else "% of copy bandwidth")
     ax.set_title(f"{report['operation']} on {report['device']} ({report['mode']}), "
                  f"revision {report['environment'].get('revision', '?')}")
     ax.legend(fontsize=8)
@@ -64,7 +79,7 @@ def plot(report: dict, output: str) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m xllm_kernel.benchmark plot",
-                                     description="Plot each case's bandwidth as % of copy per implementation from a "
+                                     description="Plot each case's time as % of its roofline per implementation from a "
                                                  "benchmark report. Exit codes: 0 drawn, 2 not a report, 3 matplotlib "
                                                  "missing (skipped).")
     parser.add_argument("report", help="benchmark JSON report (--output of the benchmark tool)")

@@ -235,6 +235,8 @@ class TimedResult:
     percent_of_copy: Optional[float]
     ratio_to_fastest: Optional[float]
     speedup_vs_torch: Optional[float]
+    percent_of_roofline: Optional[float]
+    roofline_bound: Optional[str]  # "read", "copy" or a compute class (docs/reports.md, "Roofline")
     data: dict = dataclasses.field(repr=False)
 
     @property
@@ -247,7 +249,8 @@ class TimedResult:
         return cls(d["case_id"], d["implementation"], dict(d.get("parameters", {})), d["status"], d.get("reason") or "",
                    dict(d.get("device") or {}), dict(d.get("wall") or {}), dict(d.get("host_enqueue") or {}),
                    dict(d.get("samples") or {}), d.get("achieved_gbps"), d.get("percent_of_copy"),
-                   d.get("ratio_to_fastest"), d.get("speedup_vs_torch"), d)
+                   d.get("ratio_to_fastest"), d.get("speedup_vs_torch"), d.get("percent_of_roofline"),
+                   (d.get("roofline") or {}).get("bound"), d)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,7 +126,7 @@ Example build(activation::ActivationFunction act, bool gated, const json& p, at:
   }
   ex.tolerance = tolerance;
   const int64_t n = gated ? input.numel() / 2 : input.numel();  // output elements
-  ex.metadata = {(gated ? 2 : 1) * n * input.element_size(), n * input.element_size(), 10.0 * n};
+  ex.metadata = {(gated ? 2 : 1) * n * input.element_size(), n * input.element_size(), 10.0 * n, {}};
   return ex;
 }
 

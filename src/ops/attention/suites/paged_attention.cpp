@@ -327,7 +327,17 @@ Example build(const json& p, at::Generator& g) {
   ex.tolerance = tol;
   const int64_t es = at::elementSize(dtype);
   const int64_t query_bytes = tokens * h.q * head_size * es;
-  ex.metadata = {2 * kv_rows * h.kv * head_size * es + query_bytes, query_bytes, 2 * work_of(p)};
+  ex.metadata = {2 * kv_rows * h.kv * head_size * es + query_bytes, query_bytes, 2 * work_of(p), {}};
+  // The roofline's compute classes (numerics::CaseMetadata::work): float32 FMA always; bf16 caches
+  // also as bf16 dot products and AMX tiles (the CPU kernels' decode and prefill forms) or a
+  // matrix unit; half caches a matrix unit.
+  const double flops = ex.metadata.flops;
+  ex.metadata.work = {{"f32_fma", flops}};
+  if (dtype == at::kBFloat16) {
+    ex.metadata.work.insert({{"bf16_dot", flops}, {"amx_bf16", flops}, {"matrix_bf16", flops}});
+  } else if (dtype == at::kHalf) {
+    ex.metadata.work["matrix_f16"] = flops;
+  }
   return ex;
 }
 

@@ -146,7 +146,7 @@ Example build(const json& p, at::Generator& g) {
   ex.tolerance = Tolerance{0, 0};  // a copy: bit for bit (see the file comment)
   const int64_t written = slots.ge(0).sum().item<int64_t>();
   const int64_t row_bytes = kv_heads * head_size * key.element_size();
-  ex.metadata = {2 * written * row_bytes, 2 * written * row_bytes, 0.0};
+  ex.metadata = {2 * written * row_bytes, 2 * written * row_bytes, 0.0, {}};
   return ex;
 }
 

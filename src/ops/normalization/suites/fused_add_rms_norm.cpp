@@ -29,7 +29,7 @@ Example build(const json& p, at::Generator& g) {
   ex.tolerance = accumulate_tolerance(input.scalar_type(), input.size(-1));
   ex.tolerance_overrides["residual"] = Tolerance{0, 0};  // one correctly rounded addition: exact
   const int64_t n = input.numel(), es = input.element_size();
-  ex.metadata = {2 * n * es + weight.numel() * weight.element_size(), 2 * n * es, 5.0 * n};
+  ex.metadata = {2 * n * es + weight.numel() * weight.element_size(), 2 * n * es, 5.0 * n, {}};
   return ex;
 }
 

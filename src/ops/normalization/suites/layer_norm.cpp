@@ -40,7 +40,7 @@ Example build(const json& p, at::Generator& g) {
   }
   const int64_t n = input.numel(), ws = weight.element_size();
   ex.metadata = {n * input.element_size() + (bias.defined() ? 2 : 1) * weight.numel() * ws, n * input.element_size(),
-                 7.0 * n};
+                 7.0 * n, {}};
   return ex;
 }
 
