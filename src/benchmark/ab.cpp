@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -152,21 +151,9 @@ int ab_main(const std::vector<std::string>& argv) {
     return 2;
   }
   std::vector<json> reports;
-  for (const auto* files : {&base_files, &cand_files}) {
-    for (const auto& f : *files) {
-      std::ifstream in(f);
-      if (!in) {
-        std::cerr << "xllm-kernel-benchmark ab: cannot read " << f << "\n";
-        return 2;
-      }
-      try {
-        reports.push_back(json::parse(in));
-        reports.back().at("results");
-      } catch (const std::exception& e) {
-        std::cerr << "xllm-kernel-benchmark ab: " << f << " is not a benchmark report: " << e.what() << "\n";
-        return 2;
-      }
-    }
+  if (!read_benchmark_reports(base_files, "xllm-kernel-benchmark ab", reports) ||
+      !read_benchmark_reports(cand_files, "xllm-kernel-benchmark ab", reports)) {
+    return 2;
   }
   const size_t rounds = base_files.size();
   const json mismatches = configuration_mismatches(reports);

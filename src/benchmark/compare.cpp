@@ -124,6 +124,24 @@ json compare_reports(const json& baseline, const json& candidate, const json& ba
           {"compared", rows.size()}};
 }
 
+bool read_benchmark_reports(const std::vector<std::string>& files, const std::string& who, std::vector<json>& out) {
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    if (!in) {
+      std::cerr << who << ": cannot read " << f << "\n";
+      return false;
+    }
+    try {
+      out.push_back(json::parse(in));
+      out.back().at("results");
+    } catch (const std::exception& e) {
+      std::cerr << who << ": " << f << " is not a benchmark report: " << e.what() << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 int comparison_exit_code(const json& comparison, bool fail_on_slower, bool fail_on_drift) {
   if (comparison.at("compared").get<size_t>() == 0) return kCompareNothing;
   if (fail_on_slower && comparison.at("slower").get<int>() > 0) return kCompareSlower;
@@ -194,20 +212,7 @@ int compare_main(const std::vector<std::string>& argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   std::vector<json> reports;
-  for (const auto& f : files) {
-    std::ifstream in(f);
-    if (!in) {
-      std::cerr << "xllm-kernel-benchmark compare: cannot read " << f << "\n";
-      return 2;
-    }
-    try {
-      reports.push_back(json::parse(in));
-      reports.back().at("results");
-    } catch (const std::exception& e) {
-      std::cerr << "xllm-kernel-benchmark compare: " << f << " is not a benchmark report: " << e.what() << "\n";
-      return 2;
-    }
-  }
+  if (!read_benchmark_reports(files, "xllm-kernel-benchmark compare", reports)) return 2;
   const bool none = std::find(fail_on.begin(), fail_on.end(), "none") != fail_on.end();
   if (none && fail_on.size() > 1) {
     std::cerr << "xllm-kernel-benchmark compare: --fail-on: expected none alone, or slower and/or drift; given "

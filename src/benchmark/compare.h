@@ -26,6 +26,11 @@ nlohmann::json configuration_mismatches(const nlohmann::json& baseline, const nl
 // {field, values} with one value per report, in order.
 nlohmann::json configuration_mismatches(const std::vector<nlohmann::json>& reports);
 
+// Appends the reports in `files` to `out`; false, with "<who>: cannot read F" or "<who>: F is not a
+// benchmark report: ..." on stderr, where one cannot be read or has no "results".
+bool read_benchmark_reports(const std::vector<std::string>& files, const std::string& who,
+                            std::vector<nlohmann::json>& out);
+
 // The command's exit codes beyond 0 and 2 (usage, unreadable reports).
 inline constexpr int kCompareNothing = 3;   // no (case, implementation) in all three
 inline constexpr int kCompareSlower = 4;    // --fail-on slower: a candidate slower beyond its interval

@@ -79,18 +79,20 @@ nlohmann::json steadiness_bounds() {
   return {{"p90_over_p10", kSteadinessSpread}, {"late_over_early", kSteadinessTrend}, {"widest_gap", kSteadinessModeGap}};
 }
 
-Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {
-  if (a.empty() || b.empty()) throw std::invalid_argument("median_ratio: both sample sets must be non-empty");
+namespace {
+
+// point median(b) / median(a) and the 2.5th and 97.5th percentiles of that ratio over `resamples`
+// bootstrap draws; draw(rng, ra, rb) fills the resampled sets (fixed seed: reproducible reports).
+template <typename Draw>
+Ratio bootstrap_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples, Draw draw) {
   Ratio r;
   r.point = percentile(b, 50) / percentile(a, 50);
   std::mt19937_64 rng(12345);
   std::vector<double> ratios;
   ratios.reserve(resamples);
   std::vector<double> ra(a.size()), rb(b.size());
-  std::uniform_int_distribution<size_t> pick_a(0, a.size() - 1), pick_b(0, b.size() - 1);
   for (int i = 0; i < resamples; ++i) {
-    for (auto& x : ra) x = a[pick_a(rng)];
-    for (auto& x : rb) x = b[pick_b(rng)];
+    draw(rng, ra, rb);
     ratios.push_back(percentile(rb, 50) / percentile(ra, 50));
   }
   r.low = percentile(ratios, 2.5);
@@ -98,29 +100,30 @@ Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, i
   return r;
 }
 
+}  // namespace
+
+Ratio median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {
+  if (a.empty() || b.empty()) throw std::invalid_argument("median_ratio: both sample sets must be non-empty");
+  std::uniform_int_distribution<size_t> pick_a(0, a.size() - 1), pick_b(0, b.size() - 1);
+  return bootstrap_ratio(a, b, resamples, [&](std::mt19937_64& rng, std::vector<double>& ra, std::vector<double>& rb) {
+    for (auto& x : ra) x = a[pick_a(rng)];
+    for (auto& x : rb) x = b[pick_b(rng)];
+  });
+}
+
 Ratio paired_median_ratio(const std::vector<double>& a, const std::vector<double>& b, int resamples) {
   if (a.empty() || a.size() != b.size()) {
     throw std::invalid_argument("paired_median_ratio: expected as many values in b as in a (at least 1); given " +
                                 std::to_string(a.size()) + " and " + std::to_string(b.size()));
   }
-  Ratio r;
-  r.point = percentile(b, 50) / percentile(a, 50);
-  std::mt19937_64 rng(12345);
-  std::vector<double> ratios;
-  ratios.reserve(resamples);
-  std::vector<double> ra(a.size()), rb(b.size());
   std::uniform_int_distribution<size_t> pick(0, a.size() - 1);
-  for (int i = 0; i < resamples; ++i) {
+  return bootstrap_ratio(a, b, resamples, [&](std::mt19937_64& rng, std::vector<double>& ra, std::vector<double>& rb) {
     for (size_t k = 0; k < a.size(); ++k) {
       const size_t j = pick(rng);
       ra[k] = a[j];
       rb[k] = b[j];
     }
-    ratios.push_back(percentile(rb, 50) / percentile(ra, 50));
-  }
-  r.low = percentile(ratios, 2.5);
-  r.high = percentile(ratios, 97.5);
-  return r;
+  });
 }
 
 }  // namespace xllm_kernel::benchmark

@@ -26,19 +26,14 @@
 #include <limits>
 
 #include "csrc/cpu/attention/attention_internal.h"
+#include "csrc/cpu/common/cpu_features.h"
 
 #define XK_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define XK_AVX512BF16_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace xllm_kernel::cpu::attention_detail {
 
-bool DecodeAvx512Bf16Supported() {
-  // GCC and Clang check the OS's saving of the zmm state (XGETBV) for the AVX-512 features.
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("avx512bf16");
-  return ok;
-}
+bool DecodeAvx512Bf16Supported() { return cpu_features().avx512_bf16; }  // cpu_features.h
 
 namespace {
 

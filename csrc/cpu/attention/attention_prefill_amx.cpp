@@ -23,16 +23,16 @@
 // AVX-512 / AMX targets: the rest of the build keeps its baseline.
 #include "csrc/cpu/attention/attention_prefill_amx.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+
+#include "csrc/cpu/common/amx_tiles.h"
+#include "csrc/cpu/common/cpu_features.h"
 
 #define XK_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 #define XK_AMX_LAMBDA __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
@@ -51,38 +51,11 @@
 
 namespace xllm_kernel::cpu::attention_detail {
 
-namespace {
-
-// Linux's arch_prctl codes (asm/prctl.h) and the tile data's xsave feature number.
-constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXFeatureXTileData = 18;
-
-bool CpuHasAmxBf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-  const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
-  if (!amx_bf16 || !amx_tile) return false;
-  if (__get_cpuid_count(1, 0, &a, &b, &c, &d) == 0 || !((c >> 27) & 1)) return false;  // OSXSAVE
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  // XCR0: the tile configuration (17) and data (18) states enabled by the OS.
-  return ((lo >> 17) & 3) == 3;
-}
-
-}  // namespace
-
 bool PrefillAmxBf16Supported() {
-  static const bool ok = [] {
-    // GCC and Clang check the OS's saving of the zmm state (XGETBV) for the AVX-512 features.
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-          __builtin_cpu_supports("avx512bf16") && CpuHasAmxBf16())) {
-      return false;
-    }
-    // The tile data is a dynamically enabled state: without this permission the first tile
-    // instruction faults.
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXFeatureXTileData) == 0;
-  }();
+  // AVX-512 with AVX512_BF16 (the softmax's conversions), AMX-BF16 with the tile states enabled by
+  // the OS, and the tile data granted to this process (without it the first tile instruction
+  // faults): csrc/cpu/common/cpu_features.h.
+  static const bool ok = cpu_features().avx512_bf16 && cpu_features().amx_bf16 && amx_tile_data_granted();
   return ok;
 }
 
@@ -91,21 +64,9 @@ namespace {
 constexpr int kQ = 16;        // query vectors a tile
 constexpr int kBlockKeys = 32;  // keys a block: two tiles of 16 (the K depth of P.V)
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Every tile in use (0..7) is 16 rows of 64 bytes.
 XK_AMX void ConfigureTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
+  const AmxTileConfig cfg = AmxTiles16x64(8);
   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 

@@ -19,6 +19,7 @@
 
 #include "csrc/cpu/activation/activation-inl.h"
 #include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/common/row_cursor.h"
 #include "csrc/cpu/common/stream-inl.h"
 #include "csrc/cpu/normalization/normalization-inl.h"
@@ -568,10 +569,7 @@ HWY_NOINLINE void QuantizeBf16RowByTable(const bfloat16_t* HWY_RESTRICT x, uint8
   QuantizePartial(x + i, y + i, count - i, q);
 }
 
-HWY_INLINE bool CpuHasVbmi() {
-  static const bool has = __builtin_cpu_supports("avx512vbmi");
-  return has;
-}
+HWY_INLINE bool CpuHasVbmi() { return cpu_features().avx512_vbmi; }  // cpu_features.h
 #define XLLM_QUANT_BF16_TABLE 1
 #else
 #define XLLM_QUANT_BF16_TABLE 0
