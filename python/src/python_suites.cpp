@@ -113,7 +113,7 @@ class PythonKernelCase final : public numerics::KernelCase {
       py::object runner = adapter_->get().attr("prepare_case")(case_->get(), plan_object(plan));
       numerics::PreparedCase prepared;
       py::tuple meta = runner.attr("metadata_tuple")();
-      prepared.metadata = {meta[0].cast<int64_t>(), meta[1].cast<int64_t>(), meta[2].cast<double>()};
+      prepared.metadata = {meta[0].cast<int64_t>(), meta[1].cast<int64_t>(), meta[2].cast<double>(), {}};
       const std::string id = id_;
       auto run = hold(runner.attr("run"));
       prepared.function = [run, id] { with_gil(id + ": function", [&] { run->get()(); }); };

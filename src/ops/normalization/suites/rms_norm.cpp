@@ -25,7 +25,8 @@ Example build(const json& p, at::Generator& g) {
   };
   ex.tolerance = accumulate_tolerance(input.scalar_type(), input.size(-1));
   const int64_t n = input.numel();
-  ex.metadata = {n * input.element_size() + weight.numel() * weight.element_size(), n * input.element_size(), 4.0 * n};
+  ex.metadata = {n * input.element_size() + weight.numel() * weight.element_size(), n * input.element_size(), 4.0 * n,
+                 {}};
   return ex;
 }
 

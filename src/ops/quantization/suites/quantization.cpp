@@ -551,7 +551,7 @@ Example build(const Spec& s, const json& p, at::Generator& g) {
     read += rows * hidden * es;
     written += rows * hidden * es;
   }
-  ex.metadata = {read, written, 4.0 * rows * width};
+  ex.metadata = {read, written, 4.0 * rows * width, {}};
   return ex;
 }
 

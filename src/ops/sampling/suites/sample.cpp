@@ -222,7 +222,7 @@ Example build(const json& p, at::Generator& gen) {
     return e;
   };
   const int64_t es = at::elementSize(dtype);
-  ex.metadata = {batch * vocab * es + batch * 32, batch * 8, 0};
+  ex.metadata = {batch * vocab * es + batch * 32, batch * 8, 0, {}};
   return ex;
 }
 
