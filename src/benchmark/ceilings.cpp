@@ -133,21 +133,26 @@ double cpu_class_peak(cpu::ComputeClass c) {
   return best;
 }
 
-// An accelerator's matrix units: a 4096^3 matmul of the dtype, best of five after a warm-up.
-double matrix_peak(const DeviceApi& api, const at::Device& device, int index, at::ScalarType dtype) {
-  constexpr int64_t n = 4096;
-  const auto options = at::TensorOptions().dtype(dtype).device(device);
-  const at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options);
-  at::Tensor c = at::matmul(a, b);
-  api.synchronize(index);
+// An accelerator's matrix units: square matmuls of the dtype from 512 up, doubling while one takes
+// under 5 ms, to 4096 at most (a device whose matmul is slow, e.g. a stand-in on the CPU, stops
+// small); the best of five at the last size after a warm-up. Sets `n` to that size.
+double matrix_peak(const DeviceApi& api, const at::Device& device, int index, at::ScalarType dtype, int64_t& n) {
   const std::unique_ptr<DeviceTimer> timer = api.timer(index);
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
   double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 5; ++i) {
-    timer->start();
-    c = at::matmul(a, b);
-    best = std::min(best, timer->stop());
+  for (n = 512;; n *= 2) {
+    const at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options);
+    at::Tensor c = at::matmul(a, b);
+    api.synchronize(index);
+    best = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < 5; ++i) {
+      timer->start();
+      c = at::matmul(a, b);
+      best = std::min(best, timer->stop());
+    }
+    if (n >= 4096 || best >= 5e-3) break;
   }
-  return 2.0 * n * n * n / best;
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
 }
 
 }  // namespace
@@ -168,7 +173,9 @@ ComputePeaks measure_compute_peaks(const DeviceApi& api, const at::Device& devic
   }
   for (const auto& [name, dtype] : {std::pair{"matrix_bf16", at::kBFloat16}, std::pair{"matrix_f16", at::kHalf}}) {
     try {
-      out.peaks[name] = {matrix_peak(api, device, index, dtype), "torch matmul 4096 x 4096 x 4096, best of 5"};
+      int64_t n = 0;
+      const double peak = matrix_peak(api, device, index, dtype, n);
+      out.peaks[name] = {peak, "torch matmul " + std::to_string(n) + "^3, best of 5"};
     } catch (const std::exception& e) {
       out.absent[name] = std::string("the matmul failed: ") + e.what();
     }
