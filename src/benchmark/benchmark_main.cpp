@@ -309,6 +309,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
       if (work.empty() && meta.flops > 0) work["f32_fma"] = meta.flops;
       const Roofline line = roofline(static_cast<double>(meta.bytes_read), static_cast<double>(meta.bytes_written), work,
                                      *case_read_bw, *case_copy_bw, peaks.peaks);
+      const json roofline_json = to_json(line, device_summary.median);
       r.update({{"status", "timed"},
                 {"implementation_detail", tools::implementation_json(*target.kernel)},
                 {"bytes_read", meta.bytes_read},
@@ -326,8 +327,8 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
                 {"percent_of_copy", 100.0 * gbps * 1e9 / *case_copy_bw},
                 {"warm_cache", gbps * 1e9 > *case_copy_bw},
                 {"read_gbps", *case_read_bw / 1e9},
-                {"roofline", to_json(line, device_summary.median)},
-                {"percent_of_roofline", 100.0 * line.ideal_seconds / device_summary.median},
+                {"roofline", roofline_json},
+                {"percent_of_roofline", roofline_json["percent"]},
                 {"warmup_calls", s.warmup_calls},
                 {"unsteady", steady.unsteady()},
                 {"steadiness", to_json(steady)},

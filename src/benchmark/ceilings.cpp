@@ -8,7 +8,6 @@
 #include <chrono>
 #include <limits>
 #include <sstream>
-#include <stdexcept>
 
 #include "csrc/cpu/ceilings/ceilings.h"
 #include "src/benchmark/statistics.h"
@@ -18,12 +17,6 @@
 namespace xllm_kernel::benchmark {
 
 using nlohmann::json;
-
-const std::pair<std::string, double>& ReadCeiling::best() const {
-  if (methods.empty()) throw std::logic_error("ReadCeiling::best: nothing measured");
-  return *std::max_element(methods.begin(), methods.end(),
-                           [](const auto& a, const auto& b) { return a.second < b.second; });
-}
 
 ReadMeter::ReadMeter(const DeviceApi& api, const at::Device& device, int index, int64_t bytes)
     : api_(api), device_(device), index_(index), bytes_(bytes), timer_(api.timer(index)) {
@@ -85,9 +78,7 @@ ReadCeiling ReadMeter::measure(int iterations) {
   for (size_t m = 0; m < methods_.size(); ++m) {
     result.methods.emplace_back(methods_[m].name, static_cast<double>(bytes_) / percentile(times[m], 50));
   }
-  best_ = static_cast<size_t>(std::max_element(result.methods.begin(), result.methods.end(),
-                                               [](const auto& a, const auto& b) { return a.second < b.second; }) -
-                              result.methods.begin());
+  best_ = static_cast<size_t>(&result.best() - result.methods.data());
   measured_ = true;
   return result;
 }

@@ -22,14 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "src/benchmark/timing.h"
 #include "xllm_kernel/device_api.h"
 
 namespace xllm_kernel::benchmark {
 
-struct ReadCeiling {
-  std::vector<std::pair<std::string, double>> methods;  // each method's median, bytes per second
-  const std::pair<std::string, double>& best() const;
-};
+// Each method's median in bytes per second, and the fastest: the copy's type (timing.h).
+using ReadCeiling = CopyBandwidth;
 
 // Holds its buffer so the read ceiling can be measured again next to each case (as the copy).
 class ReadMeter {
