@@ -149,6 +149,10 @@ struct OperationSuite {
   std::function<RowShape(const json& parameters)> row_shape{};
   // The bad-input variants the contract accepts, with the reason; everything else is an error.
   std::vector<AcceptedBadInput> accepted_bad_inputs{};
+  // Optional: makes, in a stack of valid arguments (schema order), what one implementation needs of
+  // its own: a weight packed by that implementation's packer in place of the suite's stand-in, say.
+  // The generic tests call it before they call an implementation with a suite's arguments.
+  std::function<void(const KernelSpec& implementation, std::vector<c10::IValue>& stack)> bind_arguments{};
 };
 
 // Suite discovery: metadata only; nothing touches a device. C++ suites register themselves while

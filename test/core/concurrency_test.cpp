@@ -121,8 +121,9 @@ TEST(Concurrency, EveryCpuImplementationGivesTheSingleThreadedResultFromManyThre
     const auto& mutates = op->contract().mutates;
     const c10::FunctionSchema schema = parsed_schema(*op);
     // Shared: every argument the contract does not mutate is the same tensor in every thread.
+    torch::jit::Stack bound;  // the suite's arguments made ready for the implementation under test
     auto per_call = [&] {
-      torch::jit::Stack stack = arguments->stack;
+      torch::jit::Stack stack = bound;
       for (size_t i = 0; i < stack.size(); ++i) {
         const std::string& name = schema.arguments()[i].name();
         if (std::find(mutates.begin(), mutates.end(), name) != mutates.end()) stack[i] = copy_value(stack[i]);
@@ -133,6 +134,8 @@ TEST(Concurrency, EveryCpuImplementationGivesTheSingleThreadedResultFromManyThre
     const auto kernels = library_implementations(*op, Device::kCpu);
     ASSERT_FALSE(kernels.empty()) << op->name();
     for (const auto& kernel : kernels) {
+      bound = arguments->stack;
+      bind_arguments(*op, kernel->spec, bound);
       torch::jit::Stack alone = per_call();
       const std::vector<at::Tensor> expected = call_boxed_kernel(*op, *kernel, alone);
       std::vector<std::vector<at::Tensor>> got(kThreads);

@@ -199,13 +199,16 @@ std::vector<std::string> check_device(Device device, const at::Device& torch_dev
       failures.push_back(op->name() + ": its suite has no small case to start from");
       continue;
     }
-    const torch::jit::Stack valid_stack = copy_stack(arguments->stack, torch_device);
+    const torch::jit::Stack suite_stack = copy_stack(arguments->stack, torch_device);
     const c10::FunctionSchema schema = parsed_schema(*op);
-    const auto variants = variants_of(schema, valid_stack, torch_device);
     const auto kernels = library_implementations(*op, device);
     if (kernels.empty()) failures.push_back(op->name() + ": no implementation registered on " + to_string(device));
     for (const auto& kernel : kernels) {
       const std::string who = op->name() + " [" + kernel->spec.name + "] from " + arguments->case_id;
+      // The arguments this implementation needs of its own (a weight it packed), then their variants.
+      torch::jit::Stack valid_stack = copy_stack(suite_stack);
+      bind_arguments(*op, kernel->spec, valid_stack);
+      const auto variants = variants_of(schema, valid_stack, torch_device);
       torch::jit::Stack valid = copy_stack(valid_stack);
       std::vector<at::Tensor> valid_results;
       bool threw = false;

@@ -119,6 +119,13 @@ inline std::optional<SuiteArguments> suite_arguments(const Operation& operation,
   return SuiteArguments{it->second->case_id, copy_stack(it->second->stack)};
 }
 
+// `stack` made ready for `kernel`: what its suite's bind_arguments puts in for that implementation
+// (a weight packed by its own packer); unchanged for suites without the hook.
+inline void bind_arguments(const Operation& operation, const KernelSpec& kernel, torch::jit::Stack& stack) {
+  const numerics::OperationSuite* suite = numerics::find_suite(operation.name());
+  if (suite != nullptr && suite->bind_arguments) suite->bind_arguments(kernel, stack);
+}
+
 // The library's own implementations of `operation` on `device` (declared by a catalog module;
 // kernels that tests register without a module are left out).
 inline std::vector<std::shared_ptr<const RegisteredKernel>> library_implementations(const Operation& operation,

@@ -1,0 +1,225 @@
+// The checks and the packed-tensor plumbing every linear bridge shares (src/ops/linear/internal.h).
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <string>
+
+#include "src/ops/common/bridge.h"
+#include "src/ops/linear/internal.h"
+
+namespace xllm_kernel::linear {
+
+namespace {
+
+constexpr const char* kSchemes = "f32, bf16, f16, int8, fp8, int4";
+
+LinearScheme parse_scheme(const char* op, const std::string& scheme) {
+  for (LinearScheme s : {LinearScheme::kFloat32, LinearScheme::kBFloat16, LinearScheme::kFloat16, LinearScheme::kInt8,
+                         LinearScheme::kFp8, LinearScheme::kInt4}) {
+    if (scheme == kernels::scheme_name(s)) return s;
+  }
+  TORCH_CHECK(false, op, ": scheme must be one of ", kSchemes, ", got '", scheme, "'");
+}
+
+at::ScalarType weight_dtype(LinearScheme s) {
+  switch (s) {
+    case LinearScheme::kFloat32: return at::kFloat;
+    case LinearScheme::kBFloat16: return at::kBFloat16;
+    case LinearScheme::kFloat16: return at::kHalf;
+    case LinearScheme::kInt8:
+    case LinearScheme::kInt4: return at::kChar;
+    case LinearScheme::kFp8: return at::kFloat8_e4m3fn;
+  }
+  return at::kFloat;
+}
+
+std::string shape_string(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+void check_scale_dtype(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(bridge::is_floating_kernel_dtype(t.scalar_type()), op, ": ", arg,
+              " must be float32, bfloat16 or float16, got ", bridge::dtype_name(t.scalar_type()));
+}
+
+}  // namespace
+
+PackShape pack_shape(const char* op, const at::Tensor& weight, const std::optional<at::Tensor>& scales,
+                     const std::optional<at::Tensor>& zeros, const std::string& scheme, int64_t group_size) {
+  PackShape s;
+  s.scheme = parse_scheme(op, scheme);
+  TORCH_CHECK(weight.defined(), op, ": weight must be a defined tensor");
+  TORCH_CHECK(weight.dim() == 2, op, ": weight must be 2-D [N, K], got shape ", shape_string(weight));
+  s.n = weight.size(0);
+  s.k = weight.size(1);
+  TORCH_CHECK(s.n >= 1 && s.k >= 1, op, ": weight [N, K] needs N >= 1 and K >= 1, got shape ", shape_string(weight));
+  TORCH_CHECK(weight.scalar_type() == weight_dtype(s.scheme), op, ": weight must be ",
+              bridge::dtype_name(weight_dtype(s.scheme)), " for scheme ", scheme, ", got ",
+              bridge::dtype_name(weight.scalar_type()));
+  const bool has_scales = scales.has_value() && scales->defined();
+  const bool has_zeros = zeros.has_value() && zeros->defined();
+  if (!kernels::scheme_has_scales(s.scheme)) {
+    TORCH_CHECK(!has_scales, op, ": scales must be None for scheme ", scheme);
+    TORCH_CHECK(!has_zeros, op, ": zeros must be None for scheme ", scheme);
+    TORCH_CHECK(group_size == 0, op, ": group_size must be 0 for scheme ", scheme, ", got ", group_size);
+    return s;
+  }
+  TORCH_CHECK(has_scales, op, ": scales must be a tensor for scheme ", scheme, ", got None");
+  const at::Tensor& sc = *scales;
+  check_scale_dtype(op, "scales", sc);
+  TORCH_CHECK(sc.device() == weight.device(), op, ": scales must be on weight's device ", weight.device().str(),
+              ", got ", sc.device().str());
+  TORCH_CHECK(!has_zeros || zeros->device() == weight.device(), op, ": zeros must be on weight's device ",
+              weight.device().str(), ", got ", has_zeros ? zeros->device().str() : "");
+  TORCH_CHECK(has_zeros == false || s.scheme == LinearScheme::kInt4, op,
+              ": zeros must be None for scheme ", scheme, " (int4 only)");
+  switch (s.scheme) {
+    case LinearScheme::kInt8:
+      TORCH_CHECK(group_size == 0, op, ": group_size must be 0 for scheme int8 (one scale per channel), got ",
+                  group_size);
+      TORCH_CHECK(sc.dim() == 1 && sc.size(0) == s.n, op, ": scales must be [N] = [", s.n,
+                  "] for scheme int8 (weight [N, K]), got shape ", shape_string(sc));
+      s.group = s.k;
+      break;
+    case LinearScheme::kFp8: {
+      TORCH_CHECK(group_size == 0, op, ": group_size must be 0 for scheme fp8 (the scales' shape says), got ",
+                  group_size);
+      const int64_t bn = kernels::ceil_div(s.n, kernels::kFp8Block), bk = kernels::ceil_div(s.k, kernels::kFp8Block);
+      if (sc.dim() <= 1 && sc.numel() == 1) {
+        s.fp8 = kernels::Fp8Scales::kTensor;
+        s.group = s.k;
+      } else if (sc.dim() == 1 && sc.size(0) == s.n) {
+        s.fp8 = kernels::Fp8Scales::kChannel;
+        s.group = s.k;
+      } else if (sc.dim() == 2 && sc.size(0) == bn && sc.size(1) == bk) {
+        s.fp8 = kernels::Fp8Scales::kBlock;
+        s.group = std::min(s.k, kernels::kFp8Block);
+      } else {
+        TORCH_CHECK(false, op, ": scales for scheme fp8 (weight [N, K]) must be [] or [1] (per tensor), [N] = [", s.n,
+                    "] (per channel) or [ceil(N / 128), ceil(K / 128)] = [", bn, ", ", bk, "] (per block), got shape ",
+                    shape_string(sc));
+      }
+      break;
+    }
+    case LinearScheme::kInt4: {
+      const int64_t g = group_size == -1 ? s.k : group_size;
+      TORCH_CHECK(g >= 1 && s.k % g == 0, op, ": group_size must divide K = ", s.k,
+                  " (weight's last dimension), or be -1 for one group of K, for scheme int4, got ", group_size);
+      s.group = g;
+      TORCH_CHECK(sc.dim() == 2 && sc.size(0) == s.n && sc.size(1) == s.k / g, op,
+                  ": scales must be [N, K / group_size] = [", s.n, ", ", s.k / g, "] for scheme int4 (weight [N, K] = [",
+                  s.n, ", ", s.k, "], group_size ", group_size, "), got shape ", shape_string(sc));
+      if (has_zeros) {
+        const at::Tensor& z = *zeros;
+        TORCH_CHECK(z.dim() == 2 && z.size(0) == s.n && z.size(1) == s.k / g, op,
+                    ": zeros must be [N, K / group_size] = [", s.n, ", ", s.k / g, "] like scales (weight [N, K] = [",
+                    s.n, ", ", s.k, "], group_size ", group_size, "), got shape ", shape_string(z));
+        TORCH_CHECK(z.scalar_type() != at::kBool && !at::isComplexType(z.scalar_type()), op,
+                    ": zeros must hold integers in [0, 15] (an integer or floating dtype), got ",
+                    bridge::dtype_name(z.scalar_type()));
+        s.zeros = true;
+      }
+      break;
+    }
+    default: break;
+  }
+  s.groups = kernels::ceil_div(s.k, s.group);
+  return s;
+}
+
+Canonical canonicalize(const char* op, const at::Tensor& weight, const std::optional<at::Tensor>& scales,
+                       const std::optional<at::Tensor>& zeros, const PackShape& shape) {
+  Canonical c;
+  c.shape = shape;
+  c.weight = weight.to(at::kCPU).contiguous();
+  if (!kernels::scheme_has_scales(shape.scheme)) return c;
+  at::Tensor s = scales->to(at::kCPU).to(at::kFloat);
+  if (shape.fp8 == kernels::Fp8Scales::kBlock) {
+    s = s.repeat_interleave(kernels::kFp8Block, 0).narrow(0, 0, shape.n);
+  } else if (shape.scheme != LinearScheme::kInt4) {
+    s = s.reshape({-1, 1}).expand({shape.n, 1});
+  }
+  c.scales = s.contiguous();
+  if (shape.scheme == LinearScheme::kInt4) {
+    const at::Tensor w = c.weight;
+    const int64_t lo = shape.zeros ? 0 : -8, hi = shape.zeros ? 15 : 7;
+    const int64_t wmin = w.min().item<int64_t>(), wmax = w.max().item<int64_t>();
+    TORCH_CHECK(wmin >= lo && wmax <= hi, op, ": weight must hold values in [", lo, ", ", hi, "] for scheme int4 ",
+                shape.zeros ? "with zeros" : "without zeros (symmetric)", ", got values in [", wmin, ", ", wmax, "]");
+    if (shape.zeros) {
+      const at::Tensor z = zeros->to(at::kCPU).to(at::kDouble);
+      const bool integral = z.eq(z.round()).all().item<bool>();
+      const double zmin = z.min().item<double>(), zmax = z.max().item<double>();
+      TORCH_CHECK(integral && zmin >= 0 && zmax <= 15, op, ": zeros must hold integers in [0, 15], got values in [",
+                  zmin, ", ", zmax, "]", integral ? "" : " (not all integers)");
+      c.zeros = z.to(at::kFloat).contiguous();
+    }
+  }
+  return c;
+}
+
+at::Tensor new_packed(const PackShape& shape, LinearLayout layout, const std::string& packer, c10::Device device) {
+  const kernels::LinearSizes z = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
+  at::Tensor packed = at::zeros({shape.n, z.row_bytes}, at::TensorOptions().dtype(at::kByte));
+  const LinearHeader h = kernels::make_linear_header(shape.scheme, layout, shape.fp8, shape.zeros, shape.n, shape.k,
+                                                     shape.group, shape.groups, packer.c_str());
+  std::memcpy(packed.mutable_data_ptr<uint8_t>(), &h, sizeof(h));
+  return device.is_cpu() ? packed : packed.to(device);
+}
+
+LinearHeader read_header(const char* op, const at::Tensor& packed, c10::DeviceType device,
+                         const std::string& expected_packer) {
+  TORCH_CHECK(packed.defined(), op, ": packed must be a defined tensor (what linear_pack returned)");
+  TORCH_CHECK(packed.device().type() == device, op, ": packed must be on ", c10::DeviceTypeName(device, true),
+              ", got ", packed.device().str());
+  TORCH_CHECK(packed.scalar_type() == at::kByte, op, ": packed must be uint8 (what linear_pack returned), got ",
+              bridge::dtype_name(packed.scalar_type()));
+  TORCH_CHECK(packed.dim() == 2 && packed.is_contiguous() && packed.numel() >= kernels::kHeaderBytes, op,
+              ": packed must be a contiguous uint8 [N, row_bytes] tensor of at least ", kernels::kHeaderBytes,
+              " bytes (what linear_pack returned), got shape ", shape_string(packed),
+              packed.is_contiguous() ? "" : " (not contiguous)");
+  LinearHeader h;
+  const at::Tensor head = packed.view({-1}).narrow(0, 0, kernels::kHeaderBytes).to(at::kCPU);
+  std::memcpy(&h, head.const_data_ptr<uint8_t>(), sizeof(h));
+  TORCH_CHECK(std::memcmp(h.magic, kernels::kLinearMagic, sizeof(h.magic)) == 0, op,
+              ": packed is not a packed weight (its header lacks the linear_pack magic): pass what linear_pack returned");
+  TORCH_CHECK(h.version == kernels::kLinearVersion, op, ": packed has header version ", h.version, ", this build reads ",
+              kernels::kLinearVersion, ": pack the weight again");
+  h.packer[sizeof(h.packer) - 1] = '\0';
+  TORCH_CHECK(expected_packer == h.packer, op, ": packed was packed by ", h.packer,
+              ", but this implementation takes only weights packed by ", expected_packer,
+              ": pack with linear_pack after initialize() selected the same solution for linear_pack and linear");
+  const kernels::LinearSizes z = kernels::linear_sizes(h.scheme, h.n, h.k, h.groups, h.has_zeros != 0);
+  TORCH_CHECK(packed.size(0) == h.n && packed.size(1) == z.row_bytes, op, ": packed must be [N, row_bytes] = [", h.n,
+              ", ", z.row_bytes, "] for its header (", kernels::scheme_name(h.scheme), ", N ", h.n, ", K ", h.k,
+              "), got shape ", shape_string(packed));
+  return h;
+}
+
+Rows check_input(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
+                 const LinearHeader& header, c10::DeviceType device) {
+  bridge::check_floating_tensor(op, "input", input, device);
+  TORCH_CHECK(input.size(-1) == header.k, op, ": input's last dimension must be K = ", header.k,
+              " (the packed weight's), got ", input.size(-1));
+  if (bias.has_value() && bias->defined()) {
+    const at::Tensor& b = *bias;
+    TORCH_CHECK(b.device() == input.device(), op, ": bias must be on input's device ", input.device().str(), ", got ",
+                b.device().str());
+    TORCH_CHECK(b.scalar_type() == input.scalar_type() || b.scalar_type() == at::kFloat, op,
+                ": bias must be input's dtype (", bridge::dtype_name(input.scalar_type()), ") or float32, got ",
+                bridge::dtype_name(b.scalar_type()));
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == header.n, op, ": bias must be [N] = [", header.n, "], got shape ",
+                shape_string(b));
+  }
+  Rows r;
+  r.out_shape.assign(input.sizes().begin(), input.sizes().end());
+  r.out_shape.back() = header.n;
+  r.x = input.dim() == 2 ? input : input.reshape({-1, header.k});
+  if (r.x.stride(1) != 1) r.x = r.x.contiguous();
+  return r;
+}
+
+std::string packer_name(const BackendModule& module) {
+  return std::string(to_string(module.device)) + "." + module.solution + ".linear_pack";
+}
+
+}  // namespace xllm_kernel::linear

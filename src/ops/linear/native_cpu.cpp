@@ -1,0 +1,77 @@
+// cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/linear/. linear_pack
+// lays the weights out in panels of 32 output channels (LinearLayout::kPanels); linear converts
+// the input rows to float32 once and splits the panels over torch's intra-op threads.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "csrc/cpu/linear/linear.h"
+#include "src/ops/common/bridge.h"
+#include "src/ops/common/cpu.h"
+#include "src/ops/linear/internal.h"
+#include "xllm_kernel/ops/linear.h"
+
+namespace xllm_kernel::linear {
+namespace {
+
+at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>& scales,
+                       const std::optional<at::Tensor>& zeros, std::string scheme, int64_t group_size) {
+  const char* op = "linear_pack";
+  const PackShape shape = pack_shape(op, weight, scales, zeros, scheme, group_size);
+  TORCH_CHECK(weight.device().is_cpu(), op, ": weight must be on cpu, got ", weight.device().str());
+  const Canonical c = canonicalize(op, weight, scales, zeros, shape);
+  at::Tensor packed = new_packed(shape, LinearLayout::kPanels, packer_name(modules().native_cpu), at::kCPU);
+  uint8_t* base = packed.mutable_data_ptr<uint8_t>();
+  const kernels::LinearSizes z = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
+  const cpu::LinearPackSource src{.scheme = shape.scheme,
+                                  .n = shape.n,
+                                  .k = shape.k,
+                                  .group = shape.group,
+                                  .groups = shape.groups,
+                                  .weight = c.weight.const_data_ptr(),
+                                  .weight_stride = shape.k,
+                                  .scales = c.scales.defined() ? c.scales.const_data_ptr<float>() : nullptr,
+                                  .zeros = c.zeros.defined() ? c.zeros.const_data_ptr<float>() : nullptr};
+  const kernels::Status s = cpu::linear_pack_panels(
+      src, base + z.weights_offset, z.scales_offset > 0 ? reinterpret_cast<float*>(base + z.scales_offset) : nullptr,
+      z.zeros_offset > 0 ? reinterpret_cast<float*>(base + z.zeros_offset) : nullptr);
+  bridge::check_not_rejected(op, s.is_ok() ? nullptr : s.reason);
+  return packed;
+}
+
+at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
+  const char* op = "linear";
+  const LinearHeader h = read_header(op, packed, c10::DeviceType::CPU, packer_name(modules().native_cpu));
+  const Rows r = check_input(op, input, bias, h, c10::DeviceType::CPU);
+  at::Tensor x = r.x.scalar_type() == at::kFloat ? r.x : r.x.to(at::kFloat);
+  const int64_t m = x.size(0);
+  if (x.stride(1) != 1 || (m > 1 && x.stride(0) < h.k)) x = x.contiguous();  // overlapping rows too
+  at::Tensor out = at::empty({m, h.n}, input.options());
+  const at::Tensor b = bias.has_value() && bias->defined() ? bias->to(at::kFloat).contiguous() : at::Tensor();
+  const uint8_t* base = packed.const_data_ptr<uint8_t>();
+  cpu::LinearParams p;
+  p.scheme = h.scheme;
+  p.out_dtype = bridge::kernel_dtype(input.scalar_type());
+  p.m = m;
+  p.n = h.n;
+  p.k = h.k;
+  p.group = kernels::scheme_has_scales(h.scheme) ? h.group : 0;
+  p.groups = kernels::scheme_has_scales(h.scheme) ? h.groups : 0;
+  p.x = x.const_data_ptr<float>();
+  p.x_stride = m > 1 ? x.stride(0) : h.k;
+  p.out = out.mutable_data_ptr();
+  p.out_stride = h.n;
+  p.weights = base + h.weights_offset;
+  p.scales = h.scales_offset > 0 ? reinterpret_cast<const float*>(base + h.scales_offset) : nullptr;
+  p.zeros = h.zeros_offset > 0 ? reinterpret_cast<const float*>(base + h.zeros_offset) : nullptr;
+  p.bias = b.defined() ? b.const_data_ptr<float>() : nullptr;
+  // Tasks of whole panels; each streams its panels' weights once for every row.
+  bridge::run_rows(op, p, cpu::linear_panels(h.n), std::max<int64_t>(1, m) * h.k * kernels::kPanel, cpu::linear);
+  return out.view(r.out_shape);
+}
+
+}  // namespace
+
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_linear_pack, modules().native_cpu, linear_pack_operation(), native_pack);
+XLLM_REGISTER_IMPLEMENTATION(cpu_native_linear, modules().native_cpu, linear_operation(), native_linear);
+
+}  // namespace xllm_kernel::linear
