@@ -123,16 +123,27 @@ template <size_t kRows, class Src>
 HWY_INLINE void Chain(const Src& src, const float* const* x, size_t k0, size_t k1, size_t src_k0,
                       VF (&acc)[kRows][kNV]) {
   const DF d;
+  // A local copy whose address never leaves this function: GCC keeps it in registers (on the
+  // caller's array it stored every accumulator after every k).
+  VF a[kRows][kNV];
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t j = 0; j < kNV; ++j) a[r][j] = acc[r][j];
+  }
+  const float* rows[kRows];
+  for (size_t r = 0; r < kRows; ++r) rows[r] = x[r];
   for (size_t k = k0; k < k1; ++k) {
     VF xb[kRows];
     HWY_UNROLL(8)
-    for (size_t r = 0; r < kRows; ++r) xb[r] = hn::Set(d, x[r][k]);
+    for (size_t r = 0; r < kRows; ++r) xb[r] = hn::Set(d, rows[r][k]);
     HWY_UNROLL(kNV)
     for (size_t j = 0; j < kNV; ++j) {
       const VF w = src.Load(k - src_k0, j);
       HWY_UNROLL(8)
-      for (size_t r = 0; r < kRows; ++r) acc[r][j] = hn::MulAdd(xb[r], w, acc[r][j]);
+      for (size_t r = 0; r < kRows; ++r) a[r][j] = hn::MulAdd(xb[r], w, a[r][j]);
     }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t j = 0; j < kNV; ++j) acc[r][j] = a[r][j];
   }
 }
 
