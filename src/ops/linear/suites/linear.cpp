@@ -310,11 +310,9 @@ Tolerance tolerance(const at::Tensor& input, const at::Tensor& w64, const at::Te
 
 CaseMetadata metadata(const PackArgs& a, const at::Tensor& input, const at::Tensor& bias) {
   const int64_t m = input.size(0), n = a.weight.size(0), k = a.weight.size(1);
-  const SchemeSpec s = parse_scheme(a.scheme == "fp8" ? "fp8/channel" : a.scheme);
   int64_t weight_bytes = a.scheme == "int4" ? n * k / 2 : n * k * a.weight.element_size();
   if (a.scales.defined()) weight_bytes += a.scales.numel() * 4;
   if (a.zeros.defined()) weight_bytes += a.zeros.numel() * 4;
-  (void)s;
   const int64_t read = weight_bytes + input.numel() * input.element_size() + (bias.defined() ? bias.nbytes() : 0);
   return {read, m * n * input.element_size(), 2.0 * m * n * k, {}};
 }
