@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/linear/linear.cpp"
@@ -53,14 +54,18 @@ struct SrcHalf {  // bf16 or f16 weights
   HWY_INLINE VF Load(size_t k, size_t j) const { return LoadF(w + k * kP + j * kL); }
 };
 
-struct SrcInt8 {
+// The scales of one group (int8, fp8: no zero points).
+struct GroupScales {
   static constexpr bool kScaled = true;
-  const int8_t* w;
   VF s[kNV];
   HWY_INLINE void Group(const float* scales, const float*) {
     HWY_UNROLL(kNV)
     for (size_t j = 0; j < kNV; ++j) s[j] = hn::LoadU(DF(), scales + j * kL);
   }
+};
+
+struct SrcInt8 : GroupScales {
+  const int8_t* w;
   HWY_INLINE VF Load(size_t k, size_t j) const {
     const hn::Rebind<int8_t, DF> d8;
     const auto q = hn::PromoteTo(DI(), hn::LoadU(d8, w + k * kP + j * kL));
@@ -68,14 +73,8 @@ struct SrcInt8 {
   }
 };
 
-struct SrcFp8 {  // float8_e4m3fn: no infinities, S.1111.111 is NaN
-  static constexpr bool kScaled = true;
+struct SrcFp8 : GroupScales {  // float8_e4m3fn: no infinities, S.1111.111 is NaN
   const uint8_t* w;
-  VF s[kNV];
-  HWY_INLINE void Group(const float* scales, const float*) {
-    HWY_UNROLL(kNV)
-    for (size_t j = 0; j < kNV; ++j) s[j] = hn::LoadU(DF(), scales + j * kL);
-  }
   HWY_INLINE VF Load(size_t k, size_t j) const {
     const DF d;
     const DU du;
@@ -236,14 +235,21 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
   const size_t m = static_cast<size_t>(p.m), k = static_cast<size_t>(p.k);
   const size_t scale_stride = static_cast<size_t>(p.groups) * kP;  // floats per panel
   const uint8_t* weights = static_cast<const uint8_t*>(p.weights);
+  // Points the source at a panel's weights; returns its scales and zero points (null: none).
+  auto select_panel = [&](int64_t panel) {
+    src.w = reinterpret_cast<decltype(src.w)>(weights + panel * panel_bytes);
+    return std::pair<const float*, const float*>(
+        p.scales != nullptr ? p.scales + panel * scale_stride : nullptr,
+        p.zeros != nullptr ? p.zeros + panel * scale_stride : nullptr);
+  };
   if (m <= kMR) {
     // One tile: W formed in registers, the panel streamed once.
     const float* x[kMR];
     for (size_t r = 0; r < m; ++r) x[r] = p.x + static_cast<int64_t>(r) * p.x_stride;
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-      src.w = reinterpret_cast<decltype(src.w)>(weights + panel * panel_bytes);
-      const float* sp = p.scales != nullptr ? p.scales + panel * scale_stride : nullptr;
-      const float* zp = p.zeros != nullptr ? p.zeros + panel * scale_stride : nullptr;
+      const std::pair<const float*, const float*> sz = select_panel(panel);
+      const float* sp = sz.first;
+      const float* zp = sz.second;
       WithRows<kMR>(m, [&](auto rows) {
         constexpr size_t R = decltype(rows)::value;
         VF acc[R][kNV];
@@ -259,9 +265,9 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
   auto partial = hwy::AllocateAligned<float>(m * kP);
   const DF d;
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-    src.w = reinterpret_cast<decltype(src.w)>(weights + panel * panel_bytes);
-    const float* sp = p.scales != nullptr ? p.scales + panel * scale_stride : nullptr;
-    const float* zp = p.zeros != nullptr ? p.zeros + panel * scale_stride : nullptr;
+    const std::pair<const float*, const float*> sz = select_panel(panel);
+    const float* sp = sz.first;
+    const float* zp = sz.second;
     for (size_t k0 = 0; k0 < k; k0 += kBlockK) {
       const size_t k1 = std::min(k, k0 + kBlockK);
       FormBlock(src, p, sp, zp, k0, k1, block.get());
@@ -304,9 +310,9 @@ void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
     case LinearScheme::kFloat16:
       return PanelsT<T>(p, SrcHalf<float16_t>{nullptr}, k * kP * 2, panel_begin, panel_end);
     case LinearScheme::kInt8:
-      return PanelsT<T>(p, SrcInt8{nullptr, {}}, k * kP, panel_begin, panel_end);
+      return PanelsT<T>(p, SrcInt8{{}, nullptr}, k * kP, panel_begin, panel_end);
     case LinearScheme::kFp8:
-      return PanelsT<T>(p, SrcFp8{nullptr, {}}, k * kP, panel_begin, panel_end);
+      return PanelsT<T>(p, SrcFp8{{}, nullptr}, k * kP, panel_begin, panel_end);
     case LinearScheme::kInt4:
       return PanelsT<T>(p, SrcInt4{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
   }

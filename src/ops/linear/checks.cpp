@@ -157,13 +157,14 @@ Canonical canonicalize(const char* op, const at::Tensor& weight, const std::opti
   return c;
 }
 
-at::Tensor new_packed(const PackShape& shape, LinearLayout layout, const std::string& packer, c10::Device device) {
-  const kernels::LinearSizes z = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
-  at::Tensor packed = at::zeros({shape.n, z.row_bytes}, at::TensorOptions().dtype(at::kByte));
+NewPacked new_packed(const PackShape& shape, LinearLayout layout, const std::string& packer) {
+  NewPacked out;
+  out.sizes = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
+  out.packed = at::zeros({shape.n, out.sizes.row_bytes}, at::TensorOptions().dtype(at::kByte));
   const LinearHeader h = kernels::make_linear_header(shape.scheme, layout, shape.fp8, shape.zeros, shape.n, shape.k,
                                                      shape.group, shape.groups, packer.c_str());
-  std::memcpy(packed.mutable_data_ptr<uint8_t>(), &h, sizeof(h));
-  return device.is_cpu() ? packed : packed.to(device);
+  std::memcpy(out.packed.mutable_data_ptr<uint8_t>(), &h, sizeof(h));
+  return out;
 }
 
 LinearHeader read_header(const char* op, const at::Tensor& packed, c10::DeviceType device,
@@ -178,8 +179,12 @@ LinearHeader read_header(const char* op, const at::Tensor& packed, c10::DeviceTy
               " bytes (what linear_pack returned), got shape ", shape_string(packed),
               packed.is_contiguous() ? "" : " (not contiguous)");
   LinearHeader h;
-  const at::Tensor head = packed.view({-1}).narrow(0, 0, kernels::kHeaderBytes).to(at::kCPU);
-  std::memcpy(&h, head.const_data_ptr<uint8_t>(), sizeof(h));
+  if (packed.is_cpu()) {
+    std::memcpy(&h, packed.const_data_ptr<uint8_t>(), sizeof(h));
+  } else {  // a copy to the host (and a synchronization)
+    const at::Tensor head = packed.view({-1}).narrow(0, 0, kernels::kHeaderBytes).to(at::kCPU);
+    std::memcpy(&h, head.const_data_ptr<uint8_t>(), sizeof(h));
+  }
   TORCH_CHECK(std::memcmp(h.magic, kernels::kLinearMagic, sizeof(h.magic)) == 0, op,
               ": packed is not a packed weight (its header lacks the linear_pack magic): pass what linear_pack returned");
   TORCH_CHECK(h.version == kernels::kLinearVersion, op, ": packed has header version ", h.version, ", this build reads ",

@@ -44,9 +44,13 @@ struct Canonical {
 Canonical canonicalize(const char* op, const at::Tensor& weight, const std::optional<at::Tensor>& scales,
                        const std::optional<at::Tensor>& zeros, const PackShape& shape);
 
-// A new packed tensor (uint8 [n, row_bytes], zero-filled) on `device` whose header records the
-// shape, `layout` and `packer`; the caller fills the sections.
-at::Tensor new_packed(const PackShape& shape, LinearLayout layout, const std::string& packer, c10::Device device);
+// A new packed tensor (uint8 [n, row_bytes], zero-filled, on the CPU) whose header records the
+// shape, `layout` and `packer`, with the sizes and offsets of its sections; the caller fills them.
+struct NewPacked {
+  at::Tensor packed;
+  kernels::LinearSizes sizes;
+};
+NewPacked new_packed(const PackShape& shape, LinearLayout layout, const std::string& packer);
 
 // The header of `packed` for `op` on `device`, checked: a uint8 [N, row_bytes] tensor, the magic, the
 // version, sizes that match the header, and the packer: packed by another implementation (or

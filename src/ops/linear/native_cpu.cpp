@@ -19,9 +19,9 @@ at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>
   const PackShape shape = pack_shape(op, weight, scales, zeros, scheme, group_size);
   TORCH_CHECK(weight.device().is_cpu(), op, ": weight must be on cpu, got ", weight.device().str());
   const Canonical c = canonicalize(op, weight, scales, zeros, shape);
-  at::Tensor packed = new_packed(shape, LinearLayout::kPanels, packer_name(modules().native_cpu), at::kCPU);
-  uint8_t* base = packed.mutable_data_ptr<uint8_t>();
-  const kernels::LinearSizes z = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
+  const NewPacked made = new_packed(shape, LinearLayout::kPanels, packer_name(modules().native_cpu));
+  uint8_t* base = made.packed.mutable_data_ptr<uint8_t>();
+  const kernels::LinearSizes& z = made.sizes;
   const cpu::LinearPackSource src{.scheme = shape.scheme,
                                   .n = shape.n,
                                   .k = shape.k,
@@ -35,7 +35,7 @@ at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>
       src, base + z.weights_offset, z.scales_offset > 0 ? reinterpret_cast<float*>(base + z.scales_offset) : nullptr,
       z.zeros_offset > 0 ? reinterpret_cast<float*>(base + z.zeros_offset) : nullptr);
   bridge::check_not_rejected(op, s.is_ok() ? nullptr : s.reason);
-  return packed;
+  return made.packed;
 }
 
 at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {

@@ -34,9 +34,9 @@ at::Tensor torch_pack(const at::Tensor& weight, const std::optional<at::Tensor>&
   TORCH_CHECK(weight.device().type() == kDevice, op, ": weight must be on ", c10::DeviceTypeName(kDevice, true),
               ", got ", weight.device().str());
   const Canonical c = canonicalize(op, weight, scales, zeros, shape);
-  at::Tensor packed = new_packed(shape, LinearLayout::kRows, packer_name(module<kDevice>()), at::kCPU);
-  uint8_t* base = packed.mutable_data_ptr<uint8_t>();
-  const kernels::LinearSizes z = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
+  const NewPacked made = new_packed(shape, LinearLayout::kRows, packer_name(module<kDevice>()));
+  uint8_t* base = made.packed.mutable_data_ptr<uint8_t>();
+  const kernels::LinearSizes& z = made.sizes;
   if (shape.scheme == LinearScheme::kInt4) {
     const int64_t row = kernels::ceil_div(shape.k, 2);
     const int8_t* q = c.weight.const_data_ptr<int8_t>();
@@ -53,7 +53,7 @@ at::Tensor torch_pack(const at::Tensor& weight, const std::optional<at::Tensor>&
   }
   if (c.scales.defined()) std::memcpy(base + z.scales_offset, c.scales.const_data_ptr(), c.scales.nbytes());
   if (c.zeros.defined()) std::memcpy(base + z.zeros_offset, c.zeros.const_data_ptr(), c.zeros.nbytes());
-  return kDevice == c10::DeviceType::CPU ? packed : packed.to(weight.device());
+  return kDevice == c10::DeviceType::CPU ? made.packed : made.packed.to(weight.device());
 }
 
 // bytes [offset, offset + count * element size) of packed as a tensor of dtype (a view).
@@ -91,7 +91,10 @@ at::Tensor torch_linear(const at::Tensor& input, const at::Tensor& packed, const
   const Rows r = check_input(op, input, bias, h, kDevice);
   const at::ScalarType dtype = input.scalar_type();
   const bool has_bias = bias.has_value() && bias->defined();
-  const at::Tensor b32 = has_bias ? bias->to(at::kFloat) : at::Tensor();
+  // The bias for the float32 paths (none: std::nullopt).
+  auto bias32 = [&]() -> std::optional<at::Tensor> {
+    return has_bias ? std::optional<at::Tensor>(bias->to(at::kFloat)) : std::nullopt;
+  };
   at::Tensor y;
   switch (h.scheme) {
     case LinearScheme::kFloat32:
@@ -104,8 +107,7 @@ at::Tensor torch_linear(const at::Tensor& input, const at::Tensor& packed, const
       if (wt == dtype && (!has_bias || bias->scalar_type() == dtype)) {
         y = at::linear(r.x, w, has_bias ? std::optional<at::Tensor>(*bias) : std::nullopt);
       } else {
-        y = at::linear(r.x.to(at::kFloat), w.to(at::kFloat), has_bias ? std::optional<at::Tensor>(b32) : std::nullopt)
-                .to(dtype);
+        y = at::linear(r.x.to(at::kFloat), w.to(at::kFloat), bias32()).to(dtype);
       }
       break;
     }
@@ -114,15 +116,14 @@ at::Tensor torch_linear(const at::Tensor& input, const at::Tensor& packed, const
         const at::Tensor q = section(packed, h.weights_offset, h.n * h.k, at::kChar).view({h.n, h.k});
         const at::Tensor s = section(packed, h.scales_offset, h.n, at::kFloat);
         y = at::_weight_int8pack_mm(r.x.to(at::kFloat).contiguous(), q, s);
-        if (has_bias) y.add_(b32);
+        if (has_bias) y.add_(*bias32());
         y = y.to(dtype);
         break;
       }
       [[fallthrough]];
     case LinearScheme::kFp8:
     case LinearScheme::kInt4:
-      y = at::linear(r.x.to(at::kFloat), dequantized(packed, h), has_bias ? std::optional<at::Tensor>(b32) : std::nullopt)
-              .to(dtype);
+      y = at::linear(r.x.to(at::kFloat), dequantized(packed, h), bias32()).to(dtype);
       break;
   }
   return y.reshape(r.out_shape).contiguous();
