@@ -152,18 +152,21 @@ at::Tensor make_stand_in(const PackArgs& a) {
   h.scale_cols = a.scales.defined() && a.scales.dim() == 2 ? a.scales.size(1) : 1;
   h.zeros_cols = a.zeros.defined() ? a.zeros.size(1) : 0;
   std::strncpy(h.scheme, a.scheme.c_str(), sizeof(h.scheme) - 1);
-  const at::Tensor w = a.weight.contiguous().view({-1}).view(at::kByte);
-  const at::Tensor s = a.scales.defined() ? a.scales.contiguous().view({-1}).view(at::kByte) : at::empty({0}, at::kByte);
-  const at::Tensor z = a.zeros.defined() ? a.zeros.to(at::kFloat).contiguous().view({-1}).view(at::kByte)
-                                         : at::empty({0}, at::kByte);
-  const int64_t bytes = static_cast<int64_t>(sizeof(h)) + w.numel() + s.numel() + z.numel();
+  // The header, then the values of weight, scales and zeros (those given), as bytes.
+  std::vector<at::Tensor> parts = {a.weight.contiguous()};
+  if (a.scales.defined()) parts.push_back(a.scales.contiguous());
+  if (a.zeros.defined()) parts.push_back(a.zeros.to(at::kFloat).contiguous());
+  int64_t bytes = static_cast<int64_t>(sizeof(h));
+  for (const at::Tensor& t : parts) bytes += static_cast<int64_t>(t.nbytes());
   const int64_t row = kernels::ceil_div(bytes, h.n);
   at::Tensor out = at::zeros({h.n * row}, at::kByte);
   uint8_t* p = out.mutable_data_ptr<uint8_t>();
   std::memcpy(p, &h, sizeof(h));
-  std::memcpy(p + sizeof(h), w.const_data_ptr(), w.numel());
-  std::memcpy(p + sizeof(h) + w.numel(), s.const_data_ptr(), s.numel());
-  std::memcpy(p + sizeof(h) + w.numel() + s.numel(), z.const_data_ptr(), z.numel());
+  p += sizeof(h);
+  for (const at::Tensor& t : parts) {  // each holds >= 1 element (a 0-dim scale included)
+    std::memcpy(p, t.const_data_ptr(), t.nbytes());
+    p += t.nbytes();
+  }
   return out.view({h.n, row});
 }
 
