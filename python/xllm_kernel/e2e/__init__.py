@@ -4,7 +4,8 @@ one static batch, prefill then decode into a paged cache that lives for one run.
 
     python -m xllm_kernel.e2e --preset tiny --batch 2 --prompt-len 16 --output-len 8 --output e2e.json
 
-Modules: config (presets, workload, usage checks), model (the runner's decoder), reference (the
-float64 model it is validated against), worker (one side in its own process), report (JSON,
-Markdown, plot), cli (the command, the sides, --distributed).
+Modules: config (presets, workload, usage checks, --weights' schemes and bytes), model (the runner's
+decoder), quantize (--weights: the quantized linears and the reference's W), reference (the float64
+model it is validated against), worker (one side in its own process), report (JSON, Markdown,
+plot), cli (the command, the sides, --distributed).
 """

@@ -7,7 +7,10 @@
 Each side runs in a process of its own (initialize() selects once per process): `selected` (what
 initialize picks), `torch` (every operation overridden to the torch solution), `compile`
 (torch.compile of the torch-solution model), and any `NAME=op:target+op:target` (e.g.
-`attn-torch=paged_attention:torch`). Exit codes: 0 every side validated and timed (a side whose
+`attn-torch=paged_attention:torch`). GEMMs are torch's F.linear unless --weights SCHEME: then every
+linear (qkv, o_proj, gate_up, down, LM head) is the library's `linear` on weights quantized from the
+random ones and packed once at load by the side's own `linear_pack` (the torch and compile sides:
+the torch solution's). Exit codes: 0 every side validated and timed (a side whose
 torch.compile failed is reported with the error and does not fail the run), 1 a side failed
 validation or raised, 2 usage error.
 """
@@ -26,11 +29,13 @@ import sys
 import tempfile
 
 from xllm_kernel.e2e import report as rep
-from xllm_kernel.e2e.config import DTYPES, PRESETS, UsageError, Workload, check, model_config
+from xllm_kernel.e2e.config import (DTYPES, PRESETS, WEIGHT_SCHEMES, UsageError, Workload, check, check_weights,
+                                    model_config, weight_report, weight_spec)
 
 PROG = "python -m xllm_kernel.e2e"
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
               "silu_and_mul", "sample")  # model.OPERATIONS, without importing torch for --help
+LINEAR_OPERATIONS = ("linear_pack", "linear")  # model.LINEAR_OPERATIONS: with --weights
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -48,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", type=int, help="decoder layers (default: the model's)")
     g.add_argument("--dtype", default="bfloat16", help=f"{', '.join(DTYPES)} (default bfloat16)")
     g.add_argument("--device", default="cpu", help="cpu, cuda or npu (a rank of --distributed: cuda/npu:LOCAL_RANK)")
+    g.add_argument("--weights", metavar="SCHEME",
+                   help=f"one of {', '.join(WEIGHT_SCHEMES)}: every linear through the library's linear on weights "
+                        "in that scheme, packed once at load (int8 per channel, fp8 128x128 blocks, int4 symmetric "
+                        "groups); default: torch's F.linear on the --dtype weights")
+    g.add_argument("--lm-head-weights", metavar="SCHEME", help="the LM head's scheme (default: --weights')")
+    g.add_argument("--group-size", type=int, default=128, help="int4's group along K (default 128)")
     w = p.add_argument_group("workload")
     w.add_argument("--batch", type=int, default=2, help="sequences (default 2)")
     w.add_argument("--prompt-len", default="16", help="prompt tokens, one value or a comma list cycled over the batch")
@@ -91,22 +102,31 @@ def _lens(text: str, batch: int, flag: str) -> tuple[int, ...]:
     return tuple(values[i % len(values)] for i in range(batch))
 
 
-def sides(text: str) -> list[dict]:
+def sides(text: str, linear: bool = False) -> list[dict]:
+    """The --sides list; with `linear` (--weights) the torch and compile sides also override
+    linear_pack and linear, and a custom side may name either (the other follows: a packed weight
+    is only accepted by the linear of the implementation that packed it)."""
+    ops = OPERATIONS + (LINEAR_OPERATIONS if linear else ())
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         if item == "selected":
             out.append({"name": "selected", "kind": "selected", "overrides": {}})
         elif item in ("torch", "compile"):
-            out.append({"name": item, "kind": item, "overrides": {op: "torch" for op in OPERATIONS}})
+            out.append({"name": item, "kind": item, "overrides": {op: "torch" for op in ops}})
         elif "=" in item:
             name, _, spec = item.partition("=")
             overrides = {}
             for pair in filter(None, spec.split("+")):
                 op, _, target = pair.partition(":")
-                if op not in OPERATIONS or not target:
+                if op in LINEAR_OPERATIONS and not linear:
+                    raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with --weights")
+                if op not in ops or not target:
                     raise UsageError(f"--sides: {pair!r} in {item!r} must be OPERATION:TARGET with OPERATION one of "
-                                     f"{', '.join(OPERATIONS)}")
+                                     f"{', '.join(ops)}")
                 overrides[op] = target
+            for a, b in (LINEAR_OPERATIONS, LINEAR_OPERATIONS[::-1]):
+                if a in overrides and b not in overrides:
+                    overrides[b] = _paired_target(overrides[a], a, b)
             out.append({"name": name, "kind": "custom", "overrides": overrides})
         else:
             raise UsageError(f"--sides: expected selected, torch, compile or NAME=op:target, got {item!r}")
@@ -114,6 +134,13 @@ def sides(text: str) -> list[dict]:
     if not out or len(set(names)) != len(names):
         raise UsageError(f"--sides: give at least one side, each name once, got {names}")
     return out
+
+
+def _paired_target(target: str, op: str, other: str) -> str:
+    """linear_pack's override for linear's (or the reverse): a solution names both; a full name
+    (cpu.native.linear) the same implementation of the other operation."""
+    prefix, dot, leaf = target.rpartition(".")
+    return f"{prefix}.{other}" if dot and leaf == op else target
 
 
 def _free_port() -> int:
@@ -177,6 +204,11 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
     first = reports[0]
     agg = {k: first[k] for k in ("tool", "model", "workload", "validation_workload", "dtype", "device", "repeats",
                                  "warmup", "world_size", "environment")}
+    # Every rank reads its shards and the replicated LM head: the aggregate counts all ranks' bytes.
+    all_bytes = sum(rp["weights"]["bytes_per_decode_step"] for rp in reports)
+    agg["weights"] = {k: v for k, v in first["weights"].items() if k != "roles"}
+    agg["weights"].update(bytes_per_decode_step=all_bytes, bytes_counted=f"the sum over the {len(reports)} ranks of "
+                          f"each rank's bytes: {first['weights']['bytes_counted']}")
     agg["schema"] = rep.AGGREGATE_SCHEMA
     agg["ranks"] = [{"rank": r, "report": paths[r], "device": rp["rank_device"], "host": rp["environment"].get("host"),
                      "summary": rp["summary"]} for r, rp in enumerate(reports)]
@@ -215,6 +247,8 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
             if t["decode_steps"]:
                 t["decode_tokens_per_s"] = t["decode_tokens"] / t["decode_seconds"]
                 t["time_per_output_token_s"] = t["decode_seconds"] / t["decode_steps"]
+                t["decode_weight_gb_per_s"] = all_bytes * t["decode_steps"] / t["decode_seconds"] / 1e9 \
+                    if t["decode_seconds"] else None
             t.pop("prefill_samples", None)
             t.pop("decode_samples", None)
             side["timing"] = t
@@ -259,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                         temperature=args.temperature, synthetic_prefill=args.synthetic_prefill)
         vwork = Workload(prompt_lens=_lens(args.validate_prompt_len, args.validate_batch, "--validate-prompt-len"),
                          output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
-        side_list = sides(args.sides)
+        wspec = weight_spec(args.weights, args.lm_head_weights, args.group_size)
+        side_list = sides(args.sides, linear=wspec is not None)
         if args.warmup < 0 or args.repeats < 1:
             raise UsageError(f"--warmup must be >= 0 and --repeats >= 1, got {args.warmup} and {args.repeats}")
         world, rank, local = 1, None, 0
@@ -272,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"--distributed needs at least 2 ranks, got WORLD_SIZE={world}")
         check(model, work, world, args.dtype)
         check(model, vwork, world, args.dtype)
+        check_weights(model, wspec, world)
         kind = args.device.split(":")[0]
         if kind not in ("cpu", "cuda", "npu"):
             raise UsageError(f"--device: expected cpu, cuda or npu, got {args.device!r}")
@@ -299,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         group = td
     base = {"model": model.to_json(), "dtype": args.dtype, "device": device, "seed": args.seed,
             "workload": dataclasses.asdict(work), "validation_workload": dataclasses.asdict(vwork),
-            "warmup": args.warmup, "repeats": args.repeats, "fullgraph": args.fullgraph}
+            "warmup": args.warmup, "repeats": args.repeats, "fullgraph": args.fullgraph,
+            "weights": wspec.to_json() if wspec else None}
     # The sides share one copy of the random weights: the first saves them, the others map the file.
     weights_dir = tempfile.mkdtemp(prefix="xllm-e2e-weights-")
     base["weights_file"] = os.path.join(weights_dir, "weights.pt")
@@ -307,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         results = _run_sides(side_list, base, args, group, rank, world, kind)
     finally:
         shutil.rmtree(weights_dir, ignore_errors=True)
-    return _finish(results, args, model, work, vwork, device, world, rank, local, group)
+    return _finish(results, args, model, work, vwork, device, world, rank, local, group,
+                   weight_report(model, wspec, args.dtype, world))
 
 
 def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
@@ -326,11 +364,11 @@ def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
     return results
 
 
-def _finish(results, args, model, work, vwork, device, world, rank, local, group) -> int:
+def _finish(results, args, model, work, vwork, device, world, rank, local, group, weights) -> int:
     report = {"schema": rep.SCHEMA, "tool": "e2e", "model": model.to_json(), "dtype": args.dtype, "device": device,
-              "workload": work.to_json(), "validation_workload": vwork.to_json(), "repeats": args.repeats,
-              "warmup": args.warmup, "world_size": world, "environment": rep.environment(device, args.revision),
-              "sides": results}
+              "weights": weights, "workload": work.to_json(), "validation_workload": vwork.to_json(),
+              "repeats": args.repeats, "warmup": args.warmup, "world_size": world,
+              "environment": rep.environment(device, args.revision), "sides": results}
     codes = [_side_exit(s) for s in results]
     report["summary"] = {"sides": len(results), "timed": sum(s.get("status") == "timed" for s in results),
                          "failed": sum(codes), "exit_code": max(codes, default=0)}

@@ -4,6 +4,10 @@ workload, with the checks that turn a bad configuration into a usage error (exit
     model = model_config("llama-3-8b", layers=2)
     work = Workload(prompt_lens=(512, 512), output_len=16, block_size=16, seed=0)
     check(model, work, world_size=1)          # UsageError naming what is wrong
+    weights = weight_spec("int8", None, 128)  # --weights, --lm-head-weights, --group-size
+    check_weights(model, weights, world_size=1)
+
+Torch-free, so that --help and usage errors stay fast.
 """
 
 from __future__ import annotations
@@ -196,3 +200,119 @@ def check(model: ModelConfig, work: Workload, world_size: int = 1, dtype: str = 
     if w.num_blocks and w.blocks_needed() > w.num_blocks:
         raise UsageError(f"the batch needs {w.blocks_needed()} cache blocks of {w.block_size} tokens "
                          f"(contexts up to {longest}), past the cache's --num-blocks {w.num_blocks}")
+
+
+# ---- --weights: the linears through the library's linear family ---------------------------------------
+
+# linear_pack's schemes, in --weights' spelling.
+WEIGHT_SCHEMES = ("bf16", "f16", "f32", "int8", "fp8", "int4")
+LINEAR_ROLES = ("qkv", "o_proj", "gate_up", "down", "lm_head")
+FP8_BLOCK = 128  # fp8 weights get one scale per 128 x 128 block
+_BITS = {"f32": 32, "bf16": 16, "f16": 16, "int8": 8, "fp8": 8, "int4": 4}
+_DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
+
+# How the random weights become each scheme's canonical form (the report quotes it).
+QUANTIZATION = {
+    "f32": "cast to float32", "bf16": "cast to bfloat16", "f16": "cast to float16",
+    "int8": "symmetric per output channel: s = absmax / 127, q = round(w / s) in [-127, 127]",
+    "fp8": "float8_e4m3fn with a scale per 128 x 128 block: s = absmax / 448, q = e4m3fn(w / s) (nearest even)",
+    "int4": "symmetric in groups of group_size along K: s = absmax / 8, q = clamp(round(w / s), -8, 7) "
+            "(GGUF Q4_0's scale; a group's largest positive value clips to 7 s)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSpec:
+    """--weights: the scheme of qkv, o_proj, gate_up and down, the LM head's, and int4's group.
+    Every linear then runs through the library's linear on weights packed once at load."""
+
+    scheme: str
+    lm_head_scheme: str
+    group_size: int = 128
+
+    def scheme_for(self, role: str) -> str:
+        return self.lm_head_scheme if role == "lm_head" else self.scheme
+
+    def pack_group(self, role: str) -> int:
+        """linear_pack's group_size argument: the group for int4, 0 otherwise."""
+        return self.group_size if self.scheme_for(role) == "int4" else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def weight_spec(weights: str | None, lm_head: str | None, group_size: int) -> WeightSpec | None:
+    """The flags as a WeightSpec (None without --weights: torch's F.linear on the --dtype weights)."""
+    for flag, value in (("--weights", weights), ("--lm-head-weights", lm_head)):
+        if value is not None and value not in WEIGHT_SCHEMES:
+            raise UsageError(f"{flag}: expected one of {', '.join(WEIGHT_SCHEMES)}, got {value!r}")
+    if weights is None:
+        if lm_head is not None:
+            raise UsageError(f"--lm-head-weights {lm_head} needs --weights (without it every GEMM is torch's)")
+        return None
+    if group_size < 1:
+        raise UsageError(f"--group-size must be at least 1, got {group_size}")
+    return WeightSpec(weights, lm_head or weights, group_size)
+
+
+def linear_shapes(m: ModelConfig, world_size: int = 1) -> list[dict[str, Any]]:
+    """A rank's linears as the runner multiplies them: role, N (output features), K (input
+    features) and how many (one per layer; one LM head, replicated on every rank)."""
+    q, kv = m.num_heads // world_size * m.head_dim, m.num_kv_heads // world_size * m.head_dim
+    inter = m.intermediate_size // world_size
+    h, n = m.hidden_size, m.num_layers
+    return [{"role": "qkv", "n": q + 2 * kv, "k": h, "count": n}, {"role": "o_proj", "n": h, "k": q, "count": n},
+            {"role": "gate_up", "n": 2 * inter, "k": h, "count": n}, {"role": "down", "n": h, "k": inter, "count": n},
+            {"role": "lm_head", "n": m.vocab_size, "k": h, "count": 1}]
+
+
+def linear_bytes(scheme: str, n: int, k: int, group_size: int = 128) -> int:
+    """The bytes linear reads for one [N, K] weight: the stored weights (N K bits / 8) and, for the
+    quantized schemes, linear_pack's float32 scales: one per output channel and K group (int8: one
+    group; fp8: ceil(K / 128) groups, the block scales expanded per channel; int4: K / group_size).
+    The packed tensor's header and its padding of N to panels of 32 rows are not counted."""
+    payload = n * math.ceil(k * _BITS[scheme] / 8)
+    groups = {"int8": 1, "fp8": math.ceil(k / FP8_BLOCK), "int4": k // group_size if group_size else 0}.get(scheme, 0)
+    return payload + 4 * n * groups
+
+
+def weight_report(m: ModelConfig, spec: WeightSpec | None, dtype: str, world_size: int = 1) -> dict[str, Any]:
+    """The report's `weights`: the schemes, how they were made, and the bytes of all linears one
+    decode step reads (on one rank)."""
+    roles = []
+    for s in linear_shapes(m, world_size):
+        if spec is None:
+            scheme, per = dtype, s["n"] * s["k"] * _DTYPE_BITS[dtype] // 8
+        else:
+            scheme = spec.scheme_for(s["role"])
+            per = linear_bytes(scheme, s["n"], s["k"], spec.group_size)
+        roles.append(dict(s, scheme=scheme, bytes=per * s["count"]))
+    used = [] if spec is None else list(dict.fromkeys(spec.scheme_for(r) for r in LINEAR_ROLES))
+    return {
+        "scheme": spec.scheme if spec else None,
+        "lm_head_scheme": spec.lm_head_scheme if spec else None,
+        "group_size": spec.group_size if spec and "int4" in used else None,
+        "linear": "xllm_kernel linear (weights packed once at load by the side's linear_pack)" if spec
+        else "torch F.linear on the --dtype weights",
+        "quantization": {s: QUANTIZATION[s] for s in used},
+        "bytes_per_decode_step": sum(r["bytes"] for r in roles),
+        "bytes_counted": ("per decode step, every linear's weight once (qkv, o_proj, gate_up, down of each layer and "
+                          "the LM head" + (", this rank's shards" if world_size > 1 else "") + "): the stored "
+                          "weights (N K bits / 8) plus linear_pack's float32 scales (one per output channel and K "
+                          "group); packed headers, panel padding and biases not counted") if spec else
+                         ("per decode step, every linear's weight once (qkv, o_proj, gate_up, down of each layer and "
+                          "the LM head" + (", this rank's shards" if world_size > 1 else "") + "): N K elements "
+                          "of the --dtype; biases not counted"),
+        "roles": roles,
+    }
+
+
+def check_weights(model: ModelConfig, spec: WeightSpec | None, world_size: int = 1) -> None:
+    """int4's group must divide K of every int4 linear (on each rank)."""
+    if spec is None:
+        return
+    for s in linear_shapes(model, world_size):
+        if spec.scheme_for(s["role"]) == "int4" and s["k"] % spec.group_size:
+            where = f" on each of {world_size} ranks" if world_size > 1 else ""
+            raise UsageError(f"--group-size {spec.group_size} must divide K of every int4 linear: {s['role']} has "
+                             f"K = {s['k']}{where}")

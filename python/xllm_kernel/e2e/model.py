@@ -1,11 +1,16 @@
 """The runner's decoder: a Llama-family model (Llama, Mistral's sliding window, Qwen2's qkv bias)
-over a paged KV cache, every non-GEMM step a catalog operation, GEMMs torch's.
+over a paged KV cache, every non-GEMM step a catalog operation, GEMMs torch's (F.linear) or, with
+--weights, the library's linear on weights packed once at load.
 
     import xllm_kernel
     bindings = xllm_kernel.initialize("cpu")
     weights = make_weights(model_config("tiny"), torch.bfloat16, seed=0)
     runner = Runner(model, weights, work, ops=library_ops(bindings), device=torch.device("cpu"))
     result = runner.generate(prompts)          # tokens [batch, output_len], logits per step
+
+    shards = quantize.quantize_shards(model, weights, spec)              # --weights int8
+    loaded = load(model, weights, device=..., dtype=..., linears=shards, pack=bindings["linear_pack"].function)
+    runner = Runner(model, loaded, work, ops=library_ops(bindings, linear=True), ...)
 
 Per layer: rms_norm (first layer) or fused_add_rms_norm (residual add + norm), the fused qkv GEMM
 (+ bias for Qwen2), rotary_embedding on the q and k slices of it in place, reshape_and_cache into
@@ -32,6 +37,8 @@ from xllm_kernel.e2e.config import ModelConfig, Workload
 # The catalog operations the runner calls, in layer order.
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
               "silu_and_mul", "sample")
+# With --weights, also these: linear_pack at load, linear for every GEMM.
+LINEAR_OPERATIONS = ("linear_pack", "linear")
 
 
 def _seed(seed: int, name: str) -> int:
@@ -81,6 +88,75 @@ def lm_head(m: ModelConfig, weights: dict[str, torch.Tensor]) -> torch.Tensor:
     return weights["model.embed_tokens.weight" if m.tie_word_embeddings else "lm_head.weight"]
 
 
+def fused_linears(m: ModelConfig, weights: dict[str, torch.Tensor], rank: int = 0,
+                  world_size: int = 1) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
+    """A rank's linear weights as the runner multiplies them, in the weights' dtype on their
+    device: per layer {qkv, o_proj, gate_up, down} (qkv and gate_up fused and this rank's rows:
+    its heads, its slice of the intermediate size; o_proj and down this rank's columns), and the
+    LM head (replicated)."""
+    hd = m.head_dim
+    q_heads, kv_heads, inter = m.num_heads // world_size, m.num_kv_heads // world_size, \
+        m.intermediate_size // world_size
+
+    def rows(t: torch.Tensor, per: int) -> torch.Tensor:  # this rank's slice of output features
+        return t[rank * per:(rank + 1) * per]
+
+    layers = []
+    for i in range(m.num_layers):
+        g = lambda n: weights[f"model.layers.{i}.{n}"]  # noqa: E731
+        layers.append({
+            "qkv": torch.cat([rows(g("self_attn.q_proj.weight"), q_heads * hd),
+                              rows(g("self_attn.k_proj.weight"), kv_heads * hd),
+                              rows(g("self_attn.v_proj.weight"), kv_heads * hd)]),
+            "o_proj": g("self_attn.o_proj.weight")[:, rank * q_heads * hd:(rank + 1) * q_heads * hd].contiguous(),
+            "gate_up": torch.cat([rows(g("mlp.gate_proj.weight"), inter), rows(g("mlp.up_proj.weight"), inter)]),
+            "down": g("mlp.down_proj.weight")[:, rank * inter:(rank + 1) * inter].contiguous()})
+    return layers, lm_head(m, weights)
+
+
+@dataclasses.dataclass
+class Loaded:
+    """The weights one rank's runner holds, on its device: the embedding, the norms, the qkv bias
+    and the linears (tensors of the run's dtype for F.linear, or packed tensors for linear)."""
+
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    head: torch.Tensor
+    layers: list[dict]
+    packed: bool = False
+
+    def linear_tensors(self) -> list[torch.Tensor]:
+        return [layer[k] for layer in self.layers for k in ("qkv", "o", "gate_up", "down")] + [self.head]
+
+
+def load(m: ModelConfig, weights: dict[str, torch.Tensor], *, device: torch.device, dtype: torch.dtype, rank: int = 0,
+         world_size: int = 1, linears: dict | None = None, pack: Callable | None = None) -> Loaded:
+    """The runner's weights for `rank`. With `linears` (quantize.quantize_shards of this rank),
+    each linear is packed once here by `pack` (the side's linear_pack) on `device`."""
+    to = dict(device=device, dtype=dtype)
+    hd = m.head_dim
+    q_heads, kv_heads = m.num_heads // world_size, m.num_kv_heads // world_size
+    if linears is None:
+        fused, head = fused_linears(m, weights, rank, world_size)
+        fused = [{k: w.to(**to) for k, w in layer.items()} for layer in fused]
+        head = head.to(**to)
+    else:
+        fused = [{k: q.pack(pack, device) for k, q in layer.items()} for layer in linears["layers"]]
+        head = linears["lm_head"].pack(pack, device)
+    layers = []
+    for i, f in enumerate(fused):
+        g = lambda n: weights[f"model.layers.{i}.{n}"]  # noqa: E731
+        bias = None
+        if m.qkv_bias:
+            bias = torch.cat([g(f"self_attn.{x}_proj.bias")[rank * n:(rank + 1) * n]
+                              for x, n in (("q", q_heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd))]).to(**to)
+        layers.append({"input_norm": g("input_layernorm.weight").to(**to), "qkv": f["qkv"], "qkv_bias": bias,
+                       "o": f["o_proj"], "post_norm": g("post_attention_layernorm.weight").to(**to),
+                       "gate_up": f["gate_up"], "down": f["down"]})
+    return Loaded(embed=weights["model.embed_tokens.weight"].to(**to), final_norm=weights["model.norm.weight"].to(**to),
+                  head=head, layers=layers, packed=linears is not None)
+
+
 def rope_cache(m: ModelConfig, positions: int) -> torch.Tensor:
     """[positions, head_dim] float32: cos then sin of position * theta^(-2i/d) (vLLM's layout)."""
     inv = 1.0 / (m.rope_theta ** (torch.arange(0, m.head_dim, 2, dtype=torch.float64) / m.head_dim))
@@ -93,6 +169,14 @@ def rope_cache(m: ModelConfig, positions: int) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, role: str = "") -> torch.Tensor:
     """torch's GEMM (F.linear); `role` names it for the profile (qkv, o_proj, gate_up, down, lm_head)."""
     return F.linear(x, weight, bias)
+
+
+def packed_linear(fn: Callable) -> Callable:
+    """The library's linear `fn` (a binding or torch.ops.xllm_kernel.linear) with linear's signature
+    above: `weight` is then the packed tensor."""
+    def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None, role: str = "") -> torch.Tensor:
+        return fn(x, packed, bias)
+    return linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,16 +195,23 @@ class Ops:
     linear: Callable = linear
     embedding: Callable = F.embedding
     all_reduce: Callable | None = None
+    linear_step: str = "gemm"  # the profile's name of the GEMMs: gemm.<role> (torch's), linear.<role> (the library's)
 
 
-def library_ops(bindings, *, dispatcher: bool = False, all_reduce: Callable | None = None) -> Ops:
+def library_ops(bindings, *, dispatcher: bool = False, all_reduce: Callable | None = None,
+                linear: bool = False) -> Ops:
     """The published bindings (the prepared functions, one indirect call each); with dispatcher,
-    torch.ops.xllm_kernel.* (what torch.compile traces through the fakes), the same bindings."""
+    torch.ops.xllm_kernel.* (what torch.compile traces through the fakes), the same bindings.
+    With linear, the GEMMs are the library's linear (on packed weights: load(linears=...))."""
+    ops = OPERATIONS + (("linear",) if linear else ())
     if dispatcher:
         ns = torch.ops.xllm_kernel
-        fns = {op: getattr(ns, op).default for op in OPERATIONS}
+        fns = {op: getattr(ns, op).default for op in ops}
     else:
-        fns = {op: bindings[op].function for op in OPERATIONS}
+        fns = {op: bindings[op].function for op in ops}
+    if linear:
+        fns["linear"] = packed_linear(fns["linear"])
+        fns["linear_step"] = "linear"
     return Ops(**fns, all_reduce=all_reduce)
 
 
@@ -163,14 +254,14 @@ class Profiler:
     def ops(self, ops: Ops) -> Ops:
         """`ops` with every step timed; GEMMs by their role (the `name` the model passes)."""
         fields = {f.name: getattr(ops, f.name) for f in dataclasses.fields(ops)}
-        wrapped = {k: (self.wrap(k, v) if v is not None and k != "linear" else v) for k, v in fields.items()}
-        linear = ops.linear
+        wrapped = {k: (self.wrap(k, v) if callable(v) and k != "linear" else v) for k, v in fields.items()}
+        linear, step = ops.linear, ops.linear_step
         wrappers: dict[str, Callable] = {}
 
         def timed_linear(x, w, b=None, role="gemm"):
             fn = wrappers.get(role)
             if fn is None:
-                fn = wrappers[role] = self.wrap(f"gemm.{role}", linear)
+                fn = wrappers[role] = self.wrap(f"{step}.{role}", linear)
             return fn(x, w, b)
 
         wrapped["linear"] = timed_linear
@@ -202,8 +293,10 @@ class Generation:
 class Runner:
     """Prefill then decode steps of a static batch into a paged cache with shuffled blocks."""
 
-    def __init__(self, m: ModelConfig, weights: dict[str, torch.Tensor], work: Workload, *, ops: Ops,
+    def __init__(self, m: ModelConfig, weights: dict[str, torch.Tensor] | Loaded, work: Workload, *, ops: Ops,
                  device: torch.device, dtype: torch.dtype, rank: int = 0, world_size: int = 1):
+        """`weights`: the Hugging Face tensors (loaded here for F.linear), or what load() made
+        (shared by runners of several workloads; packed linears need it)."""
         self.m, self.work, self.ops, self.device, self.dtype = m, work, ops, device, dtype
         self.rank, self.world = rank, world_size
         self.q_heads = m.num_heads // world_size
@@ -211,32 +304,10 @@ class Runner:
         self.inter = m.intermediate_size // world_size
         hd = m.head_dim
         to = dict(device=device, dtype=dtype)
-
-        def rows(t: torch.Tensor, per: int) -> torch.Tensor:  # this rank's slice of output features
-            return t[rank * per:(rank + 1) * per]
-
-        self.embed = weights["model.embed_tokens.weight"].to(**to)
-        self.head = lm_head(m, weights).to(**to)
-        self.final_norm = weights["model.norm.weight"].to(**to)
-        self.layers = []
-        for i in range(m.num_layers):
-            p = f"model.layers.{i}."
-            g = lambda n: weights[p + n]  # noqa: E731
-            qkv = torch.cat([rows(g("self_attn.q_proj.weight"), self.q_heads * hd),
-                             rows(g("self_attn.k_proj.weight"), self.kv_heads * hd),
-                             rows(g("self_attn.v_proj.weight"), self.kv_heads * hd)]).to(**to)
-            bias = None
-            if m.qkv_bias:
-                bias = torch.cat([rows(g("self_attn.q_proj.bias"), self.q_heads * hd),
-                                  rows(g("self_attn.k_proj.bias"), self.kv_heads * hd),
-                                  rows(g("self_attn.v_proj.bias"), self.kv_heads * hd)]).to(**to)
-            o = g("self_attn.o_proj.weight")[:, rank * self.q_heads * hd:(rank + 1) * self.q_heads * hd]
-            gate_up = torch.cat([rows(g("mlp.gate_proj.weight"), self.inter), rows(g("mlp.up_proj.weight"), self.inter)])
-            down = g("mlp.down_proj.weight")[:, rank * self.inter:(rank + 1) * self.inter]
-            self.layers.append({
-                "input_norm": g("input_layernorm.weight").to(**to), "qkv": qkv, "qkv_bias": bias,
-                "o": o.contiguous().to(**to), "post_norm": g("post_attention_layernorm.weight").to(**to),
-                "gate_up": gate_up.to(**to), "down": down.contiguous().to(**to)})
+        if not isinstance(weights, Loaded):
+            weights = load(m, weights, device=device, dtype=dtype, rank=rank, world_size=world_size)
+        self.embed, self.head, self.final_norm = weights.embed, weights.head, weights.final_norm
+        self.layers = weights.layers
         longest = max(work.prompt_lens) + work.output_len
         self.cos_sin = rope_cache(m, longest).to(device)
         self.scale = hd ** -0.5

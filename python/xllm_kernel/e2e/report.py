@@ -59,6 +59,21 @@ def _shares(side: dict) -> dict[str, float]:
     return out
 
 
+def _weights_line(w: dict | None) -> str:
+    """What the linears ran on, and the bytes behind the table's weight GB/s."""
+    if not w:
+        return ""
+    mb = f"{w['bytes_per_decode_step'] / 1e6:.4g} MB"
+    if w.get("scheme") is None:
+        return (f"Linears: torch's F.linear on the weights of the dtype; weight GB/s: their {mb} (every linear, "
+                f"LM head included) per decode step ÷ time per output token.")
+    schemes = w["scheme"] + (f" (LM head {w['lm_head_scheme']})" if w["lm_head_scheme"] != w["scheme"] else "")
+    group = f", int4 in groups of {w['group_size']}" if w.get("group_size") else ""
+    return (f"Linears: the library's linear, weights {schemes}{group}, packed once at load by each side's linear_pack; "
+            f"weight GB/s: {mb} (every linear, LM head included: stored weights + float32 scales) per decode step "
+            f"÷ time per output token.")
+
+
 def markdown(report: dict) -> str:
     m, w = report["model"], report["workload"]
     env = report.get("environment", {})
@@ -75,9 +90,10 @@ def markdown(report: dict) -> str:
              "Synthetic prefill: the cache holds random K/V at the prompt positions (no prefill forward, no "
              "prefill figures); the decode steps are real." if w.get("synthetic_prefill") else "",
              f"Load average {load} on {env.get('threads', '?')} threads; revision {env.get('revision', '?')}." if load
-             else "", "",
-             "| side | validation | prefill tok/s | decode tok/s | time per output token | peak memory | status |",
-             "|---|---|---|---|---|---|---|"]
+             else "", _weights_line(report.get("weights")), "",
+             "| side | validation | prefill tok/s | decode tok/s | time per output token | weight GB/s | peak memory "
+             "| status |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in report["sides"]:
         t = s.get("timing") or {}
         v = s.get("validation") or {}
@@ -91,7 +107,8 @@ def markdown(report: dict) -> str:
             status += ": " + s["reason"].splitlines()[0][:160]
         lines.append(f"| {s['name']} | {val} | {_fmt(t.get('prefill_tokens_per_s'))} | "
                      f"{_fmt(t.get('decode_tokens_per_s'))} | {_fmt(tpot * 1e3) + ' ms' if tpot else '—'} | "
-                     f"{_fmt(mem / 2**30) + ' GiB' if mem else '—'} | {status} |")
+                     f"{_fmt(t.get('decode_weight_gb_per_s'))} | {_fmt(mem / 2**30) + ' GiB' if mem else '—'} | "
+                     f"{status} |")
     shares = {s["name"]: _shares(s) for s in report["sides"]}
     measured = [n for n, sh in shares.items() if sh]
     if measured:

@@ -4,9 +4,10 @@ torch.compile each get a fresh interpreter. The parent (xllm_kernel.e2e.cli) sta
 
     python -m xllm_kernel.e2e.worker SPEC.json RESULT.json
 
-and reads the result. Order: initialize, random weights, validation against the float64 reference
-(a short greedy workload), warm-up, the timed pass (uninstrumented), then a separate profiling
-pass (each call timed). Progress goes to stderr.
+and reads the result. Order: initialize, random weights (with --weights: quantized and packed once
+by the side's linear_pack), validation against the float64 reference (a short greedy workload),
+warm-up, the timed pass (uninstrumented), then a separate profiling pass (each call timed).
+Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import traceback
 
 import torch
 
-from xllm_kernel.e2e.config import ModelConfig, Workload
-from xllm_kernel.e2e.model import OPERATIONS, Profiler, Runner, library_ops, make_weights
+from xllm_kernel.e2e.config import ModelConfig, WeightSpec, Workload, weight_report
+from xllm_kernel.e2e.model import LINEAR_OPERATIONS, OPERATIONS, Profiler, Runner, library_ops, load, make_weights
+from xllm_kernel.e2e.quantize import quantize_shards, reference_weights
 from xllm_kernel.e2e.reference import reference_logits
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -79,7 +81,8 @@ def _weights(m: ModelConfig, dtype: torch.dtype, seed: int, path: str | None) ->
 
 
 def validate(m: ModelConfig, weights, runner: Runner, dtype: str) -> dict:
-    """Greedy tokens and logits of `runner` against the float64 reference on the same tokens."""
+    """Greedy tokens and logits of `runner` against the float64 reference on the same tokens
+    (`m` and `weights` are the reference's: with --weights, quantize.reference_weights)."""
     gen = runner.generate(record_logits=True)
     prompts = runner.prompts()
     worst_err, worst_headroom, atol_used, ties, mismatched = 0.0, 0.0, 0.0, 0, []
@@ -128,25 +131,46 @@ def run(spec: dict) -> dict:
 
     import xllm_kernel
 
-    bindings = xllm_kernel.initialize(device=device.type, operations=OPERATIONS, overrides=side.get("overrides") or {})
-    result["implementations"] = {op: bindings[op].spec.name for op in OPERATIONS}
+    wspec = WeightSpec(**spec["weights"]) if spec.get("weights") else None
+    operations = OPERATIONS + (LINEAR_OPERATIONS if wspec else ())
+    bindings = xllm_kernel.initialize(device=device.type, operations=operations, overrides=side.get("overrides") or {})
+    result["implementations"] = {op: bindings[op].spec.name for op in operations}
     result["threads"] = torch.get_num_threads()
-    log("selected " + ", ".join(f"{op}={bindings[op].spec.name}" for op in OPERATIONS))
+    log("selected " + ", ".join(f"{op}={bindings[op].spec.name}" for op in operations))
     all_reduce = None
     if dist:
         import torch.distributed as td
 
         all_reduce = td.all_reduce
-    ops = library_ops(bindings, dispatcher=kind == "compile", all_reduce=all_reduce)
+    ops = library_ops(bindings, dispatcher=kind == "compile", all_reduce=all_reduce, linear=wspec is not None)
     m = ModelConfig(**{k: v for k, v in spec["model"].items() if k != "parameters"})
     dtype_name = spec["dtype"]
     dtype = _DTYPES[dtype_name]
     t0 = time.perf_counter()
     weights = _weights(m, dtype, spec["seed"], spec.get("weights_file"))
     log(f"weights ready in {time.perf_counter() - t0:.1f} s")
+    ref_model, ref_weights, shards = m, weights, None
+    if wspec is not None:
+        # Every rank's shards, so that each rank's reference is the whole model of the same W.
+        t0 = time.perf_counter()
+        shards = [quantize_shards(m, weights, wspec, r, world) for r in range(world)]
+        ref_model, ref_weights = reference_weights(m, weights, shards)
+        log(f"weights quantized ({wspec.scheme}, LM head {wspec.lm_head_scheme}) in {time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    loaded = load(m, weights, device=device, dtype=dtype, rank=rank, world_size=world,
+                  linears=shards[rank] if shards else None,
+                  pack=bindings["linear_pack"].function if wspec else None)
+    if wspec is not None:
+        packed = sum(t.nbytes for t in loaded.linear_tensors())
+        log(f"linears packed by {bindings['linear_pack'].spec.name} in {time.perf_counter() - t0:.1f} s "
+            f"({packed / 1e9:.3g} GB)")
+    else:
+        packed = None
+    wrep = weight_report(m, wspec, dtype_name, world)
+    result["weights"] = {"bytes_per_decode_step": wrep["bytes_per_decode_step"], "packed_bytes": packed}
 
     def runner_for(work: Workload) -> Runner:
-        r = Runner(m, weights, work, ops=ops, device=device, dtype=dtype, rank=rank, world_size=world)
+        r = Runner(m, loaded, work, ops=ops, device=device, dtype=dtype, rank=rank, world_size=world)
         if kind == "compile":
             r.forward_fn = torch.compile(r.forward, dynamic=False, fullgraph=spec.get("fullgraph", False))
         return r
@@ -156,7 +180,7 @@ def run(spec: dict) -> dict:
     vwork = Workload(**spec["validation_workload"])
     try:
         vrunner = runner_for(vwork)
-        result["validation"] = validate(m, weights, vrunner, dtype_name)
+        result["validation"] = validate(ref_model, ref_weights, vrunner, dtype_name)
         del vrunner
     except Exception as e:  # noqa: BLE001 - reported in the side's row
         if kind != "compile":
@@ -177,7 +201,8 @@ def run(spec: dict) -> dict:
     work = Workload(**spec["workload"])
     synthetic = work.synthetic_prefill
     runner = runner_for(work)
-    weights.clear()  # the runner holds its own (fused, sharded) copies
+    weights.clear()  # the runner holds its own (fused, sharded or packed) copies
+    del ref_weights, shards
     for i in range(spec["warmup"]):
         # A prefill and two decode steps: every shape the timed pass runs (torch.compile compiles here).
         log(f"warm-up {i + 1}/{spec['warmup']}")
@@ -213,6 +238,8 @@ def run(spec: dict) -> dict:
         "decode_tokens": s * (steps - 1),
         "decode_tokens_per_s": s * (steps - 1) / d if steps > 1 else None,
         "time_per_output_token_s": d / (steps - 1) if steps > 1 else None,
+        # Every linear's weight is read once per decode step (config.weight_report says what is counted).
+        "decode_weight_gb_per_s": wrep["bytes_per_decode_step"] * (steps - 1) / d / 1e9 if steps > 1 and d else None,
     }
     result["peak_memory_bytes"], result["peak_memory_kind"] = peak, peak_kind
     result["tokens_digest"] = hash_tokens(tokens)
