@@ -1,6 +1,7 @@
 """The end-to-end runner (python -m xllm_kernel.e2e): the tiny presets against the float64 reference
 and against transformers' models with the same random weights, tensor parallel over two CPU ranks
-equal to one rank, bad configurations as usage errors, the report schema, and the profile."""
+equal to one rank, --weights (the linears through the library's linear on quantized, packed
+weights), bad configurations as usage errors, the report schema, and the profile."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not install
 
 from conftest import ROOT, TORCHRUN_VARIABLES, python_env
 
-from xllm_kernel.e2e.config import UsageError, Workload, check, model_config
-from xllm_kernel.e2e.model import OPERATIONS, Runner, library_ops, make_weights
+from xllm_kernel.e2e.config import (UsageError, Workload, check, check_weights, linear_bytes, model_config,
+                                    weight_report, weight_spec)
+from xllm_kernel.e2e.model import OPERATIONS, Runner, library_ops, load, make_weights
+from xllm_kernel.e2e.quantize import quantize, quantize_shards, reference_weights
 from xllm_kernel.e2e.reference import reference_logits
 from xllm_kernel.e2e.worker import validate
 
@@ -120,6 +123,12 @@ def test_report_of_three_sides_validates_and_its_profile_adds_up(tmp_path):
     report = json.loads(out.read_text())
     jsonschema.validate(report, SCHEMA)
     assert [s["name"] for s in report["sides"]] == ["selected", "torch", "compile"]
+    # Without --weights the GEMMs are torch's on the bfloat16 weights: 2 bytes per weight per step.
+    w = report["weights"]
+    assert w["scheme"] is None and w["linear"].startswith("torch F.linear")
+    m = model_config("tiny")
+    assert w["bytes_per_decode_step"] == 2 * (m.parameters() - m.vocab_size * m.hidden_size - (2 * m.num_layers + 1)
+                                              * m.hidden_size)
     selected, torch_side, compiled = report["sides"]
     assert all(v.startswith("cpu.native.") for v in selected["implementations"].values())
     assert all(v.startswith("cpu.torch.") for v in torch_side["implementations"].values())
@@ -145,8 +154,10 @@ def test_report_of_three_sides_validates_and_its_profile_adds_up(tmp_path):
         assert calls["fused_add_rms_norm"] == (2 * 2) * 6 and calls["gemm.lm_head"] == 6
         assert side["tokens"] == selected["tokens"]  # greedy: the same tokens on every side
         assert side["peak_memory_bytes"] > 0
+        assert t["decode_weight_gb_per_s"] == pytest.approx(w["bytes_per_decode_step"] * 5 / t["decode_seconds"] / 1e9)
     text = md.read_text()
     assert "| selected |" in text and "paged_attention" in text and text in result.stdout
+    assert "| weight GB/s |" in text and "F.linear" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["plot"] == {"path": str(png)}
     broken = dict(report, sides=[{k: v for k, v in selected.items() if k != "timing"}])
@@ -165,6 +176,15 @@ def test_report_of_three_sides_validates_and_its_profile_adds_up(tmp_path):
     (["--preset", "tiny", "--distributed"], "--distributed needs torchrun's environment"),
     (["--preset", "tiny", "--batch", "x"], "invalid int value"),
     ([], "give --preset NAME or --config FILE"),
+    (["--preset", "tiny", "--weights", "int3"],
+     "--weights: expected one of bf16, f16, f32, int8, fp8, int4, got 'int3'"),
+    (["--preset", "tiny", "--weights", "int8", "--lm-head-weights", "fp4"],
+     "--lm-head-weights: expected one of bf16, f16, f32, int8, fp8, int4, got 'fp4'"),
+    (["--preset", "tiny", "--lm-head-weights", "int8"], "--lm-head-weights int8 needs --weights"),
+    (["--preset", "tiny", "--weights", "int4", "--group-size", "96"],
+     "--group-size 96 must divide K of every int4 linear: qkv has K = 128"),
+    (["--preset", "tiny", "--weights", "int4", "--group-size", "0"], "--group-size must be at least 1, got 0"),
+    (["--preset", "tiny", "--sides", "x=linear:torch"], "overrides linear, which runs only with --weights"),
 ])
 def test_bad_configurations_are_usage_errors(args, message):
     result = e2e(*args, timeout=120)
@@ -251,3 +271,164 @@ def test_report_figures_read_as_numbers():
     assert _fmt(0.12345, 2) == "0.12"
     assert _fmt(None) == "—"
     assert _fmt(16) == "16"
+
+
+# ---- --weights: the linears through the library's linear -----------------------------------------
+
+@pytest.mark.parametrize("scheme", ["int8", "fp8", "int4", "bf16"])
+def test_quantized_weights_are_what_linear_multiplies(cpu, scheme):
+    # N past a 128-row fp8 block and not a multiple of it; the reference's W (dequantize) is the one
+    # the packed weight multiplies: float32 input, float32 sums, so they agree within K roundings.
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn((160, 256), generator=g) * 0.02).to(torch.bfloat16)
+    q = quantize(w, scheme, group_size=64)
+    again = quantize(w, scheme, group_size=64)
+    assert torch.equal(q.weight.view(torch.uint8) if scheme == "fp8" else q.weight,
+                       again.weight.view(torch.uint8) if scheme == "fp8" else again.weight)
+    scales = {"int8": (160,), "fp8": (2, 2), "int4": (160, 4), "bf16": None}[scheme]
+    assert (q.scales is None and scales is None) or tuple(q.scales.shape) == scales
+    if scheme == "int8":
+        assert q.weight.abs().max() == 127
+    if scheme == "int4":
+        assert q.weight.min() == -8 and q.weight.max() == 7  # the whole range
+    W = q.dequantize(0, 160)
+    assert (W.double() - w.double()).abs().max() <= {"int8": 0.5 / 127, "fp8": 2 ** -4, "int4": 1 / 8,
+                                                     "bf16": 0}[scheme] * w.abs().max().item() * 1.01
+    assert torch.equal(q.dequantize(70, 150), W[70:150])
+    from xllm_kernel.ops.linear import linear, linear_pack
+
+    packed = linear_pack(q.weight, q.scales, None, scheme, q.group_size)
+    x = torch.randn((3, 256), generator=g)
+    ref = x.double() @ W.double().T
+    bound = 256 * 2.0 ** -24 * (x.double().abs() @ W.double().abs().T)
+    assert ((linear(x, packed).double() - ref).abs() <= bound).all()
+
+
+def test_the_reference_reads_every_rank_shard_in_place():
+    # Under tensor parallel every rank's reference is the whole model assembled from all ranks'
+    # shards: with f32 (no quantization) it is the original weights, bit for bit.
+    m = model_config("tiny-qwen2")
+    weights = make_weights(m, torch.float32, seed=0)
+    spec = weight_spec("f32", None, 128)
+    ref_m, ref = reference_weights(m, weights, [quantize_shards(m, weights, spec, r, 2) for r in (0, 1)])
+    linears = [k for k in weights if k.endswith("_proj.weight")] + ["lm_head.weight"]
+    assert len(linears) == 7 * m.num_layers + 1
+    for k in linears:
+        view = ref[k]
+        assert view.shape == weights[k].shape and torch.equal(view[0:view.shape[0]], weights[k]), k
+        assert torch.equal(view[5:40], weights[k][5:40])
+    assert ref["model.layers.0.self_attn.q_proj.bias"] is weights["model.layers.0.self_attn.q_proj.bias"]
+    # int4 groups of 128 cannot cut the o_proj shards of 64 columns on two ranks.
+    check_weights(m, spec, 2)
+    with pytest.raises(UsageError, match="--group-size 128 must divide K of every int4 linear: o_proj has K = 64"):
+        check_weights(m, weight_spec("int4", None, 128), 2)
+
+
+@pytest.mark.parametrize("preset, scheme, lm_head", [("tiny", "int8", None), ("tiny-qwen2", "int4", "bf16"),
+                                                     ("tiny-mistral", "fp8", None)])
+def test_tiny_presets_with_packed_weights_match_the_float64_reference(cpu, preset, scheme, lm_head):
+    work = Workload(prompt_lens=(37, 5), output_len=4, block_size=8, seed=3)
+    m = model_config(preset)
+    weights = make_weights(m, torch.bfloat16, seed=0)
+    spec = weight_spec(scheme, lm_head, 64)
+    shards = [quantize_shards(m, weights, spec)]
+    loaded = load(m, weights, device=torch.device("cpu"), dtype=torch.bfloat16, linears=shards[0],
+                  pack=cpu["linear_pack"].function)
+    assert loaded.packed and all(t.dtype == torch.uint8 for t in loaded.linear_tensors())
+    r = Runner(m, loaded, work, ops=library_ops(cpu, linear=True), device=torch.device("cpu"), dtype=torch.bfloat16)
+    ref_m, ref = reference_weights(m, weights, shards)
+    # The reference multiplies the dequantized W (so it measures the kernels, not the quantization).
+    q = m.num_heads * m.head_dim
+    assert torch.equal(ref["model.layers.1.self_attn.k_proj.weight"][0:8],
+                       shards[0]["layers"][1]["qkv"].dequantize(q, q + 8))
+    v = validate(ref_m, ref, r, "bfloat16")
+    assert v["status"] == "passed" and v["greedy_tokens_equal"], v
+
+
+def _check_weights_report(report: dict, scheme: str, lm_head: str) -> None:
+    w = report["weights"]
+    m = model_config(report["model"]["name"])
+    assert w["scheme"] == scheme and w["lm_head_scheme"] == lm_head and w["linear"].startswith("xllm_kernel linear")
+    assert set(w["quantization"]) == {scheme, lm_head}
+    roles = {r["role"]: r for r in w["roles"]}
+    h, inter = m.hidden_size, m.intermediate_size
+    assert roles["gate_up"]["bytes"] == m.num_layers * linear_bytes(scheme, 2 * inter, h, 128)
+    assert roles["lm_head"]["bytes"] == linear_bytes(lm_head, m.vocab_size, h, 128)
+    assert w["bytes_per_decode_step"] == sum(r["bytes"] for r in w["roles"])
+    for side in report["sides"]:
+        assert side["status"] == "timed" and side["validation"]["status"] == "passed", side.get("reason")
+        solution = "native" if side["kind"] == "selected" else "torch"
+        assert side["implementations"]["linear_pack"] == f"cpu.{solution}.linear_pack"
+        assert side["implementations"]["linear"] == f"cpu.{solution}.linear"
+        # The packed tensors hold the counted bytes plus headers and alignment.
+        assert w["bytes_per_decode_step"] <= side["weights"]["packed_bytes"] < 1.2 * w["bytes_per_decode_step"]
+        t = side["timing"]
+        assert t["decode_weight_gb_per_s"] == pytest.approx(
+            w["bytes_per_decode_step"] * t["decode_steps"] / t["decode_seconds"] / 1e9)
+        if side["kind"] != "compile":
+            calls = {r["operation"]: r["calls"] for r in side["profile"]["operations"]}
+            assert calls["linear.qkv"] == m.num_layers * 6 and calls["linear.lm_head"] == 6
+            assert not any(op.startswith("gemm.") for op in calls)
+
+
+@pytest.mark.parametrize("preset, scheme, lm_head, sides", [
+    ("tiny", "int8", None, "selected,torch,compile"),
+    ("tiny-qwen2", "int4", "fp8", "selected,torch"),
+    ("tiny-mistral", "fp8", None, "selected,torch"),
+])
+def test_weights_flag_runs_every_side_on_packed_weights(tmp_path, preset, scheme, lm_head, sides):
+    out, md = tmp_path / "w.json", tmp_path / "w.md"
+    args = [*SMALL, "--preset", preset, "--weights", scheme, "--sides", sides, "--output", str(out), "--markdown",
+            str(md)]
+    if lm_head:
+        args += ["--lm-head-weights", lm_head]
+    if "compile" in sides:
+        args.append("--fullgraph")  # the fakes let torch.compile trace linear whole
+    result = e2e(*args)
+    assert result.returncode == 0, _explain(result)
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, SCHEMA)
+    _check_weights_report(report, scheme, lm_head or scheme)
+    text = md.read_text()
+    assert f"weights {scheme}" in text and "| weight GB/s |" in text
+    assert (f"(LM head {lm_head})" in text) == bool(lm_head)
+    broken = dict(report, weights=dict(report["weights"], scheme="int3"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+
+
+def test_a_custom_side_overrides_linear_and_linear_pack_together():
+    from xllm_kernel.e2e.cli import sides
+
+    (side,) = sides("lin=linear:torch", linear=True)
+    assert side["overrides"] == {"linear": "torch", "linear_pack": "torch"}
+    (side,) = sides("lin=linear_pack:cpu.native.linear_pack", linear=True)
+    assert side["overrides"] == {"linear_pack": "cpu.native.linear_pack", "linear": "cpu.native.linear"}
+    torch_side = sides("torch", linear=True)[0]
+    assert torch_side["overrides"]["linear"] == torch_side["overrides"]["linear_pack"] == "torch"
+    assert "linear" not in sides("torch")[0]["overrides"]
+
+
+def test_two_cpu_ranks_with_packed_weights_validate_against_the_whole_model(tmp_path):
+    # Each rank quantizes and packs its own shards; its reference is the whole model assembled
+    # from every rank's shards. The aggregate counts the bytes every rank reads.
+    env = {k: v for k, v in python_env(OMP_NUM_THREADS="1").items() if k not in TORCHRUN_VARIABLES}
+    out = tmp_path / "tp.json"
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                             "-m", "xllm_kernel.e2e", "--distributed", *SMALL, "--preset", "tiny-qwen2", "--dtype",
+                             "float32", "--weights", "fp8", "--lm-head-weights", "int4", "--sides", "selected",
+                             "--output", str(out)], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, _explain(result)
+    aggregate = json.loads(out.read_text())
+    jsonschema.validate(aggregate, SCHEMA)
+    ranks = [json.loads((tmp_path / f"tp.rank{r}.json").read_text()) for r in (0, 1)]
+    for report in ranks:
+        jsonschema.validate(report, SCHEMA)
+        assert report["sides"][0]["validation"]["status"] == "passed"
+    per_rank = ranks[0]["weights"]["bytes_per_decode_step"]
+    assert per_rank == ranks[1]["weights"]["bytes_per_decode_step"]
+    assert aggregate["weights"]["bytes_per_decode_step"] == 2 * per_rank
+    (side,) = aggregate["sides"]
+    assert side["status"] == "timed" and side["tokens_agree"]
+    t = side["timing"]
+    assert t["decode_weight_gb_per_s"] == pytest.approx(2 * per_rank * t["decode_steps"] / t["decode_seconds"] / 1e9)
