@@ -88,6 +88,11 @@ def test_errors_name_the_operation_and_the_argument(cpu):
         linear_pack(weight, scales, zeros, "int3", g)
     with pytest.raises(RuntimeError, match=r"linear_pack: group_size must divide K = 64"):
         linear_pack(weight, scales, zeros, "int4", 48)
+    q8 = weight.clamp(-8, 7)
+    with pytest.raises(RuntimeError, match=r"linear_pack: scales must be \[N\] = \[40\] for scheme int8 with group_size 0"):
+        linear_pack(q8, scales, None, "int8", 0)
+    with pytest.raises(RuntimeError, match=r"linear_pack: scales must be \[N, K / group_size\] = \[40, 4\] for scheme int8"):
+        linear_pack(q8, scales, None, "int8", 16)
     with pytest.raises(RuntimeError, match=r"linear_pack: weight must hold values in \[-8, 7\]"):
         linear_pack(weight + 8, scales, None, "int4", g)
     packed = linear_pack(weight, scales, zeros, "int4", g)

@@ -41,6 +41,18 @@ void check_scale_dtype(const char* op, const char* arg, const at::Tensor& t) {
               " must be float32, bfloat16 or float16, got ", bridge::dtype_name(t.scalar_type()));
 }
 
+// The group of scales [N, K / g] for group_size g (g divides K, or -1: g = K), checked.
+int64_t group_scales(const char* op, const char* scheme, const at::Tensor& sc, int64_t n, int64_t k,
+                     int64_t group_size) {
+  const int64_t g = group_size == -1 ? k : group_size;
+  TORCH_CHECK(g >= 1 && k % g == 0, op, ": group_size must divide K = ", k,
+              " (weight's last dimension), or be -1 for one group of K, for scheme ", scheme, ", got ", group_size);
+  TORCH_CHECK(sc.dim() == 2 && sc.size(0) == n && sc.size(1) == k / g, op, ": scales must be [N, K / group_size] = [",
+              n, ", ", k / g, "] for scheme ", scheme, " (weight [N, K] = [", n, ", ", k, "], group_size ", group_size,
+              "), got shape ", shape_string(sc));
+  return g;
+}
+
 }  // namespace
 
 PackShape pack_shape(const char* op, const at::Tensor& weight, const std::optional<at::Tensor>& scales,
@@ -74,11 +86,14 @@ PackShape pack_shape(const char* op, const at::Tensor& weight, const std::option
               ": zeros must be None for scheme ", scheme, " (int4 only)");
   switch (s.scheme) {
     case LinearScheme::kInt8:
-      TORCH_CHECK(group_size == 0, op, ": group_size must be 0 for scheme int8 (one scale per channel), got ",
-                  group_size);
-      TORCH_CHECK(sc.dim() == 1 && sc.size(0) == s.n, op, ": scales must be [N] = [", s.n,
-                  "] for scheme int8 (weight [N, K]), got shape ", shape_string(sc));
-      s.group = s.k;
+      if (group_size == 0) {  // one scale per output channel
+        TORCH_CHECK(sc.dim() == 1 && sc.size(0) == s.n, op, ": scales must be [N] = [", s.n,
+                    "] for scheme int8 with group_size 0 (one scale per channel; weight [N, K]), got shape ",
+                    shape_string(sc));
+        s.group = s.k;
+      } else {
+        s.group = group_scales(op, "int8", sc, s.n, s.k, group_size);
+      }
       break;
     case LinearScheme::kFp8: {
       TORCH_CHECK(group_size == 0, op, ": group_size must be 0 for scheme fp8 (the scales' shape says), got ",
@@ -101,13 +116,8 @@ PackShape pack_shape(const char* op, const at::Tensor& weight, const std::option
       break;
     }
     case LinearScheme::kInt4: {
-      const int64_t g = group_size == -1 ? s.k : group_size;
-      TORCH_CHECK(g >= 1 && s.k % g == 0, op, ": group_size must divide K = ", s.k,
-                  " (weight's last dimension), or be -1 for one group of K, for scheme int4, got ", group_size);
+      const int64_t g = group_scales(op, "int4", sc, s.n, s.k, group_size);
       s.group = g;
-      TORCH_CHECK(sc.dim() == 2 && sc.size(0) == s.n && sc.size(1) == s.k / g, op,
-                  ": scales must be [N, K / group_size] = [", s.n, ", ", s.k / g, "] for scheme int4 (weight [N, K] = [",
-                  s.n, ", ", s.k, "], group_size ", group_size, "), got shape ", shape_string(sc));
       if (has_zeros) {
         const at::Tensor& z = *zeros;
         TORCH_CHECK(z.dim() == 2 && z.size(0) == s.n && z.size(1) == s.k / g, op,
@@ -135,7 +145,7 @@ Canonical canonicalize(const char* op, const at::Tensor& weight, const std::opti
   at::Tensor s = scales->to(at::kCPU).to(at::kFloat);
   if (shape.fp8 == kernels::Fp8Scales::kBlock) {
     s = s.repeat_interleave(kernels::kFp8Block, 0).narrow(0, 0, shape.n);
-  } else if (shape.scheme != LinearScheme::kInt4) {
+  } else if (s.dim() != 2) {  // per tensor or per channel (int4 and grouped int8: [N, groups] already)
     s = s.reshape({-1, 1}).expand({shape.n, 1});
   }
   c.scales = s.contiguous();

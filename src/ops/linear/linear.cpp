@@ -30,10 +30,10 @@ const OpContract& linear_pack_contract() {
       .numerical_mode = NumericalMode::kExact,
       .semantics =
           "Packs a weight once, at load, for linear. Schemes and their canonical form: 'f32', 'bf16', 'f16': weight "
-          "[N, K] of that dtype; 'int8': weight int8 [N, K], scales [N], W = q * s; 'fp8': weight float8_e4m3fn [N, K], "
+          "[N, K] of that dtype; 'int8': weight int8 [N, K], scales [N] (group_size 0: one per channel) or [N, K / g] (group_size g >= 1 dividing K, -1: g = K), W = q * s; 'fp8': weight float8_e4m3fn [N, K], "
           "scales [] or [1] (per tensor), [N] (per channel) or [ceil(N / 128), ceil(K / 128)] (per 128 x 128 block), "
           "W = q * s; 'int4': weight int8 [N, K] holding [-8, 7] (symmetric) or [0, 15] with zeros [N, K / g], scales "
-          "[N, K / g], group_size g >= 1 dividing K (-1: g = K), W = (q - z) * s. group_size is 0 for the other "
+          "[N, K / g], group_size g >= 1 dividing K (-1: g = K), W = (q - z) * s. group_size is 0 for the float and fp8 "
           "schemes. Scales and zeros float32, bfloat16 or float16 (taken exactly); zeros integers in [0, 15]. The "
           "result is a uint8 tensor [N, row_bytes] on weight's device whose size follows from the scheme, N, K and "
           "the groups alone; its header records them, the layout and the implementation that packed it. Only the "
@@ -94,7 +94,7 @@ const family::StandardModules& modules() {
     family::StandardModules m = family::standard_modules(
         {.family = "linear",
          .operations = {&pack_declared(), &linear_declared()},
-         .domain = "weights f32/bf16/f16, int8 per channel, fp8 per tensor/channel/128x128 block, int4 in groups; "
+         .domain = "weights f32/bf16/f16, int8 per channel or in groups, fp8 per tensor/channel/128x128 block, int4 in groups; "
                    "input float32/bfloat16/float16 [..., K], contiguous last dim, any leading strides",
          // The header is read on the host: a copy and a synchronization per call, no graph capture.
          .torch_cuda_modes = {ExecutionMode::kEager},

@@ -2,9 +2,9 @@
 // linear_pack keeps the canonical rows (LinearLayout::kRows); linear runs
 //   f32, bf16, f16 weights: at::linear in the input's dtype where weight and bias have it (oneDNN on
 //                           CPU, cuBLAS on CUDA), else at::linear in float32, rounded once;
-//   int8:                   at::_weight_int8pack_mm on CPU (float32 input and scales: W = q * s
-//                           with the scale applied to the float32 sum, the same W), dequantized
-//                           + at::linear in float32 on CUDA;
+//   int8:                   per channel: at::_weight_int8pack_mm on CPU (float32 input and scales:
+//                           W = q * s with the scale applied to the float32 sum, the same W);
+//                           in groups, and on CUDA: dequantized + at::linear in float32;
 //   fp8, int4:              W dequantized in float32 as the contract forms it, at::linear in float32.
 // torch's own int4 kernel (_weight_int4pack_mm_for_cpu) forms W as (q - 8) * s + m with s and m in
 // the input's dtype: another W than the contract's (float32 (q - z) * s), so it is not used here.
@@ -112,7 +112,7 @@ at::Tensor torch_linear(const at::Tensor& input, const at::Tensor& packed, const
       break;
     }
     case LinearScheme::kInt8:
-      if constexpr (kDevice == c10::DeviceType::CPU) {
+      if (kDevice == c10::DeviceType::CPU && h.groups == 1) {  // one scale per channel
         const at::Tensor q = section(packed, h.weights_offset, h.n * h.k, at::kChar).view({h.n, h.k});
         const at::Tensor s = section(packed, h.scales_offset, h.n, at::kFloat);
         y = at::_weight_int8pack_mm(r.x.to(at::kFloat).contiguous(), q, s);

@@ -1,9 +1,9 @@
 // Suites of the linear family: linear (y = x W^T + b over a packed weight) and linear_pack (checked
 // through the linear of its own solution: what it packs must compute the same y).
 //
-// Options: --tokens (M), --shape (NxK), --scheme (f32, bf16, f16, int8, fp8/tensor, fp8/channel,
-// fp8/block, int4/g<G> with G a group size or K, /zeros for zero points), --dtype, --bias (none,
-// input: the input's dtype, float32), --layout (contiguous, strided rows).
+// Options: --tokens (M), --shape (NxK), --scheme (f32, bf16, f16, int8, int8/g<G>, fp8/tensor,
+// fp8/channel, fp8/block, int4/g<G> with G a group size or K, /zeros for zero points), --dtype, --bias
+// (none, input: the input's dtype, float32), --layout (contiguous, strided rows).
 // Weights are generated in their canonical form; the float64 reference uses the contract's W (formed
 // in float32 with ATen's IEEE arithmetic, independent of every implementation): the suite measures
 // the kernels, not the quantization.
@@ -41,7 +41,7 @@ using kernels::LinearScheme;
 struct SchemeSpec {
   std::string scheme;       // linear_pack's
   std::string fp8 = "";     // tensor, channel, block
-  int64_t group = 0;        // int4: the group size (0: K)
+  int64_t group = 0;        // int4: the group size (0: K); int8: 0 per channel, else the group size
   bool zeros = false;
 };
 
@@ -88,7 +88,8 @@ PackArgs make_pack_args(const SchemeSpec& s, int64_t n, int64_t k, at::Generator
     a.weight = at::randn({n, k}, g, at::kDouble).div_(4).to(t);
   } else if (s.scheme == "int8") {
     a.weight = at::randint(-128, 128, {n, k}, g, at::kLong).to(at::kChar);
-    a.scales = scales({n});
+    a.group_size = s.group;
+    a.scales = s.group > 0 ? scales({n, k / s.group}) : scales({n});
   } else if (s.scheme == "fp8") {
     a.weight = at::randn({n, k}, g, at::kDouble).mul_(8).to(at::kFloat8_e4m3fn);
     if (s.fp8 == "tensor") {
@@ -114,7 +115,7 @@ at::Tensor contract_weight(const PackArgs& a) {
   const at::Tensor q = a.weight.to(at::kFloat);
   if (a.scheme == "f32" || a.scheme == "bf16" || a.scheme == "f16") return q;
   at::Tensor s;
-  if (a.scheme == "int8" || a.scales.dim() == 0 || (a.scheme == "fp8" && a.scales.dim() == 1)) {
+  if (a.scales.dim() <= 1) {  // per tensor or per channel
     s = a.scales.reshape({-1, 1}).expand({n, k});
   } else if (a.scheme == "fp8") {
     s = a.scales.repeat_interleave(kernels::kFp8Block, 0).repeat_interleave(kernels::kFp8Block, 1).narrow(0, 0, n).narrow(
@@ -254,8 +255,9 @@ std::function<void(CLI::App&, SuiteOptions&)> arguments() {
         ->delimiter(',');
     app.add_option("--shape", o["shape"], "Weights NxK (comma list) [default: 37x64,130x512]")->delimiter(',');
     app.add_option("--scheme", o["scheme"],
-                   "Schemes: f32,bf16,f16,int8,fp8/tensor,fp8/channel,fp8/block,int4/g<G>[/zeros],int4/gK[/zeros] "
-                   "[default: all of these with G 32 and 128]")
+                   "Schemes: f32,bf16,f16,int8,int8/g<G>,fp8/tensor,fp8/channel,fp8/block,int4/g<G>[/zeros],"
+                   "int4/gK[/zeros] "
+                   "[default: all of these with G 32 and 128 (int8: 32)]")
         ->delimiter(',');
     app.add_option("--dtype", o["dtype"], "Input dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
     app.add_option("--bias", o["bias"], "Bias: none,input,float32 [default: none,float32]")->delimiter(',');
@@ -263,9 +265,9 @@ std::function<void(CLI::App&, SuiteOptions&)> arguments() {
   };
 }
 
-const std::vector<std::string> kSchemes = {"int4/g32/zeros", "int8",      "f32",         "bf16",     "f16",
+const std::vector<std::string> kSchemes = {"int4/g32/zeros", "int8",        "f32",       "bf16",     "f16",
                                            "fp8/tensor",     "fp8/channel", "fp8/block", "int4/g32", "int4/g128/zeros",
-                                           "int4/gK",        "int4/gK/zeros"};
+                                           "int4/gK",        "int4/gK/zeros", "int8/g32"};
 
 std::pair<int64_t, int64_t> parse_shape(const std::string& s) {
   const size_t x = s.find('x');
@@ -380,7 +382,7 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const std::string& operatio
     TORCH_CHECK(n >= 1 && k >= 1, "linear suite: --shape needs N >= 1 and K >= 1, got ", shape);
     for (const std::string& scheme : schemes) {
       const SchemeSpec s = parse_scheme(scheme);
-      if (s.scheme == "int4" && s.group > 0 && k % s.group != 0) continue;
+      if ((s.scheme == "int4" || s.scheme == "int8") && s.group > 0 && k % s.group != 0) continue;
       points.push_back({{"shape", shape}, {"scheme", scheme}});
     }
   }
