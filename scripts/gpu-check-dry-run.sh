@@ -14,6 +14,11 @@
 #   bash scripts/gpu-check-dry-run.sh         # or: bash scripts/gpu-check.sh --dry-run
 #   bash scripts/gpu-check.sh --dry-run --phase build   # the check's own arguments pass through
 #
+# ccache (under ~/.cache) sees the paths relative to the source tree (CCACHE_BASEDIR), and the build
+# directory sits inside the tree: a rerun rebuilds only what changed, and a fresh clone compiles
+# from ccache's hits of the last dry run (a build directory outside the tree would make the
+# relative paths, and so the hashes, differ between clones).
+#
 # Environment: XLLM_KERNEL_DRY_RUN_VENV (~/.cache/xllm-kernel/venv-torch2.11.0), BUILD_DIR
 # (build-gpu-dry-run), REPORT_DIR (gpu-reports-dry-run), JOBS, BUDGET_S (the check's; default 10800
 # here, where the build has few cores), HIDE_CCACHE (0: 1 hides ccache too, as on the GPU machine).
@@ -36,6 +41,8 @@ log "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda
 
 # 2. the bundle.
 [ -f .device/MANIFEST ] || bash scripts/device-bundle.sh >&2
+
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 
 # 3. the check, offline, seeing only the bundle.
 if ! unshare -n true 2>/dev/null; then
