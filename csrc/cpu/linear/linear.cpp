@@ -348,6 +348,26 @@ bool valid_groups(LinearScheme s, int64_t k, int64_t group, int64_t groups) {
   return group >= 1 && group <= k && groups == kernels::ceil_div(k, group);
 }
 
+// Rows [n][k] (stride elements apart) into panels [panels][k][kPanel] of the same bits, lanes past
+// n zero. A panel's destination (k * kPanel elements) stays in the cache while each of its rows is
+// read once, in order.
+template <typename T>
+void transpose_panels(const T* src, int64_t stride, int64_t n, int64_t k, T* dst) {
+  using kernels::kPanel;
+  for (int64_t p = 0; p < linear_panels(n); ++p) {
+    T* panel = dst + p * k * kPanel;
+    const int64_t lanes = std::min<int64_t>(kPanel, n - p * kPanel);
+    for (int64_t lane = 0; lane < kPanel; ++lane) {
+      if (lane >= lanes) {
+        for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanel + lane] = T{};
+        continue;
+      }
+      const T* row = src + (p * kPanel + lane) * stride;
+      for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanel + lane] = row[kk];
+    }
+  }
+}
+
 }  // namespace
 
 Status linear(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
@@ -407,20 +427,12 @@ Status linear_pack_panels(const LinearPackSource& s, void* weights, float* scale
         }
       }
     }
+  } else if (bytes == 4) {
+    transpose_panels(static_cast<const uint32_t*>(s.weight), s.weight_stride, n, k, static_cast<uint32_t*>(weights));
+  } else if (bytes == 2) {
+    transpose_panels(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights));
   } else {
-    for (int64_t p = 0; p < panels; ++p) {
-      for (int64_t kk = 0; kk < k; ++kk) {
-        uint8_t* row = dst + (p * k + kk) * kPanel * bytes;
-        for (int64_t lane = 0; lane < kPanel; ++lane) {
-          const int64_t nn = p * kPanel + lane;
-          if (nn < n) {
-            std::memcpy(row + lane * bytes, src + (nn * s.weight_stride + kk) * bytes, static_cast<size_t>(bytes));
-          } else {
-            std::memset(row + lane * bytes, 0, static_cast<size_t>(bytes));
-          }
-        }
-      }
-    }
+    transpose_panels(src, s.weight_stride, n, k, dst);
   }
   if (scaled) {
     for (int64_t p = 0; p < panels; ++p) {
