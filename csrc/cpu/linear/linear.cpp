@@ -93,7 +93,10 @@ struct SrcFp8 : GroupScales {  // float8_e4m3fn: no infinities, S.1111.111 is Na
   }
 };
 
-struct SrcInt4 {  // nibbles: byte i of a row holds lane i (low) and lane i + kP / 2 (high)
+// Nibbles: byte i of a row holds lane i (low) and lane i + kP / 2 (high), stored as q + 8 without
+// zero points (kZeros false: W = (q + 8 - 8) * s) or as q with them (W = (q - z) * s).
+template <bool kZeros>
+struct SrcInt4 {
   static constexpr bool kScaled = true;
   const uint8_t* w;
   VF s[kNV];
@@ -102,16 +105,27 @@ struct SrcInt4 {  // nibbles: byte i of a row holds lane i (low) and lane i + kP
     HWY_UNROLL(kNV)
     for (size_t j = 0; j < kNV; ++j) {
       s[j] = hn::LoadU(DF(), scales + j * kL);
-      z[j] = zeros != nullptr ? hn::LoadU(DF(), zeros + j * kL) : hn::Set(DF(), 8.0f);
+      if constexpr (kZeros) z[j] = hn::LoadU(DF(), zeros + j * kL);
     }
   }
   HWY_INLINE VF Load(size_t k, size_t j) const {
     const hn::Rebind<uint8_t, DF> d8;
+    const DF d;
     const size_t lane = j * kL;
-    const auto b = hn::LoadU(d8, w + k * (kP / 2) + lane % (kP / 2));
-    const auto nib = lane < kP / 2 ? hn::And(b, hn::Set(d8, 0xF)) : hn::ShiftRight<4>(b);
-    const VF q = hn::ConvertTo(DF(), hn::BitCast(DI(), hn::PromoteTo(DU(), nib)));
-    return hn::Mul(hn::Sub(q, z[j]), s[j]);  // q - z is exact; one rounding
+    if constexpr (kL == 16) {
+      // A vector holds 16 floats: one table lookup gives the nibble's value, q - 8 (kZeros false)
+      // or q, in place of a conversion and a subtraction (both halves share the widened bytes).
+      const VU b = hn::PromoteTo(DU(), hn::LoadU(d8, w + k * (kP / 2)));
+      const VU nib = lane < kP / 2 ? hn::And(b, hn::Set(DU(), 0xFu)) : hn::ShiftRight<4>(b);
+      const VF table = hn::Sub(hn::Iota(d, 0.0f), hn::Set(d, kZeros ? 0.0f : 8.0f));
+      const VF q = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nib));
+      return kZeros ? hn::Mul(hn::Sub(q, z[j]), s[j]) : hn::Mul(q, s[j]);  // q - z exact; one rounding
+    } else {
+      const auto b = hn::LoadU(d8, w + k * (kP / 2) + lane % (kP / 2));
+      const auto nib = lane < kP / 2 ? hn::And(b, hn::Set(d8, 0xF)) : hn::ShiftRight<4>(b);
+      const VF q = hn::ConvertTo(d, hn::BitCast(DI(), hn::PromoteTo(DU(), nib)));
+      return hn::Mul(hn::Sub(q, kZeros ? z[j] : hn::Set(d, 8.0f)), s[j]);  // q - z exact; one rounding
+    }
   }
 };
 
@@ -314,7 +328,8 @@ void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
     case LinearScheme::kFp8:
       return PanelsT<T>(p, SrcFp8{{}, nullptr}, k * kP, panel_begin, panel_end);
     case LinearScheme::kInt4:
-      return PanelsT<T>(p, SrcInt4{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
+      if (p.zeros != nullptr) return PanelsT<T>(p, SrcInt4<true>{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
+      return PanelsT<T>(p, SrcInt4<false>{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
   }
 }
 
