@@ -13,7 +13,7 @@ PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
 DEVICE="${DEVICE:-cpu}"
 REPORT_DIR="${REPORT_DIR:-reports}"
 REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-# CPU tensors of 2 MiB and more on transparent huge pages, as the README recommends for CPU KV
+# CPU tensors of 2 MiB and more on transparent huge pages, as docs/operator-notes.md recommends for CPU KV
 # caches (scattered rows on 4 KiB pages pay a page walk each); THP_MEM_ALLOC_ENABLE=0 turns it off.
 # The reports record which pages the tensors got (environment.cpu_pages).
 export THP_MEM_ALLOC_ENABLE="${THP_MEM_ALLOC_ENABLE:-1}"

@@ -1,5 +1,5 @@
 """Tests that need an Ascend NPU (torch_npu with the CANN runtime and at least one device). Run on an
-Ascend machine from the repository root, after installing the package (README, "On an Ascend
+Ascend machine from the repository root, after installing the package (docs/devices.md, "On an Ascend
 machine"):
 
     python -m pytest -q test/npu
