@@ -34,13 +34,6 @@ at::ScalarType weight_dtype(LinearScheme s) {
   return at::kFloat;
 }
 
-std::string shape_string(const at::Tensor& t) { return c10::str(t.sizes()); }
-
-void check_scale_dtype(const char* op, const char* arg, const at::Tensor& t) {
-  TORCH_CHECK(bridge::is_floating_kernel_dtype(t.scalar_type()), op, ": ", arg,
-              " must be float32, bfloat16 or float16, got ", bridge::dtype_name(t.scalar_type()));
-}
-
 // The group of scales [N, K / g] for group_size g (g divides K, or -1: g = K), checked.
 int64_t group_scales(const char* op, const char* scheme, const at::Tensor& sc, int64_t n, int64_t k,
                      int64_t group_size) {
@@ -54,6 +47,13 @@ int64_t group_scales(const char* op, const char* scheme, const at::Tensor& sc, i
 }
 
 }  // namespace
+
+std::string shape_string(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+void check_scale_dtype(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(bridge::is_floating_kernel_dtype(t.scalar_type()), op, ": ", arg,
+              " must be float32, bfloat16 or float16, got ", bridge::dtype_name(t.scalar_type()));
+}
 
 PackShape pack_shape(const char* op, const at::Tensor& weight, const std::optional<at::Tensor>& scales,
                      const std::optional<at::Tensor>& zeros, const std::string& scheme, int64_t group_size) {

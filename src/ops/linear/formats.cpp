@@ -9,27 +9,20 @@
 #include <tuple>
 
 #include "src/ops/common/bridge.h"
+#include "src/ops/linear/internal.h"
 #include "xllm_kernel/ops/linear.h"
 
 namespace xllm_kernel::ops {
 namespace {
 
-std::string shape_string(const at::Tensor& t) { return c10::str(t.sizes()); }
+using linear::check_scale_dtype;
+using linear::shape_string;
 
 void check_matrix(const char* fn, const char* arg, const at::Tensor& t, at::ScalarType dtype) {
   TORCH_CHECK(t.defined(), fn, ": ", arg, " must be a defined tensor");
   TORCH_CHECK(t.scalar_type() == dtype, fn, ": ", arg, " must be ", bridge::dtype_name(dtype), ", got ",
               bridge::dtype_name(t.scalar_type()));
   TORCH_CHECK(t.dim() == 2, fn, ": ", arg, " must be 2-D, got shape ", shape_string(t));
-}
-
-void check_scales(const char* fn, const char* arg, const at::Tensor& t, int64_t rows, int64_t cols,
-                  const char* expected) {
-  TORCH_CHECK(t.defined(), fn, ": ", arg, " must be a defined tensor");
-  TORCH_CHECK(bridge::is_floating_kernel_dtype(t.scalar_type()), fn, ": ", arg,
-              " must be float32, bfloat16 or float16, got ", bridge::dtype_name(t.scalar_type()));
-  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols, fn, ": ", arg, " must be ", expected, " = [",
-              rows, ", ", cols, "], got shape ", shape_string(t));
 }
 
 // The unsigned fields of `bits` bits of int32 words, low bits first: [..., W] -> [..., W, 32 / bits]
@@ -106,7 +99,7 @@ LinearWeight linear_weight_from_gptq(const at::Tensor& qweight, const at::Tensor
               fn, ": scales must be [G, N] with N = ", n, " (qweight's columns) and G dividing K = ", k,
               " (qweight's rows * ", per, "), got shape ", scales.defined() ? shape_string(scales) : "undefined");
   const int64_t groups = scales.size(0), group = k / groups;
-  check_scales(fn, "scales", scales, groups, n, "[G, N]");
+  check_scale_dtype(fn, "scales", scales);
   TORCH_CHECK(n % per == 0 && qzeros.size(0) == groups && qzeros.size(1) == n / per, fn,
               ": qzeros must be [G, N * bits / 32] = [", groups, ", ", n / per, "] (N = ", n, " a multiple of ", per,
               "), got shape ", shape_string(qzeros));
@@ -147,7 +140,7 @@ LinearWeight linear_weight_from_awq(const at::Tensor& qweight, const at::Tensor&
               fn, ": scales must be [G, N] with N = ", n, " (qweight's columns * 8) and G dividing K = ", k,
               " (qweight's rows), got shape ", scales.defined() ? shape_string(scales) : "undefined");
   const int64_t groups = scales.size(0);
-  check_scales(fn, "scales", scales, groups, n, "[G, N]");
+  check_scale_dtype(fn, "scales", scales);
   TORCH_CHECK(qzeros.size(0) == groups && qzeros.size(1) == n / 8, fn, ": qzeros must be [G, N / 8] = [", groups, ", ",
               n / 8, "], got shape ", shape_string(qzeros));
   // Column 8 c + j of a word sits in its field {0, 4, 1, 5, 2, 6, 3, 7}[j].
@@ -192,8 +185,12 @@ LinearWeight linear_weight_from_fp8_blocks(const at::Tensor& weight, const at::T
   check_matrix(fn, "weight", weight, at::kFloat8_e4m3fn);
   constexpr int64_t kBlock = 128;
   const int64_t n = weight.size(0), k = weight.size(1);
-  check_scales(fn, "weight_scale_inv", weight_scale_inv, (n + kBlock - 1) / kBlock, (k + kBlock - 1) / kBlock,
-               "[ceil(N / 128), ceil(K / 128)] (128 x 128 blocks)");
+  const int64_t rows = (n + kBlock - 1) / kBlock, cols = (k + kBlock - 1) / kBlock;
+  TORCH_CHECK(weight_scale_inv.defined(), fn, ": weight_scale_inv must be a defined tensor");
+  check_scale_dtype(fn, "weight_scale_inv", weight_scale_inv);
+  TORCH_CHECK(weight_scale_inv.dim() == 2 && weight_scale_inv.size(0) == rows && weight_scale_inv.size(1) == cols, fn,
+              ": weight_scale_inv must be [ceil(N / 128), ceil(K / 128)] (128 x 128 blocks) = [", rows, ", ", cols,
+              "], got shape ", shape_string(weight_scale_inv));
   LinearWeight w;
   w.scheme = "fp8";
   w.weight = weight;

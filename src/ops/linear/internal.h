@@ -18,6 +18,13 @@ using kernels::LinearHeader;
 using kernels::LinearLayout;
 using kernels::LinearScheme;
 
+// "[2, 3]": a tensor's shape in errors.
+std::string shape_string(const at::Tensor& t);
+
+// Scales (and the checkpoint importers' scales) are float32, bfloat16 or float16: an error naming
+// `op` and `arg` otherwise.
+void check_scale_dtype(const char* op, const char* arg, const at::Tensor& t);
+
 // What the arguments of linear_pack describe, from their shapes and dtypes alone (also on Meta
 // tensors: the fake uses it).
 struct PackShape {
