@@ -45,9 +45,8 @@ class LinearWeight:
 
     def pack(self) -> torch.Tensor:
         """linear_pack(weight, scales, zeros, scheme, group_size) with the selected implementation."""
-        from xllm_kernel.ops.linear import linear_pack
-
-        return linear_pack(self.weight, self.scales, self.zeros, self.scheme, self.group_size)
+        # The dispatcher's entry, as xllm_kernel.ops.linear.linear_pack calls it; that package imports this module.
+        return torch.ops.xllm_kernel.linear_pack(self.weight, self.scales, self.zeros, self.scheme, self.group_size)
 
     def permute_input(self, x: torch.Tensor) -> torch.Tensor:
         """x[..., input_permutation] (a new tensor), or x itself where K keeps its order."""
