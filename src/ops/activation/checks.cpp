@@ -1,8 +1,9 @@
-// The argument checks every activation bridge shares (src/ops/activation/internal.h).
+// The argument checks every activation bridge shares (declared in src/ops/activation/checks.h).
 #include <c10/util/Exception.h>
 
 #include <vector>
 
+#include "src/ops/activation/checks.h"
 #include "src/ops/activation/internal.h"
 
 namespace xllm_kernel::activation {

@@ -6,24 +6,17 @@
 
 #include "csrc/common/activation.h"
 #include "src/ops/common/bridge.h"
+#include "src/ops/activation/checks.h"
 #include "src/ops/common/family.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::activation {
 
-// Checks the input of a gated activation ([..., 2d], d >= 1, a supported dtype on `device`, a
-// contiguous last dimension); the error names the op, the argument, what was expected and given.
-// Returns d.
-int64_t check_input(const char* op, const at::Tensor& input, c10::DeviceType device);
-
-// The same for an activation without the gate: input [..., d] with d >= 1. Returns d.
-int64_t check_plain_input(const char* op, const at::Tensor& input, c10::DeviceType device);
-
 // The output's shape: [..., d] for a gated input [..., 2d], the input's without the gate.
 std::vector<int64_t> output_shape(const at::Tensor& input, bool gated = true);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernels alike: input and
-// out over input's leading dimensions, d the output's last dimension (from check_input).
+// out over input's leading dimensions, d the output's last dimension (from check_input, checks.h).
 // stream_out stays false: the CPU bridges decide it.
 inline kernels::ActivationParams kernel_params(const char* op, const at::Tensor& input, int64_t d,
                                                const at::Tensor& out) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "src/ops/normalization/checks.h"
 #include "src/ops/normalization/internal.h"
 
 namespace xllm_kernel::normalization {

@@ -9,16 +9,10 @@
 #include "csrc/common/normalization.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/family.h"
+#include "src/ops/normalization/checks.h"
 #include "xllm_kernel/catalog.h"
 
 namespace xllm_kernel::normalization {
-
-// Checks every argument of a normalization op (the error names the op, the argument, what was
-// expected and what was given). `residual` is set for fused_add_rms_norm, `bias` may be set for
-// layer_norm. `device` is the implementation's device.
-void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                     const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
-                     c10::DeviceType device);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernels alike. `out` is
 // set for rms_norm and layer_norm (written: the rows of input and out), `residual` for

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "src/ops/activation/internal.h"
-#include "src/ops/normalization/internal.h"
 #include "src/core/cpu_allocator.h"
+#include "src/ops/activation/checks.h"
+#include "src/ops/normalization/checks.h"
 #include "src/ops/quantization/internal.h"
 
 namespace xllm_kernel::quantization {

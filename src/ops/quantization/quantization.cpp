@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/common/dependencies.h"
 #include "src/ops/common/family.h"
 #include "src/ops/quantization/internal.h"
 
@@ -300,6 +301,9 @@ const Group& quantization_group() {
   return group;
 }
 XLLM_REGISTER_GROUP(quantization_group);
+// Its fused operations run the normalization and activation row passes, and check their arguments
+// with those families' checks (csrc/cpu/quantization, src/ops/quantization/checks.cpp).
+XLLM_FAMILY_BUILDS_ON(quantization, "normalization", "activation");
 
 namespace ops {
 
