@@ -69,6 +69,15 @@ else
   log "reusing $BUNDLE (FORCE=1 makes it again)"
 fi
 sed 's/^/  /' "$BUNDLE/MANIFEST" >&2
+# The last passing dry run's phase times, for the check's estimates (scripts/gpu-check-dry-run.sh).
+TIMES="$HOME/.cache/xllm-kernel/gpu-check-times.tsv"
+if [ -f "$TIMES" ]; then
+  cp "$TIMES" "$BUNDLE/phase-times.tsv"
+  log "phase times for the estimates: $(head -n 1 "$TIMES")"
+else
+  rm -f "$BUNDLE/phase-times.tsv"
+  log "no phase times yet (a passing dry run records them): the check will run without estimates"
+fi
 
 # What travels: tracked and untracked, not ignored files (as the device tool sends the tree),
 # plus the bundle.

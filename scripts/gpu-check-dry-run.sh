@@ -19,6 +19,9 @@
 # from ccache's hits of the last dry run (a build directory outside the tree would make the
 # relative paths, and so the hashes, differ between clones).
 #
+# A passing run records its phase times in ~/.cache/xllm-kernel/gpu-check-times.tsv (step 4), from
+# which the GPU check estimates its phases (scripts/device-bundle.sh puts them in the bundle).
+#
 # Environment: XLLM_KERNEL_DRY_RUN_VENV (~/.cache/xllm-kernel/venv-torch2.11.0), BUILD_DIR
 # (build-gpu-dry-run), REPORT_DIR (gpu-reports-dry-run), JOBS, BUDGET_S (the check's; default 10800
 # here, where the build has few cores), HIDE_CCACHE (0: 1 hides ccache too, as on the GPU machine).
@@ -76,4 +79,26 @@ unshare -n -m -- env HIDDEN_PATHS="${HIDDEN[*]}" CHECK_ARGS="$*" PYTHON="$VENV/b
 rc=$?
 set -e
 log "gpu-check.sh exited $rc; dry run took $(($(date +%s) - start)) s"
+
+# 4. The phase times of a passing run, for the GPU check's estimates (scripts/device-bundle.sh copies
+# them into .device/phase-times.tsv): phase, seconds, cores. A build from ccache says nothing of the
+# GPU machine's build (it has no ccache): the build's time is kept only from a run that hid ccache
+# (HIDE_CCACHE=1), or when there is none yet. The tests' time is of every test (CPU_TESTS=1), an
+# upper bound of the GPU machine's CUDA tests.
+TIMES="$HOME/.cache/xllm-kernel/gpu-check-times.tsv"
+PHASES_TSV="${REPORT_DIR:-gpu-reports-dry-run}/phases.tsv"
+if [ "$rc" -eq 0 ] && [ -f "$PHASES_TSV" ]; then
+  mkdir -p "$(dirname "$TIMES")"
+  cores="${JOBS:-$(nproc)}"
+  {
+    echo "# the dry run of $(git rev-parse --short HEAD 2>/dev/null || echo unknown) on $(date -u +%Y-%m-%d)," \
+         "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $cores cores"
+    awk -F'\t' -v c="$cores" -v keep_build="${HIDE_CCACHE:-0}" -v old="$TIMES" '
+      BEGIN { while ((getline l < old) > 0) { split(l, f, "\t"); if (f[1] == "build") prior = l } }
+      $1 == "build" && keep_build != 1 && prior != "" { print prior; next }
+      $1 ~ /^(environment|configure|build|tests)$/ && $3 ~ /^ok/ { print $1 "\t" $2 "\t" c }' "$PHASES_TSV"
+  } >"$TIMES.partial"
+  mv "$TIMES.partial" "$TIMES"
+  log "phase times for the GPU check's estimates: $TIMES"
+fi
 exit "$rc"

@@ -9,15 +9,23 @@
 #   bash scripts/gpu-check.sh --dry-run   # here: scripts/gpu-check-dry-run.sh (no network, no GPU)
 #   bash scripts/gpu-check.sh --phase build,tests        # the check in two commands, each within the
 #   bash scripts/gpu-check.sh --phase numerics,benchmark # device tool's 10 minutes (same machine, warm)
+#   bash scripts/gpu-check.sh --phase numerics,benchmark --budget 420   # this command within 420 s
 #
 # Phases, each timed: environment; configure (prints where CMake found each bundled package); build
 # (library, CUDA plugin, tools, tests, and the Python extension where Python's headers are there);
 # tests (ctest: the CUDA tests, or every test with CPU_TESTS=1); numerics of every operation
 # (`xllm-kernel-info --operations-list`) with --device cuda --implementation all in eager and graph
-# mode; benchmark of every operation at tokens 1,128,8192 x hidden 4096 in bfloat16, float16 and
-# float32, every implementation (cuda.torch side by side), eager and graph. Without a GPU the
+# mode; benchmark of every operation, every implementation (cuda.torch side by side), eager and
+# graph, in two passes: first the headline grid of every operation (tokens 1,8192 x hidden 4096,
+# bfloat16; weights 4096x4096 bf16 and int4/g128), then, operation by operation while the budget
+# allows, the full grid (tokens 1,128,8192; bfloat16, float16, float32; bf16, int8, int4/g128), whose
+# time is estimated from that operation's headline pass (an operation left at its headline grid is
+# named in the verdict; it is not a failure). Without a GPU the
 # numerics and benchmark phases report "no GPU". Last comes one verdict table, read from the JSON
 # reports (scripts/gpu_check_verdict.py); a failed build shows its first compiler error there.
+# --budget SECONDS: this command's time (BUDGET_S). Each phase's estimate (configure, build and
+# tests from the last dry run's times, scaled by cores: .device/phase-times.tsv, which
+# scripts/device-bundle.sh copies from the dry run) is printed first and beside the real time.
 # --phase LIST runs only those phases (build: environment, configure, build; tests; numerics;
 # benchmark; all, the default), each command within its own BUDGET_S: a later command reuses the
 # build and the reports of an earlier one, and its verdict covers every phase run so far (a run
@@ -29,7 +37,8 @@
 # (build-gpu-check), XLLM_KERNEL_BUNDLE (.device), JOBS (all cores), CUDA_ARCHITECTURES ("80;90",
 # what ships), CPU_TESTS (0), BUDGET_S (540: the phases stop there, leaving time for the verdict),
 # ALLOW_NO_GPU (0: without a GPU the check exits 3), VERIFY_BUNDLE (0: 1 fails unless CMake found
-# every bundled package in the bundle).
+# every bundled package in the bundle), CHECK_DEVICE (cuda; cpu runs the numerics and benchmark
+# phases on the CPU, to try the check's logic on a machine without a GPU).
 # Exit: 0 passed, 1 a phase failed, 2 usage, 3 no GPU (unless ALLOW_NO_GPU=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,16 +48,24 @@ if [ "${1:-}" = "--dry-run" ]; then
 fi
 usage() {
   echo "usage: bash scripts/gpu-check.sh [--dry-run] [--phase build|tests|numerics|benchmark|all[,...]]" \
+       "[--budget SECONDS]" \
        "(settings through the environment; see the script's header)" >&2
   exit 2
 }
 PHASE_LIST="all"
-if [ "${1:-}" = "--phase" ]; then
-  [ $# -eq 2 ] || usage
-  PHASE_LIST="$2"
-  shift 2
-fi
-[ $# -eq 0 ] || usage
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --phase) [ $# -ge 2 ] || usage; PHASE_LIST="$2"; shift 2 ;;
+    --budget)
+      [ $# -ge 2 ] || usage
+      case "$2" in
+        ''|*[!0-9]*) echo "gpu-check: --budget: expected a whole number of seconds, given '$2'" >&2; exit 2 ;;
+      esac
+      BUDGET_S="$2"
+      shift 2 ;;
+    *) usage ;;
+  esac
+done
 RUN_BUILD=0 RUN_TESTS=0 RUN_NUMERICS=0 RUN_BENCHMARK=0
 for p in ${PHASE_LIST//,/ }; do
   case "$p" in
@@ -80,6 +97,8 @@ CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-80;90}"
 CPU_TESTS="${CPU_TESTS:-0}"
 BUDGET_S="${BUDGET_S:-540}"
 RESERVE_S=15  # kept for the verdict
+CHECK_DEVICE="${CHECK_DEVICE:-cuda}"
+case "$CHECK_DEVICE" in cuda|cpu) ;; *) echo "gpu-check: CHECK_DEVICE: expected cuda or cpu, given '$CHECK_DEVICE'" >&2; exit 2 ;; esac
 REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # A run that builds starts the reports afresh; a later phase adds to them.
 if [ "$RUN_BUILD" = 1 ]; then
@@ -90,6 +109,23 @@ export XLLM_KERNEL_LOG=off PYTHONDONTWRITEBYTECODE=1
 
 echo "gpu-check: revision $REVISION, phases $PHASE_LIST, bundle $BUNDLE, build $BUILD_DIR, reports $REPORTS," \
      "$JOBS jobs, budget ${BUDGET_S}s"
+
+# ---- estimates: the last dry run's phase times (phase, seconds, cores), scaled to this machine's jobs ----
+TIMES="$BUNDLE/phase-times.tsv"
+# estimate PHASE: seconds, or nothing when there is no measured time to scale.
+estimate() {
+  [ -f "$TIMES" ] || return 0
+  awk -F'\t' -v p="$1" -v jobs="$JOBS" '$1 == p && $3 > 0 {
+    s = (p == "environment") ? $2 : $2 * $3 / jobs; printf "%d\n", s + 0.999 }' "$TIMES" | tail -n 1
+}
+if [ -f "$TIMES" ]; then
+  line=""
+  for p in configure build tests; do line="$line $p $(estimate "$p") s,"; done
+  echo "estimates for $JOBS jobs, from $(sed -n 's/^# //p' "$TIMES" | head -n 1):${line%,};" \
+       "numerics and benchmark: measured in the run (the benchmark's headline pass first)"
+else
+  echo "estimates: none (no $TIMES: run the dry run, then scripts/device-bundle.sh)"
+fi
 
 # ---- helpers ----
 left() { echo $((BUDGET_S - ($(date +%s) - T0) - RESERVE_S)); }
@@ -104,15 +140,16 @@ limited() {
   timeout -k 10 "$limit" "$@"
 }
 NOTE=""
-# phase NAME FUNCTION: runs it, times it, records "name<TAB>seconds<TAB>status" in phases.tsv.
+# phase NAME FUNCTION: runs it, times it, records "name<TAB>seconds<TAB>status<TAB>estimate" in phases.tsv.
 # The function sets NOTE; return 0 ok, 1 failed, 4 skipped (NOTE says why), 124 out of time.
 phase() {
-  local name="$1" fn="$2" start rc status
+  local name="$1" fn="$2" start rc status guess
   start=$(date +%s)
   NOTE=""
+  guess="$(estimate "$name")"
   [ -f "$REPORTS/phases.tsv" ] && sed -i "/^$name\t/d" "$REPORTS/phases.tsv"
   echo
-  echo "== $name"
+  echo "== $name${guess:+ (estimate $guess s)}"
   "$fn"
   rc=$?
   case "$rc" in
@@ -121,19 +158,28 @@ phase() {
     124) status="out of time${NOTE:+ ($NOTE)}"; FAILED=1 ;;
     *) status="failed${NOTE:+: $NOTE}"; FAILED=1 ;;
   esac
-  printf '%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$status" >>"$REPORTS/phases.tsv"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$status" "$guess" >>"$REPORTS/phases.tsv"
   echo "-- $name: $status ($(($(date +%s) - start)) s)"
 }
 # first_error LOG: the log's first compiler/linker error line.
 first_error() { "$PYTHON" scripts/gpu_check_verdict.py first-error "$1" 2>/dev/null; }
 # built: whether an earlier phase left the build this one runs.
 built() {
-  [ -x "$BUILD_DIR/xllm-kernel-info" ] && [ -e "$BUILD_DIR/libxllm_kernel_cuda.so" ] && return 0
+  [ -x "$BUILD_DIR/xllm-kernel-info" ] && { [ "$CHECK_DEVICE" = cpu ] || [ -e "$BUILD_DIR/libxllm_kernel_cuda.so" ]; } &&
+    return 0
   NOTE="no build in $BUILD_DIR (run --phase build first, on the same machine)"
   return 1
 }
 # supports TOOL OPERATION FLAG: whether the operation's suite takes FLAG (a new operation may not).
-supports() { "$BUILD_DIR/xllm-kernel-$1" --operation "$2" --help 2>/dev/null | grep -q -- "$3[ =,]"; }
+# (The help is read whole first: grep -q would stop reading at the match, and under pipefail the
+# tool's SIGPIPE would then make the answer no.)
+# help_has TOOL OPERATION REGEX: whether the operation's help has a line matching REGEX.
+help_has() {
+  local help
+  help="$("$BUILD_DIR/xllm-kernel-$1" --operation "$2" --help 2>/dev/null)"
+  grep -q -- "$3" <<<"$help"
+}
+supports() { help_has "$1" "$2" "$3[ =,]"; }
 FAILED=0
 GPUS=0
 PYTHON_EXT=ON
@@ -260,17 +306,19 @@ uncapturable() {
   echo "    (no implementation captures it in graph mode: every case unsupported)"
 }
 
+# no_device: the numerics and benchmark phases need the GPU (unless CHECK_DEVICE=cpu).
+no_device() { [ "$GPUS" -eq 0 ] && [ "$CHECK_DEVICE" = cuda ]; }
+
 phase_numerics() {
-  if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  if no_device; then NOTE="no GPU"; return 4; fi
   built || return 1
   local op mode rc bad=0
   for op in $(operations); do
     for mode in eager graph; do
-      local args=(--operation "$op" --device cuda --mode "$mode" --implementation all --revision "$REVISION"
+      local args=(--operation "$op" --device "$CHECK_DEVICE" --mode "$mode" --implementation all --revision "$REVISION"
                   --output "$REPORTS/numerics-$op-$mode.json" --markdown "$REPORTS/numerics-$op-$mode.md")
       # The row families' layouts (an operation whose --layout has no 3d keeps its own defaults).
-      supports numerics "$op" --layout && "$BUILD_DIR/xllm-kernel-numerics" --operation "$op" --help 2>/dev/null |
-        grep -q -- "--layout.*3d" && args+=(--layout contiguous,strided,3d)
+      help_has numerics "$op" "--layout.*3d" && args+=(--layout contiguous,strided,3d)
       limited "$BUILD_DIR/xllm-kernel-numerics" "${args[@]}" >"$REPORTS/numerics-$op-$mode.log" 2>&1
       rc=$?
       echo "  $op $mode: exit $rc"
@@ -283,31 +331,82 @@ phase_numerics() {
   return "$bad"
 }
 
+# benchmark_args OP GRID: the grid's arguments the operation's suite takes. headline: tokens 1,8192 x
+# hidden 4096, bfloat16, weights 4096x4096 bf16 and int4/g128; full: tokens 1,128,8192, bfloat16,
+# float16 and float32, bf16, int8 and int4/g128 (one 8B shape, so that the float64 references of
+# 8192 rows stay within the budget). Prints the arguments, then the grid's case count relative to
+# the headline's (an integer percentage), on its own last line.
+benchmark_args() {
+  local op="$1" grid="$2" scale=100
+  if supports benchmark "$op" --tokens; then
+    if [ "$grid" = full ]; then echo --tokens 1,128,8192; scale=$((scale * 3 / 2)); else echo --tokens 1,8192; fi
+  fi
+  supports benchmark "$op" --hidden && echo --hidden 4096
+  if supports benchmark "$op" --dtype; then
+    if [ "$grid" = full ]; then echo --dtype bfloat16,float16,float32; scale=$((scale * 3)); else echo --dtype bfloat16; fi
+  fi
+  supports benchmark "$op" --weight-dtype && echo --weight-dtype input
+  supports benchmark "$op" --shape && echo --shape 4096x4096
+  if supports benchmark "$op" --scheme; then
+    if [ "$grid" = full ]; then echo --scheme bf16,int8,int4/g128; scale=$((scale * 3 / 2)); else echo --scheme bf16,int4/g128; fi
+  fi
+  echo "$scale"
+}
+
+# benchmark_run OP MODE GRID LIMIT: one benchmark command of the grid, within LIMIT seconds. The
+# report is written atomically at the end, so a run stopped by its limit leaves the earlier report.
+benchmark_run() {
+  local op="$1" mode="$2" grid="$3" limit="$4" extra
+  mapfile -t extra < <(benchmark_args "$op" "$grid" | sed '$d' | tr ' ' '\n')
+  local args=(--operation "$op" --device "$CHECK_DEVICE" --mode "$mode" --implementation all --revision "$REVISION"
+              --output "$REPORTS/benchmark-$op-$mode.json" --markdown "$REPORTS/benchmark-$op-$mode.md" "${extra[@]}")
+  timeout -k 10 "$limit" "$BUILD_DIR/xllm-kernel-benchmark" "${args[@]}" >"$REPORTS/benchmark-$op-$mode.log" 2>&1
+}
+
 phase_benchmark() {
-  if [ "$GPUS" -eq 0 ]; then NOTE="no GPU"; return 4; fi
+  if no_device; then NOTE="no GPU"; return 4; fi
   built || return 1
-  local op mode rc bad=0
+  local op mode rc bad=0 start limit headline=() narrow=()
+  declare -A took
+  # Pass 1: the headline grid of every operation, within the budget.
   for op in $(operations); do
     for mode in eager graph; do
-      local args=(--operation "$op" --device cuda --mode "$mode" --implementation all --revision "$REVISION"
-                  --output "$REPORTS/benchmark-$op-$mode.json" --markdown "$REPORTS/benchmark-$op-$mode.md")
-      supports benchmark "$op" --tokens && args+=(--tokens 1,128,8192)
-      supports benchmark "$op" --hidden && args+=(--hidden 4096)
-      supports benchmark "$op" --dtype && args+=(--dtype bfloat16,float16,float32)
-      supports benchmark "$op" --weight-dtype && args+=(--weight-dtype input)
-      # Weight matrices (NxK): one 8B shape and three schemes, so that the float64 references of
-      # 8192 rows stay within the phase's budget.
-      supports benchmark "$op" --shape && args+=(--shape 4096x4096)
-      supports benchmark "$op" --scheme && args+=(--scheme bf16,int8,int4/g128)
-      limited "$BUILD_DIR/xllm-kernel-benchmark" "${args[@]}" >"$REPORTS/benchmark-$op-$mode.log" 2>&1
+      limit="$(left)"
+      if [ "$limit" -le 5 ]; then echo "  (no time left of the ${BUDGET_S}s budget for $op $mode)"; return 124; fi
+      start=$(date +%s)
+      benchmark_run "$op" "$mode" headline "$limit"
       rc=$?
-      echo "  $op $mode: exit $rc"
+      took["$op $mode"]=$(($(date +%s) - start))
+      echo "  $op $mode, headline grid: exit $rc (${took["$op $mode"]} s)"
       uncapturable "$mode" "$rc" && continue
       [ "$rc" -eq 0 ] || { bad=1; tail -n 5 "$REPORTS/benchmark-$op-$mode.log"; }
       [ "$rc" -ne 124 ] || return 124
+      headline+=("$op $mode")
     done
   done
-  [ "$bad" -eq 0 ] || NOTE="a benchmark run did not pass"
+  # Pass 2: the full grid, operation by operation, where its estimate (the headline pass's time
+  # scaled by the grids' case counts, and a quarter more) fits what is left.
+  for key in "${headline[@]}"; do
+    op="${key% *}" mode="${key#* }"
+    local scale guess
+    scale="$(benchmark_args "$op" full | tail -n 1)"
+    [ "$scale" -gt 100 ] || continue  # the full grid is the headline grid
+    guess=$(( (${took[$key]} * scale / 100) * 5 / 4 + 2 ))
+    limit="$(left)"
+    if [ "$guess" -ge "$limit" ]; then
+      narrow+=("$op $mode")
+      continue
+    fi
+    start=$(date +%s)
+    benchmark_run "$op" "$mode" full "$limit"
+    rc=$?
+    echo "  $op $mode, full grid: exit $rc ($(($(date +%s) - start)) s, estimate $guess s)"
+    if [ "$rc" -eq 124 ]; then narrow+=("$op $mode"); continue; fi  # the headline report stays
+    uncapturable "$mode" "$rc" && continue
+    [ "$rc" -eq 0 ] || { bad=1; tail -n 5 "$REPORTS/benchmark-$op-$mode.log"; }
+  done
+  [ "${#narrow[@]}" -eq 0 ] || NOTE="headline grid only (budget): $(IFS=,; echo "${narrow[*]}" | sed 's/,/, /g')"
+  [ "$bad" -eq 0 ] || NOTE="a benchmark run did not pass${NOTE:+; $NOTE}"
   return "$bad"
 }
 

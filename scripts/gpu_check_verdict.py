@@ -9,8 +9,9 @@
       reports; writes verdict.md and summary.json there and exits with the check's code (0 passed,
       1 a phase failed, NO_GPU_EXIT when the GPU phases did not run).
 
-phases.tsv holds one "name<TAB>seconds<TAB>status" line per phase run; a phase run again (the check
-split into several commands, --phase) replaces its earlier line.
+phases.tsv holds one "name<TAB>seconds<TAB>status[<TAB>estimate]" line per phase run (the estimate
+in seconds, from the dry run's times, where there was one); a phase run again (the check split into
+several commands, --phase) replaces its earlier line.
 """
 import glob
 import json
@@ -37,21 +38,26 @@ def first_error(text, limit=300):
     return found if len(found) <= limit else found[:limit - 3] + "..."
 
 
-def read_phases(reports):
+def read_phases(reports, estimates=None):
+    """{phase: (seconds, status)} in run order; `estimates` (a dict) gets {phase: estimated seconds}."""
     phases = {}
+    estimates = {} if estimates is None else estimates
     path = os.path.join(reports, "phases.tsv")
     if os.path.exists(path):
         for line in open(path):
             parts = line.rstrip("\n").split("\t")
-            if len(parts) == 3:
+            if len(parts) in (3, 4):
                 phases.pop(parts[0], None)  # a rerun replaces the earlier line, keeping run order
                 phases[parts[0]] = (int(parts[1]), parts[2])
+                if len(parts) == 4 and parts[3]:
+                    estimates[parts[0]] = int(parts[3])
     return phases
 
 
 def verdict(reports, seconds, failed, no_gpu_exit, scope):
     rows = []
-    phases = read_phases(reports)
+    estimates = {}
+    phases = read_phases(reports, estimates)
     env_path = os.path.join(reports, "environment.txt")
     env = open(env_path).read() if os.path.exists(env_path) else ""
     torch = re.search(r"^torch (\S+)", env, re.M)
@@ -62,6 +68,11 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
     for name, (_, status) in phases.items():
         if not (status.startswith("ok") or status.startswith("skipped")):
             rows.append(("phase " + name, status.replace("|", "\\|")))
+
+    # The benchmark's budget: operations left at the headline grid (not a failure).
+    bench_status = phases.get("benchmark", (0, ""))[1]
+    if bench_status.startswith("ok: headline grid only"):
+        rows.append(("benchmark grid", bench_status[len("ok: "):]))
 
     # Tests: ctest's JUnit report.
     junit = os.path.join(reports, "ctest.xml")
@@ -148,7 +159,8 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
         text, code = "passed without a GPU (the GPU phases did not run)", no_gpu_exit
     else:
         text, code = "passed", 0
-    ran = ", ".join("%s %d s" % (name, s) for name, (s, _) in phases.items())
+    ran = ", ".join("%s %d s%s" % (name, s, " (estimate %d s)" % estimates[name] if name in estimates else "")
+                    for name, (s, _) in phases.items())
     rows.append(("phases", ran or "none"))
     rows.append(("verdict", text))
 
@@ -162,6 +174,7 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
     with open(os.path.join(reports, "summary.json.partial"), "w") as f:
         json.dump({"title": title, "phases": {n: s for n, (_, s) in phases.items()},
                    "phase_seconds": {n: s for n, (s, _) in phases.items()},
+                   "phase_estimates": estimates,
                    "rows": [{"check": n, "result": t} for n, t in rows], "exit_code": code}, f, indent=2)
     os.replace(os.path.join(reports, "summary.json.partial"), os.path.join(reports, "summary.json"))
     print()

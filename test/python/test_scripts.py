@@ -251,3 +251,98 @@ def test_gpu_check_build_failure_and_phases(tmp_path):
     r = subprocess.run(["bash", script, "--phase", "bogus"], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 2 and "--phase: expected build, tests, numerics, benchmark or all" in r.stdout
+
+
+FAKE_BENCHMARK = r"""#!/bin/bash
+# A stand-in benchmark tool: --help lists the grid flags its operation takes; a run sleeps
+# FAKE_UNIT seconds per half of its tokens x dtypes cases and writes its arguments as the report.
+op="" out="" tokens=1 dtypes=1 help=0 argv="$*"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --operation) op="$2"; shift ;;
+    --output) out="$2"; shift ;;
+    --tokens) tokens=$(echo "$2" | tr ',' '\n' | wc -l); shift ;;
+    --dtype) dtypes=$(echo "$2" | tr ',' '\n' | wc -l); shift ;;
+    --help) help=1 ;;
+  esac
+  shift
+done
+if [ "$help" = 1 ]; then
+  [ "$op" = plain ] || printf '  --tokens TEXT\n  --hidden INT\n  --dtype TEXT\n'
+  exit 0
+fi
+sleep "$(awk -v u="$FAKE_UNIT" -v n=$((tokens * dtypes)) 'BEGIN { print u * n / 2 }')"
+printf '{"operation": "%s", "arguments": "%s"}\n' "$op" "$argv" >"$out"
+"""
+
+
+def fake_built_tree(build_dir):
+    write(os.path.join(build_dir, "xllm-kernel-info"), "#!/bin/sh\nprintf 'norm\\nplain\\nrope\\n'\n")
+    write(os.path.join(build_dir, "xllm-kernel-benchmark"), FAKE_BENCHMARK)
+    for name in ("xllm-kernel-info", "xllm-kernel-benchmark"):
+        path = os.path.join(build_dir, name)
+        os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+def test_gpu_check_budget_mode_widens_what_fits(tmp_path):
+    """--budget: the benchmark's headline grid for every operation first, then the full grid of each
+    operation whose estimate (its headline time scaled by the grids' case counts) fits what is left;
+    the phase estimates come from the bundle's dry-run times, scaled to the jobs."""
+    bundle = tmp_path / "bundle"
+    write(str(bundle / "MANIFEST"), "fake\n")
+    write(str(bundle / "phase-times.tsv"),
+          "# the dry run of abc1234 on 2026-12-03, Made-up CPU, 2 cores\nconfigure\t14\t2\nbuild\t2641\t2\n"
+          "tests\t1087\t2\n")
+    fake_built_tree(str(tmp_path / "build"))
+    env = dict(os.environ, PYTHON=sys.executable, XLLM_KERNEL_BUNDLE=str(bundle), BUILD_DIR=str(tmp_path / "build"),
+               REPORTS_DIR=str(tmp_path / "reports"), ALLOW_NO_GPU="1", CHECK_DEVICE="cpu", JOBS="16", FAKE_UNIT="0.1")
+    env.pop("OUT", None)
+    script = os.path.join(ROOT, "scripts", "gpu-check.sh")
+    reports = tmp_path / "reports"
+
+    def run(*args, **extra):
+        return subprocess.run(["bash", script, "--phase", "benchmark", *args], env=dict(env, **extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+
+    # A budget that holds everything: every operation with grid flags ends at its full grid.
+    r = run("--budget", "600")
+    assert r.returncode == 0, r.stdout
+    assert "estimates for 16 jobs, from the dry run of abc1234 on 2026-12-03, Made-up CPU, 2 cores: configure 2 s, " \
+           "build 331 s, tests 136 s" in r.stdout, r.stdout
+    for op in ("norm", "rope"):
+        for mode in ("eager", "graph"):
+            args = json.load(open(str(reports / ("benchmark-%s-%s.json" % (op, mode)))))["arguments"]
+            assert "--tokens 1,128,8192" in args and "--dtype bfloat16,float16,float32" in args, args
+    plain = json.load(open(str(reports / "benchmark-plain-eager.json")))["arguments"]
+    assert "--tokens" not in plain and "full grid" not in r.stdout.split("plain eager")[-1].split("\n")[0]
+    summary = json.load(open(str(reports / "summary.json")))
+    assert summary["phases"]["benchmark"] == "ok"
+
+    # A budget that holds the headline pass but no widening: every report keeps its headline grid,
+    # and the verdict names the operations left there (not a failure).
+    # (Headline runs of 2 s: each widening's estimate is 13 s, and 40 - 15 (kept for the verdict) - the
+    # environment - 6 x 2 s leaves less.)
+    r = run("--budget", "40", FAKE_UNIT="2")
+    assert r.returncode == 0, r.stdout
+    for op in ("norm", "rope"):
+        args = json.load(open(str(reports / ("benchmark-%s-eager.json" % op))))["arguments"]
+        assert "--tokens 1,8192" in args and "--dtype bfloat16 " in args + " ", args
+    summary = json.load(open(str(reports / "summary.json")))
+    assert summary["phases"]["benchmark"] == \
+        "ok: headline grid only (budget): norm eager, norm graph, rope eager, rope graph", r.stdout
+    assert {"check": "benchmark grid", "result": "headline grid only (budget): norm eager, norm graph, rope eager, "
+            "rope graph"} in summary["rows"]
+
+    r = run("--budget", "soon")
+    assert r.returncode == 2 and "--budget: expected a whole number of seconds, given 'soon'" in r.stdout
+
+
+def test_verdict_prints_the_estimates_beside_the_times(tmp_path):
+    reports = str(tmp_path)
+    with open(os.path.join(reports, "phases.tsv"), "w") as f:
+        f.write("environment\t1\tok\t\nconfigure\t3\tok\t2\nbuild\t290\tok\t331\n")
+    assert gpu_check_verdict.verdict(reports, 294, 0, 0, "CUDA tests") == 0
+    summary = json.load(open(os.path.join(reports, "summary.json")))
+    assert summary["phase_estimates"] == {"configure": 2, "build": 331}
+    assert {"check": "phases", "result": "environment 1 s, configure 3 s (estimate 2 s), build 290 s (estimate 331 s)"} \
+        in summary["rows"]
