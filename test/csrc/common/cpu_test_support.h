@@ -1,6 +1,6 @@
 // Helpers for the torch-free CPU kernel tests (test/csrc/<family>/): element codecs that do not
-// share code with the kernels, the Highway targets to run every test on, and memory that ends
-// right before an inaccessible page.
+// share code with the kernels, the Highway targets to run every test on, memory that ends right
+// before an inaccessible page (guarded_memory.h) and rows among sentinels (sentinel_rows.h).
 //
 //   for (int64_t target : KernelTargets()) {
 //     TargetScope scope(target);                  // the kernels now dispatch to `target`
@@ -22,6 +22,7 @@
 #include "csrc/cpu/common/simd.h"
 #include "hwy/targets.h"
 #include "test/csrc/common/guarded_memory.h"
+#include "test/csrc/common/sentinel_rows.h"
 
 namespace xllm_kernel::cpu::test {
 
