@@ -325,21 +325,10 @@ INSTANTIATE_TEST_SUITE_P(EveryTarget, MathBounds, ::testing::ValuesIn(KernelTarg
 
 // ---------------------------------------------------------------- tensors
 
-enum class Layout { kContiguous, kStrided, k3D };
-
-const char* Name(Layout l) {
-  switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kStrided: return "strided";
-    case Layout::k3D: return "3d";
-  }
-  return "?";
-}
-
 // Shapes of the leading dims: 3-D shapes are {outer, inner} with strides that cannot be merged.
-RowShape MakeShape(Layout l, int64_t rows) {
+RowShape MakeShape(RowLayout l, int64_t rows) {
   RowShape s;
-  if (l != Layout::k3D) {
+  if (l != RowLayout::k3D) {
     s.ndim = 1;
     s.sizes[0] = rows;
   } else {
@@ -356,8 +345,8 @@ RowShape MakeShape(Layout l, int64_t rows) {
 // contiguous layout), `gap` more between outer rows; sentinels around them (sentinel_rows.h).
 using Tensor = SentinelRows;
 
-Tensor MakeTensor(DType t, Layout l, const RowShape& s, int64_t width, int64_t pad, int64_t gap) {
-  return MakeSentinelRows(ElemSize(t), s.ndim, s.sizes, width, l == Layout::kContiguous ? width : width + pad, gap);
+Tensor MakeTensor(DType t, RowLayout l, const RowShape& s, int64_t width, int64_t pad, int64_t gap) {
+  return MakeSentinelRows(ElemSize(t), l, s.ndim, s.sizes, width, pad, gap);
 }
 
 ActivationParams MakeParams(DType t, int64_t d, const RowShape& shape, const Tensor& in, Tensor& out) {
@@ -406,7 +395,7 @@ struct CaseOptions {
 };
 
 // One op on one shape against the float64 reference; reports the first few mismatches.
-void CheckCase(Op op, DType t, Layout layout, int64_t rows, int64_t d, uint32_t seed, CaseOptions opt = {}) {
+void CheckCase(Op op, DType t, RowLayout layout, int64_t rows, int64_t d, uint32_t seed, CaseOptions opt = {}) {
   SCOPED_TRACE(std::string(Name(op)) + " " + ShortName(t) + " " + Name(layout) + " rows=" + std::to_string(rows) +
                " d=" + std::to_string(d) + (opt.stream_out ? " streamed" : ""));
   const RowShape shape = MakeShape(layout, rows);
@@ -463,13 +452,9 @@ class ActivationReference : public ::testing::TestWithParam<std::tuple<Op, DType
 TEST_P(ActivationReference, MatchesFloat64Reference) {
   const Op op = std::get<0>(GetParam());
   const DType t = std::get<1>(GetParam());
-  ASSERT_FALSE(KernelTargets().empty());
   uint32_t seed = 1;
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::kStrided, Layout::k3D}) {
+  ForEachKernelTarget([&](int64_t) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::kStrided, RowLayout::k3D}) {
       for (int64_t d : kWidths) {
         for (int64_t rows : {int64_t{0}, int64_t{1}, RowsFor(d)}) {
           CheckCase(op, t, layout, rows, d, seed++, {.split_in_three = rows > 2});
@@ -477,7 +462,7 @@ TEST_P(ActivationReference, MatchesFloat64Reference) {
         }
       }
     }
-  }
+  });
 }
 
 TEST_P(ActivationReference, NonTemporalOutputsMatchReference) {
@@ -489,7 +474,7 @@ TEST_P(ActivationReference, NonTemporalOutputsMatchReference) {
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
     SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::k3D}) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::k3D}) {
       for (int64_t d : {int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{4099}, int64_t{14336}}) {
         CheckCase(op, t, layout, std::min<int64_t>(5, RowsFor(d)), d, seed++, {.stream_out = true});
         if (HasFatalFailure()) return;

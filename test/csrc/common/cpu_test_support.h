@@ -207,6 +207,20 @@ class TargetScope {
   TargetScope& operator=(const TargetScope&) = delete;
 };
 
+// Runs f(target) once per kernel target with the dispatch forced to it (checked through
+// simd_target()) and the target named in failures; stops at the first fatal failure.
+template <class F>
+void ForEachKernelTarget(F&& f) {
+  ASSERT_FALSE(KernelTargets().empty());
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
+    f(target);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // ---------------------------------------------------------------- memory (guarded_memory.h)
 
 using xllm_kernel::test::GuardedArray;

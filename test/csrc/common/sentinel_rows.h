@@ -92,6 +92,26 @@ inline SentinelRows MakeSentinelRows(size_t elem, int ndim, const int64_t* sizes
   return x;
 }
 
+// The layouts of the row-wise kernel tests: contiguous rows, rows with padding between them, and
+// two leading dimensions whose strides cannot merge (padding between rows and between outer rows).
+enum class RowLayout { kContiguous, kStrided, k3D };
+
+inline const char* Name(RowLayout l) {
+  switch (l) {
+    case RowLayout::kContiguous: return "contiguous";
+    case RowLayout::kStrided: return "strided";
+    case RowLayout::k3D: return "3d";
+  }
+  return "?";
+}
+
+// Rows of `width` elements in layout `l` over sizes[0, ndim): `pad` elements between rows (none
+// when contiguous), `gap` more between outer rows.
+inline SentinelRows MakeSentinelRows(size_t elem, RowLayout l, int ndim, const int64_t* sizes, int64_t width,
+                                     int64_t pad, int64_t gap) {
+  return MakeSentinelRows(elem, ndim, sizes, width, l == RowLayout::kContiguous ? width : width + pad, gap);
+}
+
 // Bytes outside the rows still hold the sentinel.
 inline void ExpectGuardsIntact(const SentinelRows& x, const char* what) {
   int64_t bad = 0;

@@ -43,7 +43,6 @@ double ComputeRel(int64_t hidden) { return 0x1p-24 * (4.0 * std::sqrt(double(hid
 // ---------------------------------------------------------------- layouts
 
 enum class Kernel { kRms, kFused, kLayerNorm, kLayerNormBias };
-enum class Layout { kContiguous, kStrided, k3D };
 
 const char* Name(Kernel k) {
   switch (k) {
@@ -51,15 +50,6 @@ const char* Name(Kernel k) {
     case Kernel::kFused: return "fused_add_rms_norm";
     case Kernel::kLayerNorm: return "layer_norm";
     case Kernel::kLayerNormBias: return "layer_norm+bias";
-  }
-  return "?";
-}
-
-const char* Name(Layout l) {
-  switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kStrided: return "strided";
-    case Layout::k3D: return "3d";
   }
   return "?";
 }
@@ -80,9 +70,9 @@ struct Shape {
 
 // 3-D shapes are {outer, inner} with both > 1 where possible so that the strides below
 // cannot be merged into a single row stride.
-Shape MakeShape(Layout l, int64_t rows) {
+Shape MakeShape(RowLayout l, int64_t rows) {
   Shape s;
-  if (l != Layout::k3D) {
+  if (l != RowLayout::k3D) {
     s.sizes[0] = rows;
     return s;
   }
@@ -100,8 +90,8 @@ Shape MakeShape(Layout l, int64_t rows) {
 // contiguous layout), `gap` more between outer rows; sentinels around them (sentinel_rows.h).
 using Tensor = SentinelRows;
 
-Tensor MakeTensor(DType t, Layout l, const Shape& s, int64_t hidden, int64_t pad, int64_t gap) {
-  return MakeSentinelRows(ElemSize(t), s.ndim, s.sizes, hidden, l == Layout::kContiguous ? hidden : hidden + pad, gap);
+Tensor MakeTensor(DType t, RowLayout l, const Shape& s, int64_t hidden, int64_t pad, int64_t gap) {
+  return MakeSentinelRows(ElemSize(t), l, s.ndim, s.sizes, hidden, pad, gap);
 }
 
 // ---------------------------------------------------------------- reference test
@@ -125,7 +115,7 @@ const DTypes kAllDTypes[] = {
 // mismatches.
 // outlying_head: the first 16 elements of each input row sit 3000 above the rest.
 // stream_out: the kernel is asked for non-temporal output stores.
-void CheckCase(Kernel kernel, DTypes dt, Layout layout, int64_t rows, int64_t hidden,
+void CheckCase(Kernel kernel, DTypes dt, RowLayout layout, int64_t rows, int64_t hidden,
                uint32_t seed, bool outlying_head = false, bool stream_out = false) {
   SCOPED_TRACE(std::string(Name(kernel)) + " " + DTypesName(dt) + " " + Name(layout) +
                " rows=" + std::to_string(rows) + " hidden=" + std::to_string(hidden) +
@@ -260,13 +250,9 @@ class NormReferenceTest : public ::testing::TestWithParam<std::tuple<Kernel, DTy
 TEST_P(NormReferenceTest, MatchesFloat64Reference) {
   const Kernel kernel = std::get<0>(GetParam());
   const DTypes dt = std::get<1>(GetParam());
-  ASSERT_FALSE(KernelTargets().empty());
   uint32_t seed = 1;
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::kStrided, Layout::k3D}) {
+  ForEachKernelTarget([&](int64_t) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::kStrided, RowLayout::k3D}) {
       for (int64_t rows : {0, 1, 7, 257}) {
         for (int64_t hidden : {1, 7, 64, 4096 + 13}) {
           CheckCase(kernel, dt, layout, rows, hidden, seed++);
@@ -274,7 +260,7 @@ TEST_P(NormReferenceTest, MatchesFloat64Reference) {
         }
       }
     }
-  }
+  });
 }
 
 TEST(NormLayerNorm, OutlyingFirstElementsMatchReference) {
@@ -288,7 +274,7 @@ TEST(NormLayerNorm, OutlyingFirstElementsMatchReference) {
     for (const DTypes& dt : kAllDTypes) {
       for (Kernel kernel : {Kernel::kLayerNorm, Kernel::kLayerNormBias}) {
         for (int64_t hidden : {64, 4096 + 13}) {
-          CheckCase(kernel, dt, Layout::kContiguous, 7, hidden, seed++, /*outlying_head=*/true);
+          CheckCase(kernel, dt, RowLayout::kContiguous, 7, hidden, seed++, /*outlying_head=*/true);
           if (HasFatalFailure()) return;
         }
       }
@@ -305,7 +291,7 @@ TEST(NormStreaming, NonTemporalOutputsMatchReference) {
     SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
     for (const DTypes& dt : kAllDTypes) {
       for (Kernel kernel : {Kernel::kRms, Kernel::kLayerNormBias}) {
-        for (Layout layout : {Layout::kContiguous, Layout::k3D}) {
+        for (RowLayout layout : {RowLayout::kContiguous, RowLayout::k3D}) {
           for (int64_t rows : {1, 7}) {
             for (int64_t hidden : {64, 4096 + 13}) {
               CheckCase(kernel, dt, layout, rows, hidden, seed++, /*outlying_head=*/false, /*stream_out=*/true);
