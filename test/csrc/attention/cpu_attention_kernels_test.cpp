@@ -534,15 +534,7 @@ TEST(CpuAttentionKernel, PlanCoversEveryVisibleKeyOnce) {
 // One 512-row prefill chunk and 15 decodes at context 4096 (the mixed batch): no item
 // holds more than an eighth of the work, so two threads stay balanced.
 TEST(CpuAttentionKernel, PlanBalancesAMixedBatch) {
-  PagedAttentionParams p;
-  p.dtype = DType::kBFloat16;
-  p.num_seqs = 16;
-  p.q_heads = 32;
-  p.kv_heads = 8;
-  p.head_size = 128;
-  p.block_size = 16;
-  p.max_blocks_per_seq = 256;
-  p.num_blocks = 16 * 256;
+  PagedAttentionParams p = Llama8BPagedAttention(16);
   std::vector<int32_t> qsl = {0}, lens, tables(16 * 256);
   std::iota(tables.begin(), tables.end(), 0);
   for (int s = 0; s < 16; ++s) {

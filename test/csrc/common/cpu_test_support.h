@@ -22,6 +22,7 @@
 #include "csrc/cpu/common/simd.h"
 #include "hwy/targets.h"
 #include "test/csrc/common/guarded_memory.h"
+#include "test/csrc/common/kernel_params.h"
 #include "test/csrc/common/sentinel_rows.h"
 
 namespace xllm_kernel::cpu::test {
@@ -225,5 +226,10 @@ void ForEachKernelTarget(F&& f) {
 
 using xllm_kernel::test::GuardedArray;
 using xllm_kernel::test::GuardedRegion;
+
+// ---------------------------------------------------------------- parameters (kernel_params.h)
+
+using xllm_kernel::test::Llama8BPagedAttention;
+using xllm_kernel::test::OneSlotKvCache;
 
 }  // namespace xllm_kernel::cpu::test

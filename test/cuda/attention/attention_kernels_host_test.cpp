@@ -28,6 +28,7 @@
 #include "csrc/cuda/attention/attention.cuh"
 #include "csrc/cuda/attention/attention.h"
 #include "test/cuda/common/host_buffers.h"
+#include "test/csrc/common/kernel_params.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -618,16 +619,8 @@ TEST(AttentionHost, ContradictingLengthsGiveNaNRows) {
 TEST(AttentionHost, PlanRules) {
   alignas(16) static unsigned char buf[64];
   static const int32_t zero = 0;
-  PagedAttentionParams p;
-  p.dtype = DType::kBFloat16;
-  p.num_seqs = 64;
+  PagedAttentionParams p = test::Llama8BPagedAttention(64);
   p.query_tokens = 64;
-  p.q_heads = 32;
-  p.kv_heads = 8;
-  p.head_size = 128;
-  p.block_size = 16;
-  p.num_blocks = 64 * 256;
-  p.max_blocks_per_seq = 256;
   p.query = p.key_cache = p.value_cache = buf;
   p.out = buf;
   p.query_strides = p.out_strides = {32 * 128, 128};

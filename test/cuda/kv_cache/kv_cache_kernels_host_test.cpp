@@ -22,6 +22,7 @@
 #include "csrc/cuda/kv_cache/kv_cache.cuh"
 #include "csrc/cuda/kv_cache/kv_cache.h"
 #include "test/csrc/common/guarded_memory.h"
+#include "test/csrc/common/kernel_params.h"
 #include "test/cuda/common/host_buffers.h"
 #include "test/cuda/launcher_status.h"
 
@@ -245,15 +246,7 @@ TEST(KvCacheHost, PlanRules) {
 TEST(KvCacheHost, LauncherRejectsInvalidParametersWithoutTouchingTheDevice) {
   alignas(16) static unsigned char buf[64];
   static const int64_t slot = 0;
-  KvCacheParams good;
-  good.dtype = DType::kFloat16;
-  good.tokens = 1;
-  good.kv_heads = 1;
-  good.head_size = 8;
-  good.block_size = 1;
-  good.num_slots = 1;
-  good.key = good.value = buf;
-  good.key_cache = good.value_cache = buf;
+  KvCacheParams good = test::OneSlotKvCache(DType::kFloat16, 8, buf, buf, buf, &slot);
   good.key_strides = good.value_strides = {8, 8};
   good.slot_mapping = &slot;
   good.slot_stride = 1;
