@@ -325,21 +325,10 @@ INSTANTIATE_TEST_SUITE_P(EveryTarget, MathBounds, ::testing::ValuesIn(KernelTarg
 
 // ---------------------------------------------------------------- tensors
 
-enum class Layout { kContiguous, kStrided, k3D };
-
-const char* Name(Layout l) {
-  switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kStrided: return "strided";
-    case Layout::k3D: return "3d";
-  }
-  return "?";
-}
-
 // Shapes of the leading dims: 3-D shapes are {outer, inner} with strides that cannot be merged.
-RowShape MakeShape(Layout l, int64_t rows) {
+RowShape MakeShape(RowLayout l, int64_t rows) {
   RowShape s;
-  if (l != Layout::k3D) {
+  if (l != RowLayout::k3D) {
     s.ndim = 1;
     s.sizes[0] = rows;
   } else {
@@ -352,66 +341,12 @@ RowShape MakeShape(Layout l, int64_t rows) {
   return s;
 }
 
-// Cache-line aligned storage, so rows can meet the alignment of non-temporal stores.
-template <typename T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <typename U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const LineAligned&) const { return true; }
-};
+// Rows of `width` elements with their own padding: `pad` elements between rows (but for the
+// contiguous layout), `gap` more between outer rows; sentinels around them (sentinel_rows.h).
+using Tensor = SentinelRows;
 
-constexpr unsigned char kSentinel = 0x5A;
-
-// A tensor of rows of `width` elements with its own padding: `pad` elements between rows, `gap`
-// more between outer rows; every byte outside the rows holds kSentinel.
-struct Tensor {
-  DType dtype = DType::kFloat32;
-  RowStrides strides;
-  std::vector<int64_t> row_offsets;
-  std::vector<unsigned char, LineAligned<unsigned char>> bytes;
-  std::vector<bool> in_row;  // per element
-  void* data() { return bytes.data(); }
-  const void* data() const { return bytes.data(); }
-};
-
-Tensor MakeTensor(DType t, Layout l, const RowShape& s, int64_t width, int64_t pad, int64_t gap) {
-  Tensor x;
-  x.dtype = t;
-  const int64_t row_stride = l == Layout::kContiguous ? width : width + pad;
-  if (s.ndim == 1) {
-    x.strides.s[0] = row_stride;
-  } else {
-    x.strides.s[1] = row_stride;
-    x.strides.s[0] = s.sizes[1] * row_stride + gap;
-  }
-  int64_t end = 0;
-  for (int64_t r = 0; r < s.rows; ++r) {
-    const int64_t off = s.ndim == 1 ? r * x.strides.s[0]
-                                    : (r / s.sizes[1]) * x.strides.s[0] + (r % s.sizes[1]) * x.strides.s[1];
-    x.row_offsets.push_back(off);
-    end = std::max(end, off + width);
-  }
-  const int64_t elems = end + 9;
-  x.bytes.assign(static_cast<size_t>(elems) * ElemSize(t), kSentinel);
-  x.in_row.assign(static_cast<size_t>(elems), false);
-  for (int64_t off : x.row_offsets) {
-    for (int64_t j = 0; j < width; ++j) x.in_row[off + j] = true;
-  }
-  return x;
-}
-
-void ExpectGuardsIntact(const Tensor& x, const char* what) {
-  const size_t es = ElemSize(x.dtype);
-  int64_t bad = 0;
-  for (size_t i = 0; i < x.in_row.size(); ++i) {
-    if (x.in_row[i]) continue;
-    for (size_t b = 0; b < es; ++b) bad += x.bytes[i * es + b] != kSentinel;
-  }
-  EXPECT_EQ(bad, 0) << what << ": bytes outside the rows were written";
+Tensor MakeTensor(DType t, RowLayout l, const RowShape& s, int64_t width, int64_t pad, int64_t gap) {
+  return MakeSentinelRows(ElemSize(t), l, s.ndim, s.sizes, width, pad, gap);
 }
 
 ActivationParams MakeParams(DType t, int64_t d, const RowShape& shape, const Tensor& in, Tensor& out) {
@@ -420,9 +355,9 @@ ActivationParams MakeParams(DType t, int64_t d, const RowShape& shape, const Ten
   p.d = d;
   p.shape = shape;
   p.input = in.data();
-  p.input_strides = in.strides;
+  p.input_strides = in.row_strides();
   p.out = out.data();
-  p.out_strides = out.strides;
+  p.out_strides = out.row_strides();
   return p;
 }
 
@@ -460,7 +395,7 @@ struct CaseOptions {
 };
 
 // One op on one shape against the float64 reference; reports the first few mismatches.
-void CheckCase(Op op, DType t, Layout layout, int64_t rows, int64_t d, uint32_t seed, CaseOptions opt = {}) {
+void CheckCase(Op op, DType t, RowLayout layout, int64_t rows, int64_t d, uint32_t seed, CaseOptions opt = {}) {
   SCOPED_TRACE(std::string(Name(op)) + " " + ShortName(t) + " " + Name(layout) + " rows=" + std::to_string(rows) +
                " d=" + std::to_string(d) + (opt.stream_out ? " streamed" : ""));
   const RowShape shape = MakeShape(layout, rows);
@@ -517,13 +452,9 @@ class ActivationReference : public ::testing::TestWithParam<std::tuple<Op, DType
 TEST_P(ActivationReference, MatchesFloat64Reference) {
   const Op op = std::get<0>(GetParam());
   const DType t = std::get<1>(GetParam());
-  ASSERT_FALSE(KernelTargets().empty());
   uint32_t seed = 1;
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::kStrided, Layout::k3D}) {
+  ForEachKernelTarget([&](int64_t) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::kStrided, RowLayout::k3D}) {
       for (int64_t d : kWidths) {
         for (int64_t rows : {int64_t{0}, int64_t{1}, RowsFor(d)}) {
           CheckCase(op, t, layout, rows, d, seed++, {.split_in_three = rows > 2});
@@ -531,7 +462,7 @@ TEST_P(ActivationReference, MatchesFloat64Reference) {
         }
       }
     }
-  }
+  });
 }
 
 TEST_P(ActivationReference, NonTemporalOutputsMatchReference) {
@@ -543,7 +474,7 @@ TEST_P(ActivationReference, NonTemporalOutputsMatchReference) {
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
     SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::k3D}) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::k3D}) {
       for (int64_t d : {int64_t{1}, int64_t{17}, int64_t{64}, int64_t{100}, int64_t{4099}, int64_t{14336}}) {
         CheckCase(op, t, layout, std::min<int64_t>(5, RowsFor(d)), d, seed++, {.stream_out = true});
         if (HasFatalFailure()) return;

@@ -8,7 +8,9 @@
 // one; the plan (every visible (sequence, KV head, query row, key) in exactly one item, splits
 // merged once); bad block ids and contradicting lengths (nothing read, nothing written); rows and
 // index arrays (block tables, seq_lens, query_start_loc) that end at an inaccessible page; the
-// kernel's rejections.
+// kernel's rejections. The tests of the AVX-512 BF16 decode and AMX BF16 prefill kernels skip,
+// saying why, on a CPU without them (csrc/cpu/common/cpu_features.h, as the kernels ask); the
+// tests of which kernel takes an item run everywhere.
 //
 // Tolerance of an output element with float64 reference r (u = 2^-24, the float32 unit roundoff):
 //   |got - r| <= roundoff(dtype) |r| + subnormal(dtype) + 32 u vmax (sqrt(keys) + sqrt(head_size))
@@ -42,10 +44,7 @@
 #include <tuple>
 #include <vector>
 
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
+#include "csrc/cpu/common/cpu_features.h"
 #include "hwy/aligned_allocator.h"
 #include "test/csrc/common/cpu_test_support.h"
 
@@ -300,17 +299,11 @@ void RunPlan(PagedAttentionParams p, int64_t threads, bool on_threads) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-// Whether this CPU and OS run the AMX BF16 prefill kernel: AMX-TILE, AMX-BF16 and AVX512_BF16 in
-// CPUID and the tile data granted to the process (asked here too; asking again is harmless).
+// Whether this CPU and OS run the AMX BF16 prefill kernel: AVX512_BF16, AMX-TILE and AMX-BF16 and
+// the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h).
 bool HasAmxKernel() {
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || !((d >> 22) & 1) || !((d >> 24) & 1)) return false;
-    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return false;
-    constexpr int kArchReqXcompPerm = 0x1023, kXFeatureXTileData = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXFeatureXTileData) == 0;
-  }();
-  return ok;
+  const CpuFeatures& f = cpu_features();
+  return f.avx512_bf16 && f.amx_bf16 && amx_tile_data_granted();
 }
 
 // Whether the AMX kernel may run items of this dtype under the current target restriction.
@@ -541,15 +534,7 @@ TEST(CpuAttentionKernel, PlanCoversEveryVisibleKeyOnce) {
 // One 512-row prefill chunk and 15 decodes at context 4096 (the mixed batch): no item
 // holds more than an eighth of the work, so two threads stay balanced.
 TEST(CpuAttentionKernel, PlanBalancesAMixedBatch) {
-  PagedAttentionParams p;
-  p.dtype = DType::kBFloat16;
-  p.num_seqs = 16;
-  p.q_heads = 32;
-  p.kv_heads = 8;
-  p.head_size = 128;
-  p.block_size = 16;
-  p.max_blocks_per_seq = 256;
-  p.num_blocks = 16 * 256;
+  PagedAttentionParams p = Llama8BPagedAttention(16);
   std::vector<int32_t> qsl = {0}, lens, tables(16 * 256);
   std::iota(tables.begin(), tables.end(), 0);
   for (int s = 0; s < 16; ++s) {
@@ -683,17 +668,33 @@ TEST(CpuAttentionKernel, NoAccessPastTheRows) {
   }
 }
 
-// Whether this CPU runs the AVX-512 BF16 decode kernel (and the AVX3 target is compiled here).
+// Whether this CPU runs the AVX-512 BF16 decode kernel (AVX-512 F/BW/VL/DQ and AVX512_BF16, from
+// csrc/cpu/common/cpu_features.h as the kernel asks) and the AVX3 target is compiled here.
 bool HasDecodeKernel() {
   const auto& targets = KernelTargets();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         std::find(targets.begin(), targets.end(), HWY_AVX3) != targets.end();
+  return cpu_features().avx512_bf16 && std::find(targets.begin(), targets.end(), HWY_AVX3) != targets.end();
+}
+
+// Why the AVX-512 BF16 decode kernel or the AMX BF16 prefill kernel cannot run here (for
+// GTEST_SKIP), or "" where it can.
+std::string WhyNoDecodeKernel() {
+  if (!cpu_features().avx512_bf16) return "no AVX512_BF16 on this CPU (it has: " + cpu_features_text() + ")";
+  if (!HasDecodeKernel()) return "the AVX3 target is not among the kernel targets here";
+  return "";
+}
+
+std::string WhyNoAmxKernel() {
+  if (!cpu_features().amx_bf16) return "no AMX-BF16 on this CPU (it has: " + cpu_features_text() + ")";
+  const std::string no_decode = WhyNoDecodeKernel();
+  if (!no_decode.empty()) return no_decode;
+  if (!amx_tile_data_granted()) return "the OS refused the AMX tile data to this process";
+  return "";
 }
 
 // The AVX-512 BF16 decode kernel takes bf16 items of at most 16 query vectors per KV head and
 // head_size <= 256 where the CPU has it and the AVX3 target is allowed; the other items here, and
 // every item under a lower target, run the Highway kernel (prefill items: AmxKernelTakesTheItemsItApplies).
+// Runs on every CPU: where the kernel is absent, the choice is the Highway kernel for every item.
 TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
   std::mt19937 rng(19);
   const bool fast = HasDecodeKernel();
@@ -735,8 +736,9 @@ TEST(CpuAttentionKernel, DecodeKernelTakesTheItemsItApplies) {
 // partial tiles at the sequences' ends (NaN in the rest of their blocks); strided rows and padded
 // blocks; split plans.
 TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
+  const std::string why_not = WhyNoDecodeKernel();
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AVX-512 BF16 decode kernel never runs here";
   std::mt19937 rng(20);
-  const bool fast = HasDecodeKernel();
   const std::vector<Seq> decode = {{1, 300}, {1, 17}, {1, 1}, {1, 64}, {1, 129}, {0, 0}};
   double worst = 0;
   std::vector<Case> cases;
@@ -759,7 +761,7 @@ TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
     Problem pr = MakeProblem(c, rng);
     const PagedAttentionParams p = pr.Params();
     for (const AttentionItem& it : plan_paged_attention(p, 2).work) {
-      EXPECT_EQ(paged_attention_item_kernel(p, it) == AttentionKernel::kAvx512Bf16Decode, fast);
+      EXPECT_EQ(paged_attention_item_kernel(p, it), AttentionKernel::kAvx512Bf16Decode);
     }
     std::vector<double> ref;
     Reference(pr, ref);
@@ -780,14 +782,14 @@ TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
     const PagedAttentionPlan plan = plan_paged_attention(p, 8);
     EXPECT_GT(plan.merges, 0);
     for (const AttentionItem& it : plan.work) {
-      EXPECT_EQ(paged_attention_item_kernel(p, it) == AttentionKernel::kAvx512Bf16Decode, fast);
+      EXPECT_EQ(paged_attention_item_kernel(p, it), AttentionKernel::kAvx512Bf16Decode);
     }
     std::vector<double> ref;
     Reference(pr, ref);
     RunPlan(p, 8, false);
     worst = std::max(worst, Check(pr, ref));
   }
-  std::printf("decode kernel %s: worst error / tolerance %.3f\n", fast ? "AVX-512 BF16" : "(Highway)", worst);
+  std::printf("AVX-512 BF16 decode kernel: worst error / tolerance %.3f\n", worst);
 }
 
 // The kernel the entry points should pick for an item, from the rules (attention.h): bf16 with the
@@ -806,6 +808,7 @@ AttentionKernel ExpectedKernel(const PagedAttentionParams& p, const AttentionIte
 // The AMX BF16 prefill kernel takes bf16 items of more than 16 query vectors per KV head and
 // head_size <= 256 where the CPU has AMX-BF16, the OS grants the tile data and the AVX3 target is
 // allowed; never anywhere else (other dtypes, head_size 512, lower targets, CPUs without AMX).
+// Runs on every CPU, like DecodeKernelTakesTheItemsItApplies.
 TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
   std::mt19937 rng(21);
   const bool amx = HasAmxKernel() && HasDecodeKernel();
@@ -852,10 +855,8 @@ TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
 // item; split plans; NaN in every cache row and query element the kernel must not read. Reports the worst error
 // against the bound with the weights' rounding term and against the float32-only bound.
 TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
-  if (!(HasAmxKernel() && HasDecodeKernel())) {
-    GTEST_SKIP() << "no AMX-BF16 and AVX-512 BF16 on this CPU, or the OS refused the tile data: the AMX kernel "
-                    "never runs here";
-  }
+  const std::string why_not = WhyNoAmxKernel();
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AMX BF16 prefill kernel never runs here";
   std::mt19937 rng(22);
   const std::vector<Seq> mixed = {{40, 40}, {17, 80}, {1, 50}, {0, 0}, {3, 3}};
   struct Run {

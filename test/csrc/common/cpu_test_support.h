@@ -1,6 +1,6 @@
 // Helpers for the torch-free CPU kernel tests (test/csrc/<family>/): element codecs that do not
-// share code with the kernels, the Highway targets to run every test on, and memory that ends
-// right before an inaccessible page.
+// share code with the kernels, the Highway targets to run every test on, memory that ends right
+// before an inaccessible page (guarded_memory.h) and rows among sentinels (sentinel_rows.h).
 //
 //   for (int64_t target : KernelTargets()) {
 //     TargetScope scope(target);                  // the kernels now dispatch to `target`
@@ -22,6 +22,8 @@
 #include "csrc/cpu/common/simd.h"
 #include "hwy/targets.h"
 #include "test/csrc/common/guarded_memory.h"
+#include "test/csrc/common/kernel_params.h"
+#include "test/csrc/common/sentinel_rows.h"
 
 namespace xllm_kernel::cpu::test {
 
@@ -206,9 +208,28 @@ class TargetScope {
   TargetScope& operator=(const TargetScope&) = delete;
 };
 
+// Runs f(target) once per kernel target with the dispatch forced to it (checked through
+// simd_target()) and the target named in failures; stops at the first fatal failure.
+template <class F>
+void ForEachKernelTarget(F&& f) {
+  ASSERT_FALSE(KernelTargets().empty());
+  for (int64_t target : KernelTargets()) {
+    TargetScope scope(target);
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
+    f(target);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // ---------------------------------------------------------------- memory (guarded_memory.h)
 
 using xllm_kernel::test::GuardedArray;
 using xllm_kernel::test::GuardedRegion;
+
+// ---------------------------------------------------------------- parameters (kernel_params.h)
+
+using xllm_kernel::test::Llama8BPagedAttention;
+using xllm_kernel::test::OneSlotKvCache;
 
 }  // namespace xllm_kernel::cpu::test

@@ -169,17 +169,7 @@ TEST(CpuKvCacheKernel, NoAccessPastTheRows) {
 TEST(CpuKvCacheKernel, RejectsWhatTheBridgeMustNotPass) {
   const int64_t slot = 0;
   float buf[16] = {};
-  KvCacheParams good;
-  good.dtype = DType::kFloat32;
-  good.tokens = 1;
-  good.kv_heads = 1;
-  good.head_size = 4;
-  good.block_size = 1;
-  good.num_slots = 1;
-  good.key = good.value = buf;
-  good.key_cache = buf + 4;
-  good.value_cache = buf + 8;
-  good.slot_mapping = &slot;
+  const KvCacheParams good = OneSlotKvCache(DType::kFloat32, 4, buf, buf + 4, buf + 8, &slot);
   EXPECT_TRUE(reshape_and_cache(good, 0, 1).is_ok());
   EXPECT_TRUE(reshape_and_cache(good, 0, 0).is_ok());
   KvCacheParams p = good;

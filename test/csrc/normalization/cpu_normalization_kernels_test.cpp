@@ -43,7 +43,6 @@ double ComputeRel(int64_t hidden) { return 0x1p-24 * (4.0 * std::sqrt(double(hid
 // ---------------------------------------------------------------- layouts
 
 enum class Kernel { kRms, kFused, kLayerNorm, kLayerNormBias };
-enum class Layout { kContiguous, kStrided, k3D };
 
 const char* Name(Kernel k) {
   switch (k) {
@@ -51,15 +50,6 @@ const char* Name(Kernel k) {
     case Kernel::kFused: return "fused_add_rms_norm";
     case Kernel::kLayerNorm: return "layer_norm";
     case Kernel::kLayerNormBias: return "layer_norm+bias";
-  }
-  return "?";
-}
-
-const char* Name(Layout l) {
-  switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kStrided: return "strided";
-    case Layout::k3D: return "3d";
   }
   return "?";
 }
@@ -80,9 +70,9 @@ struct Shape {
 
 // 3-D shapes are {outer, inner} with both > 1 where possible so that the strides below
 // cannot be merged into a single row stride.
-Shape MakeShape(Layout l, int64_t rows) {
+Shape MakeShape(RowLayout l, int64_t rows) {
   Shape s;
-  if (l != Layout::k3D) {
+  if (l != RowLayout::k3D) {
     s.sizes[0] = rows;
     return s;
   }
@@ -96,68 +86,12 @@ Shape MakeShape(Layout l, int64_t rows) {
   return s;
 }
 
-// Cache-line aligned storage, so rows can meet the alignment of non-temporal stores.
-template <typename T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <typename U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const LineAligned&) const { return true; }
-};
+// Rows of `hidden` elements with their own padding: `pad` elements between rows (but for the
+// contiguous layout), `gap` more between outer rows; sentinels around them (sentinel_rows.h).
+using Tensor = SentinelRows;
 
-// A tensor with its own padding: `pad` elements between rows, `gap` more between outer rows.
-struct Tensor {
-  DType dtype = DType::kFloat32;
-  int64_t strides[2] = {0, 0};
-  std::vector<int64_t> row_offsets;
-  std::vector<unsigned char, LineAligned<unsigned char>> bytes;
-  std::vector<bool> in_row;  // per element: inside some row
-  void* data() { return bytes.data(); }
-};
-
-constexpr unsigned char kSentinel = 0x5A;
-constexpr int64_t kTailGuard = 9;
-
-Tensor MakeTensor(DType t, Layout l, const Shape& s, int64_t hidden, int64_t pad, int64_t gap) {
-  Tensor x;
-  x.dtype = t;
-  const int64_t row_stride = l == Layout::kContiguous ? hidden : hidden + pad;
-  if (s.ndim == 1) {
-    x.strides[0] = row_stride;
-  } else {
-    x.strides[1] = row_stride;
-    x.strides[0] = s.sizes[1] * row_stride + gap;
-  }
-  const int64_t rows = s.rows();
-  int64_t end = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t off = s.ndim == 1 ? r * x.strides[0]
-                                    : (r / s.sizes[1]) * x.strides[0] +
-                                          (r % s.sizes[1]) * x.strides[1];
-    x.row_offsets.push_back(off);
-    end = std::max(end, off + hidden);
-  }
-  const int64_t elems = end + kTailGuard;
-  x.bytes.assign(static_cast<size_t>(elems) * ElemSize(t), kSentinel);
-  x.in_row.assign(static_cast<size_t>(elems), false);
-  for (int64_t off : x.row_offsets) {
-    for (int64_t j = 0; j < hidden; ++j) x.in_row[off + j] = true;
-  }
-  return x;
-}
-
-// Bytes outside the rows still hold the sentinel.
-void ExpectGuardsIntact(const Tensor& x, const char* what) {
-  const size_t es = ElemSize(x.dtype);
-  int64_t bad = 0;
-  for (size_t i = 0; i < x.in_row.size(); ++i) {
-    if (x.in_row[i]) continue;
-    for (size_t b = 0; b < es; ++b) bad += x.bytes[i * es + b] != kSentinel;
-  }
-  EXPECT_EQ(bad, 0) << what << ": bytes outside the rows were written";
+Tensor MakeTensor(DType t, RowLayout l, const Shape& s, int64_t hidden, int64_t pad, int64_t gap) {
+  return MakeSentinelRows(ElemSize(t), l, s.ndim, s.sizes, hidden, pad, gap);
 }
 
 // ---------------------------------------------------------------- reference test
@@ -181,7 +115,7 @@ const DTypes kAllDTypes[] = {
 // mismatches.
 // outlying_head: the first 16 elements of each input row sit 3000 above the rest.
 // stream_out: the kernel is asked for non-temporal output stores.
-void CheckCase(Kernel kernel, DTypes dt, Layout layout, int64_t rows, int64_t hidden,
+void CheckCase(Kernel kernel, DTypes dt, RowLayout layout, int64_t rows, int64_t hidden,
                uint32_t seed, bool outlying_head = false, bool stream_out = false) {
   SCOPED_TRACE(std::string(Name(kernel)) + " " + DTypesName(dt) + " " + Name(layout) +
                " rows=" + std::to_string(rows) + " hidden=" + std::to_string(hidden) +
@@ -316,13 +250,9 @@ class NormReferenceTest : public ::testing::TestWithParam<std::tuple<Kernel, DTy
 TEST_P(NormReferenceTest, MatchesFloat64Reference) {
   const Kernel kernel = std::get<0>(GetParam());
   const DTypes dt = std::get<1>(GetParam());
-  ASSERT_FALSE(KernelTargets().empty());
   uint32_t seed = 1;
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    ASSERT_EQ(std::string(simd_target()), hwy::TargetName(target));
-    for (Layout layout : {Layout::kContiguous, Layout::kStrided, Layout::k3D}) {
+  ForEachKernelTarget([&](int64_t) {
+    for (RowLayout layout : {RowLayout::kContiguous, RowLayout::kStrided, RowLayout::k3D}) {
       for (int64_t rows : {0, 1, 7, 257}) {
         for (int64_t hidden : {1, 7, 64, 4096 + 13}) {
           CheckCase(kernel, dt, layout, rows, hidden, seed++);
@@ -330,7 +260,7 @@ TEST_P(NormReferenceTest, MatchesFloat64Reference) {
         }
       }
     }
-  }
+  });
 }
 
 TEST(NormLayerNorm, OutlyingFirstElementsMatchReference) {
@@ -344,7 +274,7 @@ TEST(NormLayerNorm, OutlyingFirstElementsMatchReference) {
     for (const DTypes& dt : kAllDTypes) {
       for (Kernel kernel : {Kernel::kLayerNorm, Kernel::kLayerNormBias}) {
         for (int64_t hidden : {64, 4096 + 13}) {
-          CheckCase(kernel, dt, Layout::kContiguous, 7, hidden, seed++, /*outlying_head=*/true);
+          CheckCase(kernel, dt, RowLayout::kContiguous, 7, hidden, seed++, /*outlying_head=*/true);
           if (HasFatalFailure()) return;
         }
       }
@@ -361,7 +291,7 @@ TEST(NormStreaming, NonTemporalOutputsMatchReference) {
     SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
     for (const DTypes& dt : kAllDTypes) {
       for (Kernel kernel : {Kernel::kRms, Kernel::kLayerNormBias}) {
-        for (Layout layout : {Layout::kContiguous, Layout::k3D}) {
+        for (RowLayout layout : {RowLayout::kContiguous, RowLayout::k3D}) {
           for (int64_t rows : {1, 7}) {
             for (int64_t hidden : {64, 4096 + 13}) {
               CheckCase(kernel, dt, layout, rows, hidden, seed++, /*outlying_head=*/false, /*stream_out=*/true);

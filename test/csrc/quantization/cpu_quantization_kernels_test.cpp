@@ -224,18 +224,6 @@ std::string Hex(uint32_t v) {
 
 // ---------------------------------------------------------------- layouts
 
-// Cache-line aligned storage, so rows can meet the alignment of non-temporal stores.
-template <typename T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <typename U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const LineAligned&) const { return true; }
-};
-
 // Rows of 1 or 2 dimensions.
 struct Shape {
   int ndim = 1;
@@ -261,59 +249,17 @@ Shape MakeShape(int64_t rows, bool two_d) {
   return s;
 }
 
-constexpr unsigned char kSentinel = 0x5A;
-
-// A tensor of `width` elements per row with its own padding: `pad` elements between rows, `gap`
-// more between outer rows, `lead` before the first (so rows need not be aligned).
-struct Tensor {
-  size_t elem = 1;
-  int64_t strides[2] = {0, 0};
-  std::vector<int64_t> offsets;  // per row, in elements
-  std::vector<unsigned char, LineAligned<unsigned char>> bytes;
-  std::vector<bool> in_row;  // per element
-  // The first row (the kernels' base pointer: row offsets relative to it are the strides').
-  void* data() { return bytes.data() + (offsets.empty() ? 0 : offsets[0] * elem); }
-  const void* data() const { return bytes.data() + (offsets.empty() ? 0 : offsets[0] * elem); }
-  unsigned char* row(int64_t r) { return bytes.data() + offsets[r] * elem; }
-  const unsigned char* row(int64_t r) const { return bytes.data() + offsets[r] * elem; }
-};
+// Rows of `width` elements with their own padding: `pad` elements between rows, `gap` more
+// between outer rows, `lead` before the first (so rows need not be aligned); sentinels around
+// them (sentinel_rows.h).
+using Tensor = SentinelRows;
 
 Tensor MakeTensor(size_t elem, const Shape& s, int64_t width, int64_t pad, int64_t gap, int64_t lead) {
-  Tensor t;
-  t.elem = elem;
-  const int64_t row_stride = width + pad;
-  if (s.ndim == 1) {
-    t.strides[0] = row_stride;
-  } else {
-    t.strides[1] = row_stride;
-    t.strides[0] = s.sizes[1] * row_stride + gap;
-  }
-  int64_t end = lead;
-  for (int64_t r = 0; r < s.rows(); ++r) {
-    const int64_t off = lead + (s.ndim == 1 ? r * t.strides[0] : (r / s.sizes[1]) * t.strides[0] + (r % s.sizes[1]) * t.strides[1]);
-    t.offsets.push_back(off);
-    end = std::max(end, off + width);
-  }
-  const int64_t elems = end + 9;
-  t.bytes.assign(static_cast<size_t>(elems) * elem, kSentinel);
-  t.in_row.assign(static_cast<size_t>(elems), false);
-  for (int64_t off : t.offsets) {
-    for (int64_t j = 0; j < width; ++j) t.in_row[off + j] = true;
-  }
-  return t;
+  return MakeSentinelRows(elem, s.ndim, s.sizes, width, width + pad, gap, lead);
 }
 
 void SetStrides(const Tensor& t, const Shape& s, kq::RowStrides& strides) {
   for (int d = 0; d < s.ndim; ++d) strides.s[d] = t.strides[d];
-}
-
-void ExpectGuardsIntact(const Tensor& t, const char* what) {
-  int64_t bad = 0;
-  for (size_t i = 0; i < t.in_row.size(); ++i) {
-    if (t.in_row[i]) continue;
-    for (size_t b = 0; b < t.elem; ++b) bad += t.bytes[i * t.elem + b] != kSentinel;
-  }
-  EXPECT_EQ(bad, 0) << what << ": bytes outside the rows were written";
 }
 
 // The q, scale and azp tensors of a call, with their own layouts.

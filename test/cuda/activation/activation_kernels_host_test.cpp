@@ -23,6 +23,7 @@
 #include "csrc/cuda/activation/activation.cuh"
 #include "csrc/cuda/activation/activation.h"
 #include "csrc/cuda/common/device.h"
+#include "test/cuda/common/host_buffers.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -51,45 +52,6 @@ const char* name_of(Act a) {
 }
 size_t size_of(DType t) { return static_cast<size_t>(::xllm_kernel::kernels::element_size(t)); }
 int64_t vec_of(DType t) { return static_cast<int64_t>(16 / size_of(t)); }
-
-// A 64-byte aligned byte buffer with typed element access.
-struct Buffer {
-  DType dtype = DType::kFloat32;
-  size_t elements = 0;
-  std::unique_ptr<unsigned char, void (*)(void*)> bytes{nullptr, std::free};
-
-  Buffer(DType t, size_t n) : dtype(t), elements(n) {
-    const size_t size = (n * size_of(t) + 63) / 64 * 64 + 64;
-    bytes.reset(static_cast<unsigned char*>(std::aligned_alloc(64, size)));
-    std::memset(bytes.get(), 0, size);
-  }
-  void* at(int64_t i) const { return bytes.get() + i * static_cast<int64_t>(size_of(dtype)); }
-  double get(int64_t i) const { return to_double(at(i), dtype); }
-  void set(int64_t i, double v) const { from_double(at(i), dtype, v); }
-  size_t size_bytes() const { return elements * size_of(dtype); }
-};
-
-// ---- the store observer: which bytes of `out` were stored, how often, and in what sizes ----
-
-struct StoreLog {
-  const unsigned char* base = nullptr;
-  size_t bytes = 0;
-  std::vector<int> count;          // per byte of [base, base + bytes)
-  int64_t stores_elsewhere = 0;    // stores outside that range
-  std::vector<int64_t> by_size = std::vector<int64_t>(17, 0);  // stores of 1..16 bytes
-};
-StoreLog* g_log = nullptr;
-
-void observe(const void* p, size_t bytes) {
-  StoreLog& log = *g_log;
-  ++log.by_size[std::min<size_t>(bytes, 16)];
-  const auto* b = static_cast<const unsigned char*>(p);
-  if (b < log.base || b + bytes > log.base + log.bytes) {
-    ++log.stores_elsewhere;
-    return;
-  }
-  for (size_t i = 0; i < bytes; ++i) ++log.count[b - log.base + i];
-}
 
 // Runs every block and thread of args.plan on the host (grid = plan.blocks unless `grid` > 0),
 // in the variant the launcher would pick; false when no variant matches the plan.
@@ -181,32 +143,6 @@ bool aligned_layout(Layout l) {
          l == Layout::kSizeOneOddStride;
 }
 
-// A tensor's view: its first element and its leading sizes and strides.
-struct View {
-  int64_t offset = 0;
-  std::vector<int64_t> sizes, strides;
-
-  int64_t rows() const {
-    int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
-    return n;
-  }
-  int64_t row_offset(int64_t row) const {
-    int64_t off = offset;
-    for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
-      off += row % sizes[d] * strides[d];
-      row /= sizes[d];
-    }
-    return off;
-  }
-  // Elements a buffer needs for rows of `width`, plus slack to catch overruns.
-  int64_t extent(int64_t width) const {
-    int64_t last = offset;
-    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
-    return last + width + 9;
-  }
-};
-
 // Input rows of 2d elements (gated) or d.
 void make_views(Layout l, int64_t tokens, int64_t d, View* in, View* out, bool gated = true) {
   const int64_t w = gated ? 2 * d : d;
@@ -287,8 +223,8 @@ testing::AssertionResult coverage(const StoreLog& log, const View& out, int64_t 
                                          << log.count[b] << " times, want " << want;
     }
   }
-  if (log.stores_elsewhere != 0) {
-    return testing::AssertionFailure() << log.stores_elsewhere << " stores outside the output buffer";
+  if (log.elsewhere != 0) {
+    return testing::AssertionFailure() << log.elsewhere << " stores outside the output buffer";
   }
   const size_t size = vector ? 16 : e;
   for (size_t s = 1; s <= 16; ++s) {
@@ -320,16 +256,12 @@ void check_case(const Case& c, std::mt19937& rng) {
   ASSERT_EQ(args.plan.vector, want_vector);
   ASSERT_EQ(vector_access(p), want_vector);
 
-  StoreLog log;
-  log.base = output.bytes.get();
-  log.bytes = output.size_bytes();
-  log.count.assign(log.bytes, 0);
-  g_log = &log;
-  kernels::host_store_observer = observe;
+  StoreLog log(output.bytes.get(), output.size_bytes());
   bool ran = false;
-  EXPECT_NO_THROW(ran = run_plan(c.act, args, c.grid));
-  kernels::host_store_observer = nullptr;
-  g_log = nullptr;
+  {
+    StoreObserverScope observe(log);
+    EXPECT_NO_THROW(ran = run_plan(c.act, args, c.grid));
+  }
   ASSERT_TRUE(ran) << "no kernel variant for the plan";
   ASSERT_TRUE(coverage(log, out_view, c.d, c.dtype, args.plan.vector));
   ASSERT_EQ(std::memcmp(input_before.data(), input.bytes.get(), input.size_bytes()), 0) << "input was written";
@@ -402,15 +334,11 @@ TEST(HostChecks, DetectMissingDoubleAndMisalignedWrites) {
   Buffer input(DType::kBFloat16, in_view.extent(2 * d)), output(DType::kBFloat16, out_view.extent(d));
   const ActivationParams p = params_for(DType::kBFloat16, d, in_view, input, out_view, output);
   auto run_logged = [&](const ActivationArgs& args, int64_t grid) {
-    StoreLog log;
-    log.base = output.bytes.get();
-    log.bytes = output.size_bytes();
-    log.count.assign(log.bytes, 0);
-    g_log = &log;
-    kernels::host_store_observer = observe;
-    EXPECT_TRUE(run_plan(Act::kSilu, args, grid));
-    kernels::host_store_observer = nullptr;
-    g_log = nullptr;
+    StoreLog log(output.bytes.get(), output.size_bytes());
+    {
+      StoreObserverScope observe(log);
+      EXPECT_TRUE(run_plan(Act::kSilu, args, grid));
+    }
     return coverage(log, out_view, d, DType::kBFloat16, args.plan.vector);
   };
   ActivationArgs args{p, plan_activation(p, 132)};

@@ -12,8 +12,6 @@
 // output buffer, in 16-byte stores exactly on the vector path (the host load16/store16 throw on
 // a misaligned address). Also the plan's rules and the launcher's argument checks.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +27,8 @@
 
 #include "csrc/cuda/attention/attention.cuh"
 #include "csrc/cuda/attention/attention.h"
+#include "test/cuda/common/host_buffers.h"
+#include "test/csrc/common/kernel_params.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -42,39 +42,11 @@ using kernels::AttentionThread;
 constexpr int kSms = 132;
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
-// Bytes between two inaccessible 1 MiB regions; the data ends where the upper region begins
-// (up to `align` - 1 bytes before it), so a read past either end faults.
-class Guarded {
- public:
-  Guarded(size_t bytes, size_t align) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), guard = size_t{1} << 20;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-    body_ = (rounded + page - 1) / page * page;
-    size_ = guard + body_ + guard;
-    void* m = mmap(nullptr, size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw std::runtime_error("mmap");
-    map_ = static_cast<unsigned char*>(m);
-    if (mprotect(map_ + guard, body_, PROT_READ | PROT_WRITE) != 0) throw std::runtime_error("mprotect");
-    data_ = map_ + guard + body_ - rounded;
-    bytes_ = bytes;
-  }
-  Guarded(const Guarded&) = delete;
-  Guarded& operator=(const Guarded&) = delete;
-  ~Guarded() { munmap(map_, size_); }
-  unsigned char* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  unsigned char* map_ = nullptr;
-  unsigned char* data_ = nullptr;
-  size_t size_ = 0, body_ = 0, bytes_ = 0;
-};
-
 // A typed view of a guarded buffer of `n` elements (plus `misalign` leading elements).
 struct Tensor {
   DType dtype;
   int64_t n;
-  Guarded mem;
+  GuardedBuffer mem;
   int64_t misalign;
   Tensor(DType t, int64_t elements, int64_t lead = 0)
       : dtype(t), n(elements), mem((elements + lead) * element_size(t), 64), misalign(lead) {}
@@ -182,7 +154,7 @@ struct Inputs {
   int64_t query_tokens = 0, num_blocks = 0, max_blocks = 0;
   std::vector<int32_t> qsl;
   std::unique_ptr<Tensor> query, key_cache, value_cache, out;
-  std::unique_ptr<Guarded> tables, qsl_mem, lens_mem;
+  std::unique_ptr<GuardedBuffer> tables, qsl_mem, lens_mem;
   int32_t* block_tables = nullptr;
   PagedAttentionParams p;
 
@@ -222,7 +194,7 @@ struct Inputs {
     for (int64_t i = 0; i < num_blocks; ++i) ids[i] = static_cast<int32_t>(i);
     std::shuffle(ids.begin(), ids.end(), rng);  // the first total_blocks are used
     const int64_t table_elements = std::max<int64_t>(num_seqs * max_blocks, 1);
-    tables = std::make_unique<Guarded>(table_elements * 4, 4);
+    tables = std::make_unique<GuardedBuffer>(table_elements * 4, 4);
     block_tables = reinterpret_cast<int32_t*>(tables->data());
     int64_t next = 0;
     for (int64_t s = 0; s < num_seqs; ++s) {
@@ -243,9 +215,9 @@ struct Inputs {
         }
       }
     }
-    qsl_mem = std::make_unique<Guarded>(qsl.size() * 4, 4);
+    qsl_mem = std::make_unique<GuardedBuffer>(qsl.size() * 4, 4);
     std::memcpy(qsl_mem->data(), qsl.data(), qsl.size() * 4);
-    lens_mem = std::make_unique<Guarded>(std::max<size_t>(num_seqs, 1) * 4, 4);
+    lens_mem = std::make_unique<GuardedBuffer>(std::max<size_t>(num_seqs, 1) * 4, 4);
     for (int64_t s = 0; s < num_seqs; ++s) lens()[s] = static_cast<int32_t>(c.seqs[s].seq_len);
 
     p.dtype = c.dtype;
@@ -354,7 +326,7 @@ Result run(const Inputs& in, int sm_count, bool expect_vector) {
   EXPECT_GT(r.plan.blocks, 0);
   EXPECT_EQ(r.plan.vector, expect_vector);
   EXPECT_EQ(r.plan.workspace_bytes, paged_attention_workspace_bytes(in.p, sm_count));
-  Guarded workspace(std::max<int64_t>(r.plan.workspace_bytes, 1), 256);
+  GuardedBuffer workspace(std::max<int64_t>(r.plan.workspace_bytes, 1), 256);
   std::memset(workspace.data(), 0xFF, workspace.bytes());  // NaN: nothing may rely on its contents
   EXPECT_TRUE(accepted(paged_attention_check(in.p, workspace.data(), r.plan.workspace_bytes, sm_count)));
   for (int64_t i = 0; i < in.out->n; ++i) in.out->set(i, 1234.0);
@@ -647,16 +619,8 @@ TEST(AttentionHost, ContradictingLengthsGiveNaNRows) {
 TEST(AttentionHost, PlanRules) {
   alignas(16) static unsigned char buf[64];
   static const int32_t zero = 0;
-  PagedAttentionParams p;
-  p.dtype = DType::kBFloat16;
-  p.num_seqs = 64;
+  PagedAttentionParams p = test::Llama8BPagedAttention(64);
   p.query_tokens = 64;
-  p.q_heads = 32;
-  p.kv_heads = 8;
-  p.head_size = 128;
-  p.block_size = 16;
-  p.num_blocks = 64 * 256;
-  p.max_blocks_per_seq = 256;
   p.query = p.key_cache = p.value_cache = buf;
   p.out = buf;
   p.query_strides = p.out_strides = {32 * 128, 128};

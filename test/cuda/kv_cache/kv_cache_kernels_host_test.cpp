@@ -22,6 +22,8 @@
 #include "csrc/cuda/kv_cache/kv_cache.cuh"
 #include "csrc/cuda/kv_cache/kv_cache.h"
 #include "test/csrc/common/guarded_memory.h"
+#include "test/csrc/common/kernel_params.h"
+#include "test/cuda/common/host_buffers.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
@@ -31,16 +33,12 @@ using kernels::KvCacheArgs;
 
 constexpr int kSms = 132;
 
-// A 64-byte aligned buffer of random bytes.
-struct Bytes {
-  std::unique_ptr<unsigned char, void (*)(void*)> p{nullptr, std::free};
-  size_t n = 0;
-  Bytes(size_t size, std::mt19937& rng) : n(size) {
-    p.reset(static_cast<unsigned char*>(std::aligned_alloc(64, (size + 64) / 64 * 64)));
-    for (size_t i = 0; i < size; ++i) p.get()[i] = static_cast<unsigned char>(rng());
-  }
-  std::vector<unsigned char> copy() const { return {p.get(), p.get() + n}; }
-};
+// A 64-byte aligned buffer of `size` random bytes (host_buffers.h).
+AlignedBytes random_bytes(size_t size, std::mt19937& rng) {
+  AlignedBytes b(size);
+  for (size_t i = 0; i < size; ++i) b.get()[i] = static_cast<unsigned char>(rng());
+  return b;
+}
 
 // Which bytes were stored, how often, and the sizes of the stores.
 struct StoreLog {
@@ -79,8 +77,10 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
   const int64_t head_stride = c.head_size + c.head_pad, token_stride = c.kv_heads * head_stride;
   const int64_t row = c.kv_heads * c.head_size, block = c.block_size * row + c.block_pad;
   const int64_t slots = c.num_blocks * c.block_size;
-  Bytes key((c.tokens * token_stride + c.misalign) * es, rng), value((c.tokens * token_stride + c.misalign) * es, rng);
-  Bytes kc((c.num_blocks * block + c.misalign) * es, rng), vc((c.num_blocks * block + c.misalign) * es, rng);
+  const AlignedBytes key = random_bytes((c.tokens * token_stride + c.misalign) * es, rng),
+                     value = random_bytes((c.tokens * token_stride + c.misalign) * es, rng);
+  const AlignedBytes kc = random_bytes((c.num_blocks * block + c.misalign) * es, rng),
+                     vc = random_bytes((c.num_blocks * block + c.misalign) * es, rng);
   std::vector<int64_t> perm(slots);
   for (int64_t i = 0; i < slots; ++i) perm[i] = i;
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -90,7 +90,7 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
     slot[t] = t % 4 == 3 ? -7 : t % 5 == 4 ? (t == 4 ? INT64_MAX : slots + t) : perm[t % slots];
   }
   std::vector<unsigned char> want_k = kc.copy(), want_v = vc.copy();
-  std::vector<int> want_stores_k(kc.n, 0), want_stores_v(vc.n, 0);
+  std::vector<int> want_stores_k(kc.size(), 0), want_stores_v(vc.size(), 0);
   for (int64_t t = 0; t < c.tokens; ++t) {
     if (slot[t] < 0 || slot[t] >= slots) continue;
     const int64_t b = slot[t] / c.block_size, o = slot[t] % c.block_size;
@@ -98,8 +98,8 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
       for (int64_t i = 0; i < c.head_size * es; ++i) {
         const int64_t dst = (c.misalign + b * block + o * row + h * c.head_size) * es + i;
         const int64_t src = (c.misalign + t * token_stride + h * head_stride) * es + i;
-        want_k[dst] = key.p.get()[src];
-        want_v[dst] = value.p.get()[src];
+        want_k[dst] = key.get()[src];
+        want_v[dst] = value.get()[src];
         want_stores_k[dst] += 1;
         want_stores_v[dst] += 1;
       }
@@ -112,13 +112,13 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
   p.head_size = c.head_size;
   p.block_size = c.block_size;
   p.num_slots = slots;
-  p.key = key.p.get() + c.misalign * es;
+  p.key = key.get() + c.misalign * es;
   p.key_strides = {token_stride, head_stride};
-  p.value = value.p.get() + c.misalign * es;
+  p.value = value.get() + c.misalign * es;
   p.value_strides = {token_stride, head_stride};
-  p.key_cache = kc.p.get() + c.misalign * es;
+  p.key_cache = kc.get() + c.misalign * es;
   p.key_cache_block_stride = block;
-  p.value_cache = vc.p.get() + c.misalign * es;
+  p.value_cache = vc.get() + c.misalign * es;
   p.value_cache_block_stride = block;
   test::GuardedArray<int64_t> guarded_slots(slot);  // ends at a guard page: no slot read past the last token
   ASSERT_TRUE(guarded_slots.ok());
@@ -131,10 +131,10 @@ void run_case(const Case& c, std::mt19937& rng, bool expect_vector) {
   EXPECT_EQ(args.plan.vector, expect_vector);
   EXPECT_EQ(args.plan.piece_bytes, expect_vector ? 16 : es);
   StoreLog log;
-  log.base[0] = kc.p.get();
-  log.base[1] = vc.p.get();
-  log.count[0].assign(kc.n, 0);
-  log.count[1].assign(vc.n, 0);
+  log.base[0] = kc.get();
+  log.base[1] = vc.get();
+  log.count[0].assign(kc.size(), 0);
+  log.count[1].assign(vc.size(), 0);
   g_log = &log;
   kernels::host_store_observer = &observe;
   const bool ran = kernels::dispatch_piece(args.plan, false, [&](auto bytes) {
@@ -246,15 +246,7 @@ TEST(KvCacheHost, PlanRules) {
 TEST(KvCacheHost, LauncherRejectsInvalidParametersWithoutTouchingTheDevice) {
   alignas(16) static unsigned char buf[64];
   static const int64_t slot = 0;
-  KvCacheParams good;
-  good.dtype = DType::kFloat16;
-  good.tokens = 1;
-  good.kv_heads = 1;
-  good.head_size = 8;
-  good.block_size = 1;
-  good.num_slots = 1;
-  good.key = good.value = buf;
-  good.key_cache = good.value_cache = buf;
+  KvCacheParams good = test::OneSlotKvCache(DType::kFloat16, 8, buf, buf, buf, &slot);
   good.key_strides = good.value_strides = {8, 8};
   good.slot_mapping = &slot;
   good.slot_stride = 1;

@@ -19,6 +19,8 @@
 
 #include "csrc/cuda/normalization/normalization.cuh"
 #include "csrc/cuda/normalization/normalization.h"
+#include "test/cuda/common/group_sum.h"
+#include "test/cuda/common/host_buffers.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -34,49 +36,6 @@ const char* name_of(Op op) {
   return op == Op::kRmsNorm ? "rms_norm" : op == Op::kFusedAddRmsNorm ? "fused_add_rms_norm" : "layer_norm";
 }
 size_t size_of(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
-// A 64-byte aligned byte buffer with typed element access.
-struct Buffer {
-  DType dtype = DType::kFloat32;
-  size_t elements = 0;
-  std::unique_ptr<unsigned char, void (*)(void*)> bytes{nullptr, std::free};
-
-  Buffer() = default;
-  Buffer(DType t, size_t n) : dtype(t), elements(n) {
-    const size_t size = (n * size_of(t) + 63) / 64 * 64 + 64;
-    bytes.reset(static_cast<unsigned char*>(std::aligned_alloc(64, size)));
-    std::memset(bytes.get(), 0, size);
-  }
-  void* at(int64_t i) const { return bytes.get() + i * size_of(dtype); }
-  double get(int64_t i) const { return to_double(at(i), dtype); }
-  void set(int64_t i, double v) const { from_double(at(i), dtype, v); }
-  Buffer clone() const {
-    Buffer b(dtype, elements);
-    std::memcpy(b.bytes.get(), bytes.get(), elements * size_of(dtype));
-    return b;
-  }
-  bool same_bits(const Buffer& o, int64_t i) const { return std::memcmp(at(i), o.at(i), size_of(dtype)) == 0; }
-};
-
-// A [rows..., hidden] view into a buffer: its first element and its leading sizes and strides.
-struct View {
-  int64_t offset = 0;
-  std::vector<int64_t> sizes, strides;
-
-  int64_t rows() const {
-    int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
-    return n;
-  }
-  int64_t row_offset(int64_t row) const {
-    int64_t off = offset;
-    for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
-      off += row % sizes[d] * strides[d];
-      row /= sizes[d];
-    }
-    return off;
-  }
-};
 
 enum class Layout { kContiguous, kAlignedPadding, kOddPadding, kMisaligned, kUnmergeable3d };
 const char* name_of(Layout l) {
@@ -100,9 +59,7 @@ View make_view(Layout l, int64_t tokens, int64_t hidden, int64_t* buffer_element
     case Layout::kMisaligned: v = {1, {tokens}, {hidden}}; break;
     case Layout::kUnmergeable3d: v = {0, {tokens, 2}, {3 * (hidden + 3), hidden + 3}}; break;
   }
-  int64_t last = v.offset;
-  for (size_t d = 0; d < v.sizes.size(); ++d) last += (v.sizes[d] - 1) * v.strides[d];
-  *buffer_elements = last + hidden + 7;  // slack after the last row, to catch overruns
+  *buffer_elements = v.extent(hidden, 7);  // slack after the last row, to catch overruns
   return v;
 }
 
@@ -111,30 +68,7 @@ void fill(const Buffer& b, std::mt19937& rng, double offset) {
   for (size_t i = 0; i < b.elements; ++i) b.set(i, normal(rng));
 }
 
-// ---- the host "launch": every group's lanes in turn, group sums between stages ----
-
-// The device's xor butterfly over 32 values (what every lane ends with).
-float butterfly(const float* values) {
-  float v[32];
-  std::copy(values, values + 32, v);
-  for (int m = 16; m > 0; m /= 2) {
-    float next[32];
-    for (int i = 0; i < 32; ++i) next[i] = v[i] + v[i ^ m];
-    std::copy(next, next + 32, v);
-  }
-  return v[0];
-}
-
-// The same order of additions as kernels::warp_sum (width 32) and kernels::block_sum: a
-// butterfly per warp, then one over the warps' totals (zero-padded to 32). A sequential sum of
-// 1024 partials would be less accurate than the device and fail the float32 tolerance.
-float group_sum(const std::vector<float>& partials) {
-  const int warps = static_cast<int>(partials.size()) / 32;
-  if (warps == 1) return butterfly(partials.data());
-  float totals[32] = {};
-  for (int w = 0; w < warps; ++w) totals[w] = butterfly(partials.data() + 32 * w);
-  return butterfly(totals);
-}
+// ---- the host "launch": every group's lanes in turn, group sums (group_sum.h) between stages ----
 
 template <Op kOp, class T, class W>
 void run_rows(const KernelArgs& a, int width) {

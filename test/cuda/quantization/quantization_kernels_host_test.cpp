@@ -30,6 +30,8 @@
 #include "csrc/cuda/normalization/normalization.h"
 #include "csrc/cuda/quantization/quantization.cuh"
 #include "csrc/cuda/quantization/quantization.h"
+#include "test/cuda/common/group_sum.h"
+#include "test/cuda/common/host_buffers.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -49,46 +51,7 @@ uint32_t bits_of(float f) {
   return u;
 }
 
-// A 64-byte aligned, zero-initialized byte buffer.
-struct Bytes {
-  size_t size = 0;
-  std::unique_ptr<unsigned char, void (*)(void*)> p{nullptr, std::free};
-  Bytes() = default;
-  explicit Bytes(size_t n, unsigned char fill = 0) : size(n) {
-    const size_t alloc = (n + 63) / 64 * 64 + 64;
-    p.reset(static_cast<unsigned char*>(std::aligned_alloc(64, alloc)));
-    std::memset(p.get(), fill, alloc);
-  }
-  unsigned char* get() const { return p.get(); }
-  Bytes clone() const {
-    Bytes b(size);
-    std::memcpy(b.get(), get(), size);
-    return b;
-  }
-};
-
-// ---- the host "launch" --------------------------------------------------------------------------
-
-// The device's xor butterfly over 32 values (kernels::warp_sum: what every lane ends with).
-float butterfly(const float* values) {
-  float v[32];
-  std::memcpy(v, values, sizeof v);
-  for (int m = 16; m > 0; m /= 2) {
-    float next[32];
-    for (int i = 0; i < 32; ++i) next[i] = v[i] + v[i ^ m];
-    std::memcpy(v, next, sizeof v);
-  }
-  return v[0];
-}
-
-// kernels::block_sum's order: a butterfly per warp, then one over the warps' totals padded with 0.
-float group_sum(const std::vector<float>& partials) {
-  const int warps = static_cast<int>(partials.size()) / 32;
-  if (warps == 1) return butterfly(partials.data());
-  float totals[32] = {};
-  for (int w = 0; w < warps; ++w) totals[w] = butterfly(partials.data() + 32 * w);
-  return butterfly(totals);
-}
+// ---- the host "launch" (group sums in the device's order: test/cuda/common/group_sum.h) --------
 
 // A group on the host: each pass runs for every lane in turn (the reduction is the barrier).
 struct HostTeam {
@@ -338,7 +301,7 @@ struct Tensor {
   int64_t esize = 4;
   int64_t offset = 0;
   RowStrides strides;
-  Bytes bytes;
+  AlignedBytes bytes;
   unsigned char* base() const { return bytes.get() + offset * esize; }
 };
 
@@ -375,7 +338,7 @@ Tensor make_tensor(const Shape& s, Layout l, DType dtype, int64_t esize, int64_t
   }
   int64_t last = t.offset;
   for (int d = 0; d < s.shape.ndim; ++d) last += (s.shape.sizes[d] - 1) * t.strides.s[d];
-  t.bytes = Bytes(static_cast<size_t>((last + width + 16) * esize), fill);
+  t.bytes = AlignedBytes(static_cast<size_t>((last + width + 16) * esize), fill);
   return t;
 }
 
@@ -438,7 +401,7 @@ struct Case {
 struct Problem {
   Shape s;
   Tensor input, residual, out, scale, azp;
-  Bytes weight;
+  AlignedBytes weight;
   float static_scale = 0.0f, ub = 0.0f;
   int32_t static_azp = 0;
   QuantParams p;
@@ -464,14 +427,14 @@ std::unique_ptr<Problem> make_problem(const Case& c, const Method& m, uint32_t s
   P.scale.strides.s[1] = 2;
   P.azp.strides.s[0] = c.layout == Layout::kUnmergeable3d ? 3 : 1;
   P.azp.strides.s[1] = 1;
-  P.scale.bytes = Bytes(static_cast<size_t>(4 * (P.s.shape.rows * 5 + 8)), kSentinel);
-  P.azp.bytes = Bytes(static_cast<size_t>(4 * (P.s.shape.rows * 3 + 8)), kSentinel);
+  P.scale.bytes = AlignedBytes(static_cast<size_t>(4 * (P.s.shape.rows * 5 + 8)), kSentinel);
+  P.azp.bytes = AlignedBytes(static_cast<size_t>(4 * (P.s.shape.rows * 3 + 8)), kSentinel);
   for (int64_t row = 0; row < P.s.shape.rows; ++row) {
     fill_row(P.input, P.s.row_offset(P.input.strides, row), in_width, row, rng, 0);
     fill_row(P.residual, P.s.row_offset(P.residual.strides, row), c.hidden, row, rng, 3);
   }
   const int64_t wsize = hk::element_size(c.weight_dtype);
-  P.weight = Bytes(static_cast<size_t>(c.hidden * wsize));
+  P.weight = AlignedBytes(static_cast<size_t>(c.hidden * wsize));
   std::uniform_real_distribution<float> wdist(0.5f, 1.5f);
   for (int64_t i = 0; i < c.hidden; ++i) from_double(P.weight.get() + i * wsize, c.weight_dtype, wdist(rng));
 
@@ -515,7 +478,7 @@ std::unique_ptr<Problem> make_problem(const Case& c, const Method& m, uint32_t s
 // run on the host into an intermediate tensor (or in place), which `q` then quantizes. `q` is p
 // with input pointing at the intermediate; residual (fused_add) is updated in `P`.
 struct Composition {
-  Bytes intermediate;
+  AlignedBytes intermediate;
   QuantParams q;
 };
 
@@ -535,7 +498,7 @@ Composition compose(const Case& c, Problem& P) {
   }
   if (c.op == QuantOp::kQuant) return comp;
   if (c.op == QuantOp::kSiluAndMul) {
-    comp.intermediate = Bytes(static_cast<size_t>(sh.rows * c.hidden * esize));
+    comp.intermediate = AlignedBytes(static_cast<size_t>(sh.rows * c.hidden * esize));
     ActivationParams a;
     a.dtype = c.dtype;
     a.d = c.hidden;
@@ -564,7 +527,7 @@ Composition compose(const Case& c, Problem& P) {
   n.weight = P.p.weight;
   n.eps = P.p.eps;
   if (c.op == QuantOp::kRmsNorm) {
-    comp.intermediate = Bytes(static_cast<size_t>(sh.rows * c.hidden * esize));
+    comp.intermediate = AlignedBytes(static_cast<size_t>(sh.rows * c.hidden * esize));
     n.input = P.p.input;
     n.out = comp.intermediate.get();
     run_norm_host(kernels::Op::kRmsNorm, n, c.sm_count);
@@ -584,7 +547,7 @@ Composition compose(const Case& c, Problem& P) {
 void expect_outputs(const Case& c, const Method& m, const Problem& P, const QuantParams& q, const Tensor& in_layout) {
   const int64_t esize = hk::element_size(c.dtype);
   // Every byte of out: the reference inside the rows, the sentinel elsewhere.
-  std::vector<unsigned char> expected_out(P.out.bytes.size, kSentinel);
+  std::vector<unsigned char> expected_out(P.out.bytes.size(), kSentinel);
   int errors = 0;
   for (int64_t row = 0; row < P.s.shape.rows && errors < 5; ++row) {
     std::vector<float> x(c.hidden);
@@ -614,7 +577,7 @@ void expect_outputs(const Case& c, const Method& m, const Problem& P, const Quan
     }
   }
   (void)in_layout;
-  for (size_t i = 0; i < P.out.bytes.size && errors < 5; ++i) {
+  for (size_t i = 0; i < P.out.bytes.size() && errors < 5; ++i) {
     const unsigned char got = P.out.bytes.get()[i];
     if (got != expected_out[i]) {
       ADD_FAILURE() << "out byte " << i << ": 0x" << std::hex << int{got} << ", expected 0x" << int{expected_out[i]}
@@ -624,7 +587,9 @@ void expect_outputs(const Case& c, const Method& m, const Problem& P, const Quan
   }
 }
 
-bool same_bytes(const Bytes& a, const Bytes& b) { return a.size == b.size && std::memcmp(a.get(), b.get(), a.size) == 0; }
+bool same_bytes(const AlignedBytes& a, const AlignedBytes& b) {
+  return a.size() == b.size() && std::memcmp(a.get(), b.get(), a.size()) == 0;
+}
 
 // Runs `c` with method `m`: the fused kernel against the composition and the reference.
 void run_case(const Case& c, const Method& m, uint32_t seed) {

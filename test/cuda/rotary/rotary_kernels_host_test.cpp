@@ -22,6 +22,8 @@
 
 #include "csrc/cuda/rotary/rotary.cuh"
 #include "csrc/cuda/rotary/rotary.h"
+#include "test/cuda/common/host_buffers.h"
+#include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
 namespace xllm_kernel::cuda {
@@ -29,59 +31,15 @@ namespace {
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
-const char* name_of(DType t) { return t == DType::kFloat32 ? "f32" : t == DType::kBFloat16 ? "bf16" : "f16"; }
 size_t size_of(DType t) { return static_cast<size_t>(::xllm_kernel::kernels::element_size(t)); }
 
-// ---- element codecs (CUDA's host conversions, not the kernels' bit decoding) ----
-
+// Element i of a buffer of t (element_codec.h: CUDA's host conversions, not the kernels' bit decoding).
 double get(const void* base, DType t, int64_t i) {
-  const char* p = static_cast<const char*>(base) + i * static_cast<int64_t>(size_of(t));
-  switch (t) {
-    case DType::kFloat32: return *reinterpret_cast<const float*>(p);
-    case DType::kBFloat16: return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
-    case DType::kFloat16: return __half2float(*reinterpret_cast<const __half*>(p));
-  }
-  return NAN;
+  return to_double(static_cast<const char*>(base) + i * static_cast<int64_t>(size_of(t)), t);
 }
 
 void set(void* base, DType t, int64_t i, double v) {
-  char* p = static_cast<char*>(base) + i * static_cast<int64_t>(size_of(t));
-  switch (t) {
-    case DType::kFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::kBFloat16: *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(static_cast<float>(v)); break;
-    case DType::kFloat16: *reinterpret_cast<__half*>(p) = __float2half_rn(static_cast<float>(v)); break;
-  }
-}
-
-struct Buffer {
-  size_t bytes = 0;
-  std::unique_ptr<unsigned char, void (*)(void*)> data{nullptr, std::free};
-  explicit Buffer(size_t n) : bytes((n + 63) / 64 * 64) {
-    data.reset(static_cast<unsigned char*>(std::aligned_alloc(64, bytes)));
-    std::memset(data.get(), 0, bytes);
-  }
-};
-
-// ---- the store observer ----
-
-struct StoreLog {
-  const unsigned char* base = nullptr;
-  size_t bytes = 0;
-  std::vector<int> count;
-  int64_t elsewhere = 0;
-  std::vector<int64_t> by_size = std::vector<int64_t>(17, 0);
-};
-StoreLog* g_log = nullptr;
-
-void observe(const void* p, size_t bytes) {
-  StoreLog& log = *g_log;
-  ++log.by_size[std::min<size_t>(bytes, 16)];
-  const auto* b = static_cast<const unsigned char*>(p);
-  if (b < log.base || b + bytes > log.base + log.bytes) {
-    ++log.elsewhere;
-    return;
-  }
-  for (size_t i = 0; i < bytes; ++i) ++log.count[b - log.base + i];
+  from_double(static_cast<char*>(base) + i * static_cast<int64_t>(size_of(t)), t, v);
 }
 
 // ---- one case ----
@@ -125,18 +83,18 @@ void check_case(const Case& c, std::mt19937& rng) {
   const int64_t hs = c.head_size + c.head_pad, all_heads = c.heads + c.kv_heads;
   const int64_t row = (all_heads + c.kv_heads) * hs;  // a fused qkv row: q, k, v
   const int64_t elements = c.offset + c.tokens * row;
-  Buffer qkv(elements * size_of(t) + 64);
+  AlignedBytes qkv(elements * size_of(t) + 64);
   std::normal_distribution<double> normal(0.0, 2.0);
-  for (int64_t i = 0; i < elements; ++i) set(qkv.data.get(), t, i, normal(rng));
-  const std::vector<unsigned char> before(qkv.data.get(), qkv.data.get() + qkv.bytes);
+  for (int64_t i = 0; i < elements; ++i) set(qkv.get(), t, i, normal(rng));
+  const std::vector<unsigned char> before(qkv.get(), qkv.get() + qkv.size());
 
   const int64_t max_position = 50, half = c.rot_dim / 2, cache_stride = c.rot_dim + 8;
-  Buffer cache(max_position * cache_stride * size_of(ct));
+  AlignedBytes cache(max_position * cache_stride * size_of(ct));
   for (int64_t pos = 0; pos < max_position; ++pos) {
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(i) / c.rot_dim);
-      set(cache.data.get(), ct, pos * cache_stride + i, std::cos(angle));
-      set(cache.data.get(), ct, pos * cache_stride + half + i, std::sin(angle));
+      set(cache.get(), ct, pos * cache_stride + i, std::cos(angle));
+      set(cache.get(), ct, pos * cache_stride + half + i, std::sin(angle));
     }
   }
   std::vector<int64_t> positions(std::max<int64_t>(c.tokens, 1));
@@ -157,10 +115,10 @@ void check_case(const Case& c, std::mt19937& rng) {
   p.rot_dim = c.rot_dim;
   p.is_neox = c.neox;
   p.positions = positions.data();
-  p.cos_sin_cache = cache.data.get();
+  p.cos_sin_cache = cache.get();
   p.cache_stride = cache_stride;
   p.max_position = max_position;
-  auto* base = qkv.data.get() + c.offset * size_of(t);
+  auto* base = qkv.get() + c.offset * size_of(t);
   p.query = base;
   p.query_heads = c.heads;
   p.query_token_stride = row;
@@ -180,16 +138,12 @@ void check_case(const Case& c, std::mt19937& rng) {
   ASSERT_EQ(args.plan.vector, want_vector);
   ASSERT_EQ(vector_access(p), want_vector);
 
-  StoreLog log;
-  log.base = qkv.data.get();
-  log.bytes = qkv.bytes;
-  log.count.assign(log.bytes, 0);
-  g_log = &log;
-  kernels::host_store_observer = observe;
+  StoreLog log(qkv.get(), qkv.size());
   bool ran = false;
-  EXPECT_NO_THROW(ran = run_plan(args, c.grid));
-  kernels::host_store_observer = nullptr;
-  g_log = nullptr;
+  {
+    StoreObserverScope observe(log);
+    EXPECT_NO_THROW(ran = run_plan(args, c.grid));
+  }
   ASSERT_TRUE(ran) << "no kernel variant for the plan";
   EXPECT_EQ(log.elsewhere, 0) << "stores outside the qkv buffer";
   // The observer sees one call per store<N>: 16 bytes (vector), one element (NeoX) or one pair (GPT-J).
@@ -210,8 +164,8 @@ void check_case(const Case& c, std::mt19937& rng) {
         const int64_t e1 = c.offset + tok * row + h * hs + (c.neox ? i : 2 * i);
         const int64_t e2 = c.offset + tok * row + h * hs + (c.neox ? half + i : 2 * i + 1);
         const double x1 = get(before.data(), t, e1), x2 = get(before.data(), t, e2);
-        const double cs = get(cache.data.get(), ct, pos * cache_stride + i);
-        const double sn = get(cache.data.get(), ct, pos * cache_stride + half + i);
+        const double cs = get(cache.get(), ct, pos * cache_stride + i);
+        const double sn = get(cache.get(), ct, pos * cache_stride + half + i);
         const double want[2] = {x1 * cs - x2 * sn, x2 * cs + x1 * sn};
         // |x1 c| + |x2 s| for the first member, |x2 c| + |x1 s| for the second.
         const double terms[2] = {std::fabs(x1 * cs) + std::fabs(x2 * sn), std::fabs(x2 * cs) + std::fabs(x1 * sn)};
@@ -219,7 +173,7 @@ void check_case(const Case& c, std::mt19937& rng) {
         for (int k = 0; k < 2; ++k) {
           const double f32 = 2 * std::ldexp(1.0, -24) * terms[k] * (1 + 0x1p-20);
           for (size_t b = 0; b < size_of(t); ++b) rotated[at[k] * size_of(t) + b] = 1;
-          const double got = get(qkv.data.get(), t, at[k]);
+          const double got = get(qkv.get(), t, at[k]);
           const double bound = f32 + u * (std::fabs(want[k]) + f32) + std::ldexp(1.0, -133);
           if (!(std::fabs(got - want[k]) <= bound) && ++failures <= 5) {
             ADD_FAILURE() << "token " << tok << " head " << h << " pair " << i << ": got " << got << ", want "
@@ -235,7 +189,7 @@ void check_case(const Case& c, std::mt19937& rng) {
       ADD_FAILURE() << "byte " << b << " stored " << log.count[b] << " times, want " << want;
       ++failures;
     }
-    if (!rotated[b] && qkv.data.get()[b] != before[b]) {
+    if (!rotated[b] && qkv.get()[b] != before[b]) {
       ADD_FAILURE() << "byte " << b << " outside the rotated elements changed";
       ++failures;
     }

@@ -16,8 +16,6 @@
 // of it (2 (vocab + 1) 2^-mass_shift), every boundary in that window is accepted; the tests count
 // these cases and require them to be rare.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +33,7 @@
 #include "csrc/cuda/common/device.h"
 #include "csrc/cuda/sampling/sampling.cuh"
 #include "csrc/cuda/sampling/sampling.h"
+#include "test/cuda/common/host_buffers.h"
 #include "test/cuda/element_codec.h"
 #include "test/cuda/launcher_status.h"
 
@@ -55,38 +54,12 @@ constexpr int kSms = 132;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Bytes between two inaccessible 1 MiB regions; the data ends where the upper region begins, so a
-// read past either end faults.
-class Guarded {
- public:
-  explicit Guarded(size_t bytes) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), guard = size_t{1} << 20;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    body_ = (rounded + page - 1) / page * page;
-    size_ = guard + body_ + guard;
-    void* m = mmap(nullptr, size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) throw std::runtime_error("mmap");
-    map_ = static_cast<unsigned char*>(m);
-    if (mprotect(map_ + guard, body_, PROT_READ | PROT_WRITE) != 0) throw std::runtime_error("mprotect");
-    data_ = map_ + guard + body_ - rounded;
-  }
-  Guarded(const Guarded&) = delete;
-  Guarded& operator=(const Guarded&) = delete;
-  ~Guarded() { munmap(map_, size_); }
-  unsigned char* data() const { return data_; }
-
- private:
-  unsigned char* map_ = nullptr;
-  unsigned char* data_ = nullptr;
-  size_t size_ = 0, body_ = 0;
-};
-
 // Logits of `batch` rows of `vocab` tokens, row r at element r * stride, after `lead` elements (a
 // base that is not 16-byte aligned when lead is not a multiple of 16 bytes).
 struct Logits {
   DType dtype;
   int64_t batch, vocab, stride, lead;
-  Guarded mem;
+  GuardedBuffer mem;
   Logits(DType t, int64_t rows, int64_t v, int64_t s, int64_t lead_elements = 0)
       : dtype(t), batch(rows), vocab(v), stride(s), lead(lead_elements),
         mem(static_cast<size_t>((lead_elements + (rows - 1) * s + v) * es(t))) {
