@@ -6,7 +6,8 @@
 //     static Outputs run(const char* op, const at::Tensor& input, const at::Tensor* residual,
 //                        const at::Tensor* weight, double eps, const Arguments& a);  // a.producer's kernel
 //   };
-//   XLLM_QUANT_REGISTER_NATIVE(cpu_native, modules().native_cpu, NativeBridges<CpuRunner>);
+//   XLLM_REGISTER_NAMED("cpu.native.per_token_quant", modules().native_cpu, per_token_quant_operation(),
+//                       NativeBridges<CpuRunner>::per_token_quant);  // and so on, one line per operation
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -110,16 +111,3 @@ Kernel kernel_of(Producer producer, Kernel quant, Kernel rms_norm_quant, Kernel 
 }
 
 }  // namespace xllm_kernel::quantization
-
-// Registers BRIDGES' eight operations as <PREFIX>_<operation> implementations of MODULE.
-#define XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, NAME) \
-  XLLM_REGISTER_IMPLEMENTATION(PREFIX##_##NAME, MODULE, NAME##_operation(), BRIDGES::NAME)
-#define XLLM_QUANT_REGISTER_NATIVE(PREFIX, MODULE, BRIDGES)                                       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, per_token_quant);                       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, per_token_quant_int8_azp);              \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, static_quant);                          \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, rms_norm_per_token_quant);              \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, fused_add_rms_norm_per_token_quant);    \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, rms_norm_static_quant);                 \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, fused_add_rms_norm_static_quant);       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, silu_and_mul_per_token_quant)

@@ -9,6 +9,7 @@
 #include "csrc/cpu/quantization/quantization.h"
 #include "src/core/cpu_stream.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/quantization/internal.h"
 #include "src/ops/quantization/native_bridges.h"
 #include "xllm_kernel/ops/quantization.h"
@@ -38,6 +39,21 @@ using CpuBridges = NativeBridges<CpuRunner>;
 
 }  // namespace
 
-XLLM_QUANT_REGISTER_NATIVE(cpu_native, modules().native_cpu, CpuBridges);
+XLLM_REGISTER_NAMED("cpu.native.per_token_quant", modules().native_cpu, per_token_quant_operation(),
+                    CpuBridges::per_token_quant);
+XLLM_REGISTER_NAMED("cpu.native.per_token_quant_int8_azp", modules().native_cpu, per_token_quant_int8_azp_operation(),
+                    CpuBridges::per_token_quant_int8_azp);
+XLLM_REGISTER_NAMED("cpu.native.static_quant", modules().native_cpu, static_quant_operation(),
+                    CpuBridges::static_quant);
+XLLM_REGISTER_NAMED("cpu.native.rms_norm_per_token_quant", modules().native_cpu, rms_norm_per_token_quant_operation(),
+                    CpuBridges::rms_norm_per_token_quant);
+XLLM_REGISTER_NAMED("cpu.native.fused_add_rms_norm_per_token_quant", modules().native_cpu,
+                    fused_add_rms_norm_per_token_quant_operation(), CpuBridges::fused_add_rms_norm_per_token_quant);
+XLLM_REGISTER_NAMED("cpu.native.rms_norm_static_quant", modules().native_cpu, rms_norm_static_quant_operation(),
+                    CpuBridges::rms_norm_static_quant);
+XLLM_REGISTER_NAMED("cpu.native.fused_add_rms_norm_static_quant", modules().native_cpu,
+                    fused_add_rms_norm_static_quant_operation(), CpuBridges::fused_add_rms_norm_static_quant);
+XLLM_REGISTER_NAMED("cpu.native.silu_and_mul_per_token_quant", modules().native_cpu,
+                    silu_and_mul_per_token_quant_operation(), CpuBridges::silu_and_mul_per_token_quant);
 
 }  // namespace xllm_kernel::quantization

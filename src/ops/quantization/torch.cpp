@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/quantization/internal.h"
 #include "xllm_kernel/ops/activation.h"
 #include "xllm_kernel/ops/normalization.h"
@@ -193,18 +194,36 @@ Pair torch_silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType 
 
 }  // namespace
 
-#define XLLM_QUANT_TORCH(NAME)                                                                                   \
-  XLLM_REGISTER_IMPLEMENTATION(cpu_torch_##NAME, modules().torch_cpu, NAME##_operation(), torch_##NAME<kCpu>); \
-  XLLM_REGISTER_IMPLEMENTATION(cuda_torch_##NAME, modules().torch_cuda, NAME##_operation(), torch_##NAME<kCuda>)
-
-XLLM_QUANT_TORCH(per_token_quant);
-XLLM_QUANT_TORCH(per_token_quant_int8_azp);
-XLLM_QUANT_TORCH(static_quant);
-XLLM_QUANT_TORCH(rms_norm_per_token_quant);
-XLLM_QUANT_TORCH(fused_add_rms_norm_per_token_quant);
-XLLM_QUANT_TORCH(rms_norm_static_quant);
-XLLM_QUANT_TORCH(fused_add_rms_norm_static_quant);
-XLLM_QUANT_TORCH(silu_and_mul_per_token_quant);
-#undef XLLM_QUANT_TORCH
+XLLM_REGISTER_NAMED("cpu.torch.per_token_quant", modules().torch_cpu, per_token_quant_operation(),
+                    torch_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.per_token_quant_int8_azp", modules().torch_cpu, per_token_quant_int8_azp_operation(),
+                    torch_per_token_quant_int8_azp<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.static_quant", modules().torch_cpu, static_quant_operation(), torch_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.rms_norm_per_token_quant", modules().torch_cpu, rms_norm_per_token_quant_operation(),
+                    torch_rms_norm_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.fused_add_rms_norm_per_token_quant", modules().torch_cpu,
+                    fused_add_rms_norm_per_token_quant_operation(), torch_fused_add_rms_norm_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.rms_norm_static_quant", modules().torch_cpu, rms_norm_static_quant_operation(),
+                    torch_rms_norm_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.fused_add_rms_norm_static_quant", modules().torch_cpu,
+                    fused_add_rms_norm_static_quant_operation(), torch_fused_add_rms_norm_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.silu_and_mul_per_token_quant", modules().torch_cpu,
+                    silu_and_mul_per_token_quant_operation(), torch_silu_and_mul_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cuda.torch.per_token_quant", modules().torch_cuda, per_token_quant_operation(),
+                    torch_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.per_token_quant_int8_azp", modules().torch_cuda, per_token_quant_int8_azp_operation(),
+                    torch_per_token_quant_int8_azp<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.static_quant", modules().torch_cuda, static_quant_operation(),
+                    torch_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.rms_norm_per_token_quant", modules().torch_cuda, rms_norm_per_token_quant_operation(),
+                    torch_rms_norm_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.fused_add_rms_norm_per_token_quant", modules().torch_cuda,
+                    fused_add_rms_norm_per_token_quant_operation(), torch_fused_add_rms_norm_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.rms_norm_static_quant", modules().torch_cuda, rms_norm_static_quant_operation(),
+                    torch_rms_norm_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.fused_add_rms_norm_static_quant", modules().torch_cuda,
+                    fused_add_rms_norm_static_quant_operation(), torch_fused_add_rms_norm_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.silu_and_mul_per_token_quant", modules().torch_cuda,
+                    silu_and_mul_per_token_quant_operation(), torch_silu_and_mul_per_token_quant<kCuda>);
 
 }  // namespace xllm_kernel::quantization

@@ -12,6 +12,7 @@
 
 #include "csrc/cuda/quantization/quantization.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/quantization/internal.h"
 #include "src/ops/quantization/native_bridges.h"
 #include "xllm_kernel/ops/quantization.h"
@@ -41,6 +42,21 @@ using CudaBridges = NativeBridges<CudaRunner>;
 
 }  // namespace
 
-XLLM_QUANT_REGISTER_NATIVE(cuda_native, modules().native_cuda, CudaBridges);
+XLLM_REGISTER_NAMED("cuda.native.per_token_quant", modules().native_cuda, per_token_quant_operation(),
+                    CudaBridges::per_token_quant);
+XLLM_REGISTER_NAMED("cuda.native.per_token_quant_int8_azp", modules().native_cuda, per_token_quant_int8_azp_operation(),
+                    CudaBridges::per_token_quant_int8_azp);
+XLLM_REGISTER_NAMED("cuda.native.static_quant", modules().native_cuda, static_quant_operation(),
+                    CudaBridges::static_quant);
+XLLM_REGISTER_NAMED("cuda.native.rms_norm_per_token_quant", modules().native_cuda, rms_norm_per_token_quant_operation(),
+                    CudaBridges::rms_norm_per_token_quant);
+XLLM_REGISTER_NAMED("cuda.native.fused_add_rms_norm_per_token_quant", modules().native_cuda,
+                    fused_add_rms_norm_per_token_quant_operation(), CudaBridges::fused_add_rms_norm_per_token_quant);
+XLLM_REGISTER_NAMED("cuda.native.rms_norm_static_quant", modules().native_cuda, rms_norm_static_quant_operation(),
+                    CudaBridges::rms_norm_static_quant);
+XLLM_REGISTER_NAMED("cuda.native.fused_add_rms_norm_static_quant", modules().native_cuda,
+                    fused_add_rms_norm_static_quant_operation(), CudaBridges::fused_add_rms_norm_static_quant);
+XLLM_REGISTER_NAMED("cuda.native.silu_and_mul_per_token_quant", modules().native_cuda,
+                    silu_and_mul_per_token_quant_operation(), CudaBridges::silu_and_mul_per_token_quant);
 
 }  // namespace xllm_kernel::quantization
