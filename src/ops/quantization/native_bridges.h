@@ -1,10 +1,13 @@
 // The bridges of the eight operations shared by cpu.native (native_cpu.cpp) and cuda.native
 // (cuda/native_cuda.cpp): each checks every argument for its device (check_arguments) and hands
-// them to the device's runner, which allocates the outputs and runs the kernel of the producer.
+// them to the device's runner with the kernel named after the operation, which the runner runs
+// after allocating the outputs.
 //   struct CpuRunner {
 //     static constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
-//     static Outputs run(const char* op, const at::Tensor& input, const at::Tensor* residual,
-//                        const at::Tensor* weight, double eps, const Arguments& a);  // a.producer's kernel
+//     using Kernel = kernels::Status (*)(const kernels::QuantParams&, int64_t, int64_t);
+//     static constexpr Kernel per_token_quant = &cpu::per_token_quant;  // one per operation
+//     static Outputs run(const char* op, Kernel kernel, const at::Tensor& input, const at::Tensor* residual,
+//                        const at::Tensor* weight, double eps, const Arguments& a);
 //   };
 //   XLLM_REGISTER_NAMED("cpu.native.per_token_quant", modules().native_cpu, per_token_quant_operation(),
 //                       NativeBridges<CpuRunner>::per_token_quant);  // and so on, one line per operation
@@ -30,7 +33,7 @@ struct NativeBridges {
     const char* op = per_token_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kNone, Scheme::kPerToken, input, nullptr, nullptr, 0, dtype,
                                         &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    Outputs o = Runner::run(op, Runner::per_token_quant, input, nullptr, nullptr, 0, a);
     return {o.out, o.scale};
   }
 
@@ -38,7 +41,7 @@ struct NativeBridges {
     const char* op = per_token_quant_int8_azp_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kNone, Scheme::kPerTokenAzp, input, nullptr, nullptr, 0,
                                         at::kChar, nullptr, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    Outputs o = Runner::run(op, Runner::per_token_quant_int8_azp, input, nullptr, nullptr, 0, a);
     return {o.out, o.scale, o.azp};
   }
 
@@ -47,7 +50,7 @@ struct NativeBridges {
     const char* op = static_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kNone, Scheme::kStatic, input, nullptr, nullptr, 0, dtype,
                                         nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, nullptr, nullptr, 0, a).out;
+    return Runner::run(op, Runner::static_quant, input, nullptr, nullptr, 0, a).out;
   }
 
   static Pair rms_norm_per_token_quant(const at::Tensor& input, const at::Tensor& weight, double eps,
@@ -55,7 +58,7 @@ struct NativeBridges {
     const char* op = rms_norm_per_token_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kRmsNorm, Scheme::kPerToken, input, nullptr, &weight, eps,
                                         dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, &weight, eps, a);
+    Outputs o = Runner::run(op, Runner::rms_norm_per_token_quant, input, nullptr, &weight, eps, a);
     return {o.out, o.scale};
   }
 
@@ -65,7 +68,7 @@ struct NativeBridges {
     const char* op = fused_add_rms_norm_per_token_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, Scheme::kPerToken, input, &residual,
                                         &weight, eps, dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, &residual, &weight, eps, a);
+    Outputs o = Runner::run(op, Runner::fused_add_rms_norm_per_token_quant, input, &residual, &weight, eps, a);
     return {o.out, o.scale};
   }
 
@@ -75,7 +78,7 @@ struct NativeBridges {
     const char* op = rms_norm_static_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kRmsNorm, Scheme::kStatic, input, nullptr, &weight, eps, dtype,
                                         nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, nullptr, &weight, eps, a).out;
+    return Runner::run(op, Runner::rms_norm_static_quant, input, nullptr, &weight, eps, a).out;
   }
 
   static at::Tensor fused_add_rms_norm_static_quant(const at::Tensor& input, at::Tensor& residual,
@@ -84,7 +87,7 @@ struct NativeBridges {
     const char* op = fused_add_rms_norm_static_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, Scheme::kStatic, input, &residual, &weight,
                                         eps, dtype, nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, &residual, &weight, eps, a).out;
+    return Runner::run(op, Runner::fused_add_rms_norm_static_quant, input, &residual, &weight, eps, a).out;
   }
 
   static Pair silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType dtype,
@@ -92,22 +95,9 @@ struct NativeBridges {
     const char* op = silu_and_mul_per_token_quant_operation().name().c_str();
     const Arguments a = check_arguments(op, Producer::kSiluAndMul, Scheme::kPerToken, input, nullptr, nullptr, 0,
                                         dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    Outputs o = Runner::run(op, Runner::silu_and_mul_per_token_quant, input, nullptr, nullptr, 0, a);
     return {o.out, o.scale};
   }
 };
-
-// A runner's kernel of a producer, from the four a device provides.
-template <typename Kernel>
-Kernel kernel_of(Producer producer, Kernel quant, Kernel rms_norm_quant, Kernel fused_add_rms_norm_quant,
-                 Kernel silu_and_mul_quant) {
-  switch (producer) {
-    case Producer::kRmsNorm: return rms_norm_quant;
-    case Producer::kFusedAddRmsNorm: return fused_add_rms_norm_quant;
-    case Producer::kSiluAndMul: return silu_and_mul_quant;
-    case Producer::kNone: break;
-  }
-  return quant;
-}
 
 }  // namespace xllm_kernel::quantization

@@ -1,4 +1,5 @@
-// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/quantization/. Built into
+// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/quantization/ (one
+// launcher per operation, operations.h). Built into
 // the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the
 // quantization.native_cuda module's probe finds a usable device; loading it registers these. The
 // argument checks are NativeBridges' (native_bridges.h, shared with cpu.native); the runner here
@@ -10,7 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "csrc/cuda/quantization/quantization.h"
+#include "csrc/cuda/quantization/operations.h"
 #include "src/ops/common/cuda/launch.h"
 #include "src/ops/common/registration.h"
 #include "src/ops/quantization/internal.h"
@@ -23,12 +24,19 @@ namespace {
 struct CudaRunner {
   static constexpr c10::DeviceType kDevice = c10::DeviceType::CUDA;
 
-  static Outputs run(const char* op, const at::Tensor& input, const at::Tensor* residual, const at::Tensor* weight,
-                     double eps, const Arguments& a) {
-    using Launcher = kernels::Status (*)(const kernels::QuantParams&, cudaStream_t);
-    const Launcher launcher =
-        kernel_of<Launcher>(a.producer, &cuda::quant, &cuda::rms_norm_quant, &cuda::fused_add_rms_norm_quant,
-                            &cuda::silu_and_mul_quant);
+  // The launcher of each operation (csrc/cuda/quantization/operations.h).
+  using Launcher = kernels::Status (*)(const kernels::QuantParams&, cudaStream_t);
+  static constexpr Launcher per_token_quant = &cuda::per_token_quant;
+  static constexpr Launcher per_token_quant_int8_azp = &cuda::per_token_quant_int8_azp;
+  static constexpr Launcher static_quant = &cuda::static_quant;
+  static constexpr Launcher rms_norm_per_token_quant = &cuda::rms_norm_per_token_quant;
+  static constexpr Launcher fused_add_rms_norm_per_token_quant = &cuda::fused_add_rms_norm_per_token_quant;
+  static constexpr Launcher rms_norm_static_quant = &cuda::rms_norm_static_quant;
+  static constexpr Launcher fused_add_rms_norm_static_quant = &cuda::fused_add_rms_norm_static_quant;
+  static constexpr Launcher silu_and_mul_per_token_quant = &cuda::silu_and_mul_per_token_quant;
+
+  static Outputs run(const char* op, Launcher launcher, const at::Tensor& input, const at::Tensor* residual,
+                     const at::Tensor* weight, double eps, const Arguments& a) {
     bridge::check_capability(op, input);
     const c10::cuda::CUDAGuard guard(input.device());
     Outputs o = new_outputs(input, a);
