@@ -32,10 +32,10 @@ struct CpuRunner {
   static constexpr Kernel fused_add_rms_norm_static_quant = &cpu::fused_add_rms_norm_static_quant;
   static constexpr Kernel silu_and_mul_per_token_quant = &cpu::silu_and_mul_per_token_quant;
 
-  static Outputs run(const char* op, Kernel kernel, const at::Tensor& input, const at::Tensor* residual,
-                     const at::Tensor* weight, double eps, const Arguments& a) {
-    Outputs o = new_outputs(input, a);
-    kernels::QuantParams p = kernel_params(op, input, residual, weight, eps, a, o);
+  static Outputs run(Kernel kernel, const Call& call, const Arguments& a) {
+    const char* op = call.op;
+    Outputs o = new_outputs(call.input, a);
+    kernels::QuantParams p = kernel_params(call, a, o);
     p.stream_out = detail::stream_cpu_output(static_cast<int64_t>(o.out.nbytes()));
     const int64_t row_elements = a.producer == Producer::kSiluAndMul ? 2 * a.hidden : a.hidden;
     bridge::run_rows(op, p, p.shape.rows, row_elements, kernel);

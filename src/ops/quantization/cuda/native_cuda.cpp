@@ -35,12 +35,12 @@ struct CudaRunner {
   static constexpr Launcher fused_add_rms_norm_static_quant = &cuda::fused_add_rms_norm_static_quant;
   static constexpr Launcher silu_and_mul_per_token_quant = &cuda::silu_and_mul_per_token_quant;
 
-  static Outputs run(const char* op, Launcher launcher, const at::Tensor& input, const at::Tensor* residual,
-                     const at::Tensor* weight, double eps, const Arguments& a) {
-    bridge::check_capability(op, input);
-    const c10::cuda::CUDAGuard guard(input.device());
-    Outputs o = new_outputs(input, a);
-    const kernels::QuantParams p = kernel_params(op, input, residual, weight, eps, a, o);
+  static Outputs run(Launcher launcher, const Call& call, const Arguments& a) {
+    const char* op = call.op;
+    bridge::check_capability(op, call.input);
+    const c10::cuda::CUDAGuard guard(call.input.device());
+    Outputs o = new_outputs(call.input, a);
+    const kernels::QuantParams p = kernel_params(call, a, o);
     bridge::check_launch(op, launcher(p, c10::cuda::getCurrentCUDAStream().stream()));
     return o;
   }
