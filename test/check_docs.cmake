@@ -6,5 +6,5 @@ endif()
 file(READ "${EXPECTED}" expected)
 if(NOT generated STREQUAL expected)
   message(FATAL_ERROR "docs/operators.md is out of date with the contracts; regenerate it:\n"
-                      "  build/xllm-kernel-info --operators-doc > docs/operators.md")
+                      "  build/xllm-kernel-info --write-docs .")
 endif()

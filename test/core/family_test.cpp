@@ -14,6 +14,7 @@
 #include <string>
 
 #include "src/core/contract_check.h"
+#include "src/ops/common/registration.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/catalog.h"
 
@@ -160,6 +161,26 @@ TEST(DeclaredOperation, DispatcherKernelsCallTheFakeAndThePreparedBinding) {
   EXPECT_NE(error_message([&] { pair()(a, at::Tensor()); }).find("family_test_pair: input must be a defined tensor"),
             std::string::npos);
   pair().publish(Device::kCpu, nullptr);
+}
+
+TEST(NamedRegistration, TheWrittenNameMustBeTheModulesName) {
+  const Operation& op = pair();
+  const family::StandardModules m =
+      family::standard_modules({.family = "fam", .operations = {&op}, .domain = "float32 [n]"});
+  EXPECT_EQ(family::registered_variant("cpu.native.family_test_pair", m.native_cpu, op), "");
+  EXPECT_EQ(family::registered_variant("cuda.torch.family_test_pair", m.torch_cuda, op), "");
+  EXPECT_EQ(family::registered_variant("cpu.native.family_test_pair.blocked", m.native_cpu, op), "blocked");
+  // Another module, device, operation or a name the operation's only begins: each fails, naming both.
+  for (const char* wrong : {"cpu.torch.family_test_pair", "cuda.native.family_test_pair", "cpu.native.family_test_pai",
+                            "cpu.native.family_test_pair_x", "cpu.native.family_test_pair.", "cpu.native.rms_norm"}) {
+    try {
+      family::registered_variant(wrong, m.native_cpu, op);
+      ADD_FAILURE() << wrong << " was accepted for cpu.native.family_test_pair";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(wrong), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cpu.native.family_test_pair["), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ContractCheck, MutatesMustBeTheSchemasWrittenArguments) {

@@ -6,6 +6,7 @@
 #include "src/core/cpu_stream.h"
 #include "src/ops/common/cpu.h"
 #include "src/ops/activation/internal.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/activation.h"
 
 namespace xllm_kernel::activation {
@@ -28,17 +29,17 @@ at::Tensor native_act(const at::Tensor& input) {
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_silu_and_mul, modules().native_cpu, silu_and_mul_operation(),
-                             (native_act<cpu::silu_and_mul, &silu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_and_mul, modules().native_cpu, gelu_and_mul_operation(),
-                             (native_act<cpu::gelu_and_mul, &gelu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh_and_mul, modules().native_cpu, gelu_tanh_and_mul_operation(),
-                             (native_act<cpu::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu, modules().native_cpu, gelu_operation(),
-                             (native_act<cpu::gelu, &gelu_operation, /*kGated=*/false>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_gelu_tanh, modules().native_cpu, gelu_tanh_operation(),
-                             (native_act<cpu::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_quick_gelu, modules().native_cpu, quick_gelu_operation(),
-                             (native_act<cpu::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cpu.native.silu_and_mul", modules().native_cpu, silu_and_mul_operation(),
+                    (native_act<cpu::silu_and_mul, &silu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.native.gelu_and_mul", modules().native_cpu, gelu_and_mul_operation(),
+                    (native_act<cpu::gelu_and_mul, &gelu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.native.gelu_tanh_and_mul", modules().native_cpu, gelu_tanh_and_mul_operation(),
+                    (native_act<cpu::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.native.gelu", modules().native_cpu, gelu_operation(),
+                    (native_act<cpu::gelu, &gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cpu.native.gelu_tanh", modules().native_cpu, gelu_tanh_operation(),
+                    (native_act<cpu::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cpu.native.quick_gelu", modules().native_cpu, quick_gelu_operation(),
+                    (native_act<cpu::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
 
 }  // namespace xllm_kernel::activation

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "src/ops/activation/internal.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/activation.h"
 
 namespace xllm_kernel::activation {
@@ -51,29 +52,29 @@ constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_silu_and_mul, modules().torch_cpu, silu_and_mul_operation(),
-                             (torch_gated<kCpu, Act::kSilu, &silu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_and_mul, modules().torch_cpu, gelu_and_mul_operation(),
-                             (torch_gated<kCpu, Act::kGelu, &gelu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_tanh_and_mul, modules().torch_cpu, gelu_tanh_and_mul_operation(),
-                             (torch_gated<kCpu, Act::kGeluTanh, &gelu_tanh_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu, modules().torch_cpu, gelu_operation(),
-                             (torch_plain<kCpu, Act::kGelu, &gelu_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_gelu_tanh, modules().torch_cpu, gelu_tanh_operation(),
-                             (torch_plain<kCpu, Act::kGeluTanh, &gelu_tanh_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_quick_gelu, modules().torch_cpu, quick_gelu_operation(),
-                             (torch_plain<kCpu, Act::kQuickGelu, &quick_gelu_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_silu_and_mul, modules().torch_cuda, silu_and_mul_operation(),
-                             (torch_gated<kCuda, Act::kSilu, &silu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_and_mul, modules().torch_cuda, gelu_and_mul_operation(),
-                             (torch_gated<kCuda, Act::kGelu, &gelu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_tanh_and_mul, modules().torch_cuda, gelu_tanh_and_mul_operation(),
-                             (torch_gated<kCuda, Act::kGeluTanh, &gelu_tanh_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu, modules().torch_cuda, gelu_operation(),
-                             (torch_plain<kCuda, Act::kGelu, &gelu_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_gelu_tanh, modules().torch_cuda, gelu_tanh_operation(),
-                             (torch_plain<kCuda, Act::kGeluTanh, &gelu_tanh_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_quick_gelu, modules().torch_cuda, quick_gelu_operation(),
-                             (torch_plain<kCuda, Act::kQuickGelu, &quick_gelu_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.silu_and_mul", modules().torch_cpu, silu_and_mul_operation(),
+                    (torch_gated<kCpu, Act::kSilu, &silu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.gelu_and_mul", modules().torch_cpu, gelu_and_mul_operation(),
+                    (torch_gated<kCpu, Act::kGelu, &gelu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.gelu_tanh_and_mul", modules().torch_cpu, gelu_tanh_and_mul_operation(),
+                    (torch_gated<kCpu, Act::kGeluTanh, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.gelu", modules().torch_cpu, gelu_operation(),
+                    (torch_plain<kCpu, Act::kGelu, &gelu_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.gelu_tanh", modules().torch_cpu, gelu_tanh_operation(),
+                    (torch_plain<kCpu, Act::kGeluTanh, &gelu_tanh_operation>));
+XLLM_REGISTER_NAMED("cpu.torch.quick_gelu", modules().torch_cpu, quick_gelu_operation(),
+                    (torch_plain<kCpu, Act::kQuickGelu, &quick_gelu_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.silu_and_mul", modules().torch_cuda, silu_and_mul_operation(),
+                    (torch_gated<kCuda, Act::kSilu, &silu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.gelu_and_mul", modules().torch_cuda, gelu_and_mul_operation(),
+                    (torch_gated<kCuda, Act::kGelu, &gelu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.gelu_tanh_and_mul", modules().torch_cuda, gelu_tanh_and_mul_operation(),
+                    (torch_gated<kCuda, Act::kGeluTanh, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.gelu", modules().torch_cuda, gelu_operation(),
+                    (torch_plain<kCuda, Act::kGelu, &gelu_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.gelu_tanh", modules().torch_cuda, gelu_tanh_operation(),
+                    (torch_plain<kCuda, Act::kGeluTanh, &gelu_tanh_operation>));
+XLLM_REGISTER_NAMED("cuda.torch.quick_gelu", modules().torch_cuda, quick_gelu_operation(),
+                    (torch_plain<kCuda, Act::kQuickGelu, &quick_gelu_operation>));
 
 }  // namespace xllm_kernel::activation

@@ -12,6 +12,7 @@
 #include "csrc/cpu/attention/attention.h"
 #include "src/ops/common/cpu.h"
 #include "src/ops/attention/internal.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/attention.h"
 
 namespace xllm_kernel::attention {
@@ -47,7 +48,7 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_paged_attention, modules().native_cpu, paged_attention_operation(),
-                             native_paged_attention);
+XLLM_REGISTER_NAMED("cpu.native.paged_attention", modules().native_cpu, paged_attention_operation(),
+                    native_paged_attention);
 
 }  // namespace xllm_kernel::attention

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/ops/attention/internal.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/attention.h"
 
 namespace xllm_kernel::attention {
@@ -129,9 +130,9 @@ at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_paged_attention, modules().torch_cpu, paged_attention_operation(),
-                             torch_paged_attention<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_paged_attention, modules().torch_cuda, paged_attention_operation(),
-                             torch_paged_attention<c10::DeviceType::CUDA>);
+XLLM_REGISTER_NAMED("cpu.torch.paged_attention", modules().torch_cpu, paged_attention_operation(),
+                    torch_paged_attention<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.paged_attention", modules().torch_cuda, paged_attention_operation(),
+                    torch_paged_attention<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::attention

@@ -5,6 +5,7 @@
 #include "csrc/cpu/kv_cache/kv_cache.h"
 #include "src/core/cpu_stream.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/kv_cache/internal.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
@@ -27,7 +28,7 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_reshape_and_cache, modules().native_cpu, reshape_and_cache_operation(),
-                             native_reshape_and_cache);
+XLLM_REGISTER_NAMED("cpu.native.reshape_and_cache", modules().native_cpu, reshape_and_cache_operation(),
+                    native_reshape_and_cache);
 
 }  // namespace xllm_kernel::kv_cache

@@ -6,6 +6,7 @@
 // CUDA an out-of-range slot is skipped like a negative one.
 #include <ATen/ATen.h>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/kv_cache/internal.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
@@ -42,9 +43,9 @@ void torch_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at:
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_reshape_and_cache, modules().torch_cpu, reshape_and_cache_operation(),
-                             torch_reshape_and_cache<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_reshape_and_cache, modules().torch_cuda, reshape_and_cache_operation(),
-                             torch_reshape_and_cache<c10::DeviceType::CUDA>);
+XLLM_REGISTER_NAMED("cpu.torch.reshape_and_cache", modules().torch_cpu, reshape_and_cache_operation(),
+                    torch_reshape_and_cache<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.reshape_and_cache", modules().torch_cuda, reshape_and_cache_operation(),
+                    torch_reshape_and_cache<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::kv_cache

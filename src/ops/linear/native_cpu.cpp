@@ -7,6 +7,7 @@
 #include "csrc/cpu/linear/linear.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/linear/internal.h"
 #include "xllm_kernel/ops/linear.h"
 
@@ -71,7 +72,7 @@ at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, cons
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_linear_pack, modules().native_cpu, linear_pack_operation(), native_pack);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_linear, modules().native_cpu, linear_operation(), native_linear);
+XLLM_REGISTER_NAMED("cpu.native.linear_pack", modules().native_cpu, linear_pack_operation(), native_pack);
+XLLM_REGISTER_NAMED("cpu.native.linear", modules().native_cpu, linear_operation(), native_linear);
 
 }  // namespace xllm_kernel::linear

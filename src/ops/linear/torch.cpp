@@ -13,6 +13,7 @@
 
 #include <cstring>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/linear/internal.h"
 #include "xllm_kernel/ops/linear.h"
 
@@ -134,9 +135,9 @@ constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_linear_pack, modules().torch_cpu, linear_pack_operation(), torch_pack<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_linear, modules().torch_cpu, linear_operation(), torch_linear<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_linear_pack, modules().torch_cuda, linear_pack_operation(), torch_pack<kCuda>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_linear, modules().torch_cuda, linear_operation(), torch_linear<kCuda>);
+XLLM_REGISTER_NAMED("cpu.torch.linear_pack", modules().torch_cpu, linear_pack_operation(), torch_pack<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.linear", modules().torch_cpu, linear_operation(), torch_linear<kCpu>);
+XLLM_REGISTER_NAMED("cuda.torch.linear_pack", modules().torch_cuda, linear_pack_operation(), torch_pack<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.linear", modules().torch_cuda, linear_operation(), torch_linear<kCuda>);
 
 }  // namespace xllm_kernel::linear

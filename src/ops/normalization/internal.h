@@ -43,7 +43,7 @@ inline kernels::NormParams kernel_params(const char* op, const at::Tensor& input
 }
 
 // The group's backend modules: each declares its implementations once; the bridges register
-// their functions against these declarations (XLLM_REGISTER_IMPLEMENTATION).
+// their functions against these declarations (XLLM_REGISTER_NAMED).
 const family::StandardModules& modules();
 
 }  // namespace xllm_kernel::normalization

@@ -6,6 +6,7 @@
 #include "src/core/cpu_allocator.h"
 #include "src/core/cpu_stream.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -50,9 +51,9 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_rms_norm, modules().native_cpu, rms_norm_operation(), native_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_fused_add_rms_norm, modules().native_cpu, fused_add_rms_norm_operation(),
-                             native_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_layer_norm, modules().native_cpu, layer_norm_operation(), native_layer_norm);
+XLLM_REGISTER_NAMED("cpu.native.rms_norm", modules().native_cpu, rms_norm_operation(), native_rms_norm);
+XLLM_REGISTER_NAMED("cpu.native.fused_add_rms_norm", modules().native_cpu, fused_add_rms_norm_operation(),
+                    native_fused_add_rms_norm);
+XLLM_REGISTER_NAMED("cpu.native.layer_norm", modules().native_cpu, layer_norm_operation(), native_layer_norm);
 
 }  // namespace xllm_kernel::normalization

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -51,15 +52,15 @@ constexpr auto kCuda = c10::DeviceType::CUDA;
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rms_norm, modules().torch_cpu, rms_norm_operation(), torch_rms_norm<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_fused_add_rms_norm, modules().torch_cpu, fused_add_rms_norm_operation(),
-                             torch_fused_add_rms_norm<kCpu>);
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_layer_norm, modules().torch_cpu, layer_norm_operation(), torch_layer_norm<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.rms_norm", modules().torch_cpu, rms_norm_operation(), torch_rms_norm<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.fused_add_rms_norm", modules().torch_cpu, fused_add_rms_norm_operation(),
+                    torch_fused_add_rms_norm<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.layer_norm", modules().torch_cpu, layer_norm_operation(), torch_layer_norm<kCpu>);
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rms_norm, modules().torch_cuda, rms_norm_operation(), torch_rms_norm<kCuda>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_fused_add_rms_norm, modules().torch_cuda, fused_add_rms_norm_operation(),
-                             torch_fused_add_rms_norm<kCuda>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_layer_norm, modules().torch_cuda, layer_norm_operation(),
-                             torch_layer_norm<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.rms_norm", modules().torch_cuda, rms_norm_operation(), torch_rms_norm<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.fused_add_rms_norm", modules().torch_cuda, fused_add_rms_norm_operation(),
+                    torch_fused_add_rms_norm<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.layer_norm", modules().torch_cuda, layer_norm_operation(),
+                    torch_layer_norm<kCuda>);
 
 }  // namespace xllm_kernel::normalization

@@ -51,14 +51,16 @@ at::ScalarType scalar_type(QuantDType qdtype) {
   return qdtype == QuantDType::kInt8 ? at::kChar : at::kFloat8_e4m3fn;
 }
 
-Arguments check_arguments(const char* op, Producer producer, QuantScheme scheme, const at::Tensor& input,
-                          const at::Tensor* residual, const at::Tensor* weight, double eps,
-                          std::optional<at::ScalarType> dtype, const std::optional<at::Tensor>* scale_ub,
-                          const at::Tensor* scale, const std::optional<at::Tensor>* azp, c10::DeviceType device) {
+Arguments check_arguments(const Call& call) {
+  const char* op = call.op;
+  const at::Tensor& input = call.input;
+  const c10::DeviceType device = call.device;
+  const std::optional<at::Tensor>* scale_ub = call.scale_ub;
+  const std::optional<at::Tensor>* azp = call.azp;
   Arguments a;
-  a.producer = producer;
-  a.scheme = scheme;
-  switch (producer) {
+  a.producer = call.producer;
+  a.scheme = call.scheme;
+  switch (call.producer) {
     case Producer::kNone:
       bridge::check_floating_tensor(op, "input", input, device);
       a.hidden = input.size(-1);
@@ -66,20 +68,20 @@ Arguments check_arguments(const char* op, Producer producer, QuantScheme scheme,
       break;
     case Producer::kRmsNorm:
     case Producer::kFusedAddRmsNorm:
-      normalization::check_arguments(op, input, *weight, std::nullopt, residual, eps, device);
+      normalization::check_arguments(op, input, *call.weight, std::nullopt, call.residual, call.eps, device);
       a.hidden = input.size(-1);
       break;
     case Producer::kSiluAndMul:
       a.hidden = activation::check_input(op, input, device);
       break;
   }
-  a.qdtype = dtype.has_value() ? quant_dtype(op, *dtype) : QuantDType::kInt8;
+  a.qdtype = call.dtype.has_value() ? quant_dtype(op, *call.dtype) : QuantDType::kInt8;
   if (scale_ub != nullptr && scale_ub->has_value() && (*scale_ub)->defined()) {
     TORCH_CHECK(a.qdtype == QuantDType::kFloat8E4M3, op,
                 ": scale_ub must be None with dtype torch.int8 (it bounds the fp8 scale only), got a tensor");
     a.scale_ub = one_element(op, "scale_ub", **scale_ub, at::kFloat, input);
   }
-  if (scale != nullptr) a.scale = one_element(op, "scale", *scale, at::kFloat, input);
+  if (call.scale != nullptr) a.scale = one_element(op, "scale", *call.scale, at::kFloat, input);
   if (azp != nullptr && azp->has_value() && (*azp)->defined()) {
     TORCH_CHECK(a.qdtype == QuantDType::kInt8, op,
                 ": azp must be None with dtype torch.float8_e4m3fn (a zero point is int8 only), got a tensor");

@@ -35,15 +35,31 @@ struct Arguments {
   at::Tensor azp;        // static int8: one int32 element; undefined: none
 };
 
-// Every argument of one operation, checked for an implementation on `device`: shapes, dtypes,
+// One call's arguments as its bridge received them: what check_arguments checks and kernel_params
+// reads. `weight` and `eps` for the rms_norm producers, `residual` for fused_add_rms_norm;
+// `scale_ub` for the per-token schemes (None allowed), `scale` and `azp` for the static one; null
+// where the operation has none.
+//   const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kStatic, .input = input,
+//                   .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp, .device = kDevice};
+struct Call {
+  const char* op = "";
+  Producer producer = Producer::kNone;
+  kernels::QuantScheme scheme = kernels::QuantScheme::kPerToken;
+  const at::Tensor& input;
+  const at::Tensor* residual = nullptr;
+  const at::Tensor* weight = nullptr;
+  double eps = 0;
+  std::optional<at::ScalarType> dtype;  // the quantized type; none: int8
+  const std::optional<at::Tensor>* scale_ub = nullptr;
+  const at::Tensor* scale = nullptr;
+  const std::optional<at::Tensor>* azp = nullptr;
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Every argument of one call, checked for an implementation on `call.device`: shapes, dtypes,
 // devices, layouts and eps (values of scales are the contract's, not errors). Errors name the
-// operation, the argument, what was expected and what was given. `weight` and `eps` for the
-// rms_norm producers, `residual` for fused_add_rms_norm; `scale_ub` for the per-token schemes
-// (None allowed), `scale` and `azp` for the static one.
-Arguments check_arguments(const char* op, Producer producer, kernels::QuantScheme scheme, const at::Tensor& input,
-                          const at::Tensor* residual, const at::Tensor* weight, double eps,
-                          std::optional<at::ScalarType> dtype, const std::optional<at::Tensor>* scale_ub,
-                          const at::Tensor* scale, const std::optional<at::Tensor>* azp, c10::DeviceType device);
+// operation, the argument, what was expected and what was given.
+Arguments check_arguments(const Call& call);
 
 // The quantized type of `dtype` (torch.int8, torch.float8_e4m3fn); anything else is an error naming
 // `op` and the argument dtype.
@@ -59,9 +75,11 @@ Outputs new_outputs(const at::Tensor& input, const Arguments& a);
 
 // The kernel parameters from checked arguments and new outputs. stream_out stays false: the CPU
 // bridge decides it.
-inline kernels::QuantParams kernel_params(const char* op, const at::Tensor& input, const at::Tensor* residual,
-                                          const at::Tensor* weight, double eps, const Arguments& a,
-                                          const Outputs& o) {
+inline kernels::QuantParams kernel_params(const Call& call, const Arguments& a, const Outputs& o) {
+  const char* op = call.op;
+  const at::Tensor& input = call.input;
+  const at::Tensor* residual = call.residual;
+  const at::Tensor* weight = call.weight;
   kernels::QuantParams p;
   p.dtype = bridge::kernel_dtype(input.scalar_type());
   p.qdtype = a.qdtype;
@@ -106,7 +124,7 @@ inline kernels::QuantParams kernel_params(const char* op, const at::Tensor& inpu
   if (weight != nullptr) {
     p.weight = weight->const_data_ptr();
     p.weight_dtype = bridge::kernel_dtype(weight->scalar_type());
-    p.eps = eps;
+    p.eps = call.eps;
   }
   if (residual != nullptr) p.residual = const_cast<at::Tensor*>(residual)->mutable_data_ptr();
   return p;

@@ -1,12 +1,15 @@
 // The bridges of the eight operations shared by cpu.native (native_cpu.cpp) and cuda.native
 // (cuda/native_cuda.cpp): each checks every argument for its device (check_arguments) and hands
-// them to the device's runner, which allocates the outputs and runs the kernel of the producer.
+// them to the device's runner with the kernel named after the operation, which the runner runs
+// after allocating the outputs.
 //   struct CpuRunner {
 //     static constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
-//     static Outputs run(const char* op, const at::Tensor& input, const at::Tensor* residual,
-//                        const at::Tensor* weight, double eps, const Arguments& a);  // a.producer's kernel
+//     using Kernel = kernels::Status (*)(const kernels::QuantParams&, int64_t, int64_t);
+//     static constexpr Kernel per_token_quant = &cpu::per_token_quant;  // one per operation
+//     static Outputs run(Kernel kernel, const Call& call, const Arguments& a);
 //   };
-//   XLLM_QUANT_REGISTER_NATIVE(cpu_native, modules().native_cpu, NativeBridges<CpuRunner>);
+//   XLLM_REGISTER_NAMED("cpu.native.per_token_quant", modules().native_cpu, per_token_quant_operation(),
+//                       NativeBridges<CpuRunner>::per_token_quant);  // and so on, one line per operation
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,34 +30,38 @@ struct NativeBridges {
   static Pair per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                               const std::optional<at::Tensor>& scale_ub) {
     const char* op = per_token_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kNone, Scheme::kPerToken, input, nullptr, nullptr, 0, dtype,
-                                        &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kPerToken, .input = input, .dtype = dtype,
+                    .scale_ub = &scale_ub, .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    Outputs o = Runner::run(Runner::per_token_quant, call, a);
     return {o.out, o.scale};
   }
 
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> per_token_quant_int8_azp(const at::Tensor& input) {
     const char* op = per_token_quant_int8_azp_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kNone, Scheme::kPerTokenAzp, input, nullptr, nullptr, 0,
-                                        at::kChar, nullptr, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kPerTokenAzp, .input = input,
+                    .dtype = at::kChar, .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    Outputs o = Runner::run(Runner::per_token_quant_int8_azp, call, a);
     return {o.out, o.scale, o.azp};
   }
 
   static at::Tensor static_quant(const at::Tensor& input, const at::Tensor& scale, at::ScalarType dtype,
                                  const std::optional<at::Tensor>& azp) {
     const char* op = static_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kNone, Scheme::kStatic, input, nullptr, nullptr, 0, dtype,
-                                        nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, nullptr, nullptr, 0, a).out;
+    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kStatic, .input = input, .dtype = dtype,
+                    .scale = &scale, .azp = &azp, .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    return Runner::run(Runner::static_quant, call, a).out;
   }
 
   static Pair rms_norm_per_token_quant(const at::Tensor& input, const at::Tensor& weight, double eps,
                                        at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
     const char* op = rms_norm_per_token_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kRmsNorm, Scheme::kPerToken, input, nullptr, &weight, eps,
-                                        dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, &weight, eps, a);
+    const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = Scheme::kPerToken, .input = input,
+                    .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub, .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    Outputs o = Runner::run(Runner::rms_norm_per_token_quant, call, a);
     return {o.out, o.scale};
   }
 
@@ -62,9 +69,11 @@ struct NativeBridges {
                                                  const at::Tensor& weight, double eps, at::ScalarType dtype,
                                                  const std::optional<at::Tensor>& scale_ub) {
     const char* op = fused_add_rms_norm_per_token_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, Scheme::kPerToken, input, &residual,
-                                        &weight, eps, dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, &residual, &weight, eps, a);
+    const Call call{.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = Scheme::kPerToken, .input = input,
+                    .residual = &residual, .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub,
+                    .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    Outputs o = Runner::run(Runner::fused_add_rms_norm_per_token_quant, call, a);
     return {o.out, o.scale};
   }
 
@@ -72,54 +81,33 @@ struct NativeBridges {
                                           const at::Tensor& scale, at::ScalarType dtype,
                                           const std::optional<at::Tensor>& azp) {
     const char* op = rms_norm_static_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kRmsNorm, Scheme::kStatic, input, nullptr, &weight, eps, dtype,
-                                        nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, nullptr, &weight, eps, a).out;
+    const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = Scheme::kStatic, .input = input,
+                    .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp,
+                    .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    return Runner::run(Runner::rms_norm_static_quant, call, a).out;
   }
 
   static at::Tensor fused_add_rms_norm_static_quant(const at::Tensor& input, at::Tensor& residual,
                                                     const at::Tensor& weight, double eps, const at::Tensor& scale,
                                                     at::ScalarType dtype, const std::optional<at::Tensor>& azp) {
     const char* op = fused_add_rms_norm_static_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, Scheme::kStatic, input, &residual, &weight,
-                                        eps, dtype, nullptr, &scale, &azp, Runner::kDevice);
-    return Runner::run(op, input, &residual, &weight, eps, a).out;
+    const Call call{.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = Scheme::kStatic, .input = input,
+                    .residual = &residual, .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp,
+                    .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    return Runner::run(Runner::fused_add_rms_norm_static_quant, call, a).out;
   }
 
   static Pair silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                                            const std::optional<at::Tensor>& scale_ub) {
     const char* op = silu_and_mul_per_token_quant_operation().name().c_str();
-    const Arguments a = check_arguments(op, Producer::kSiluAndMul, Scheme::kPerToken, input, nullptr, nullptr, 0,
-                                        dtype, &scale_ub, nullptr, nullptr, Runner::kDevice);
-    Outputs o = Runner::run(op, input, nullptr, nullptr, 0, a);
+    const Call call{.op = op, .producer = Producer::kSiluAndMul, .scheme = Scheme::kPerToken, .input = input,
+                    .dtype = dtype, .scale_ub = &scale_ub, .device = Runner::kDevice};
+    const Arguments a = check_arguments(call);
+    Outputs o = Runner::run(Runner::silu_and_mul_per_token_quant, call, a);
     return {o.out, o.scale};
   }
 };
 
-// A runner's kernel of a producer, from the four a device provides.
-template <typename Kernel>
-Kernel kernel_of(Producer producer, Kernel quant, Kernel rms_norm_quant, Kernel fused_add_rms_norm_quant,
-                 Kernel silu_and_mul_quant) {
-  switch (producer) {
-    case Producer::kRmsNorm: return rms_norm_quant;
-    case Producer::kFusedAddRmsNorm: return fused_add_rms_norm_quant;
-    case Producer::kSiluAndMul: return silu_and_mul_quant;
-    case Producer::kNone: break;
-  }
-  return quant;
-}
-
 }  // namespace xllm_kernel::quantization
-
-// Registers BRIDGES' eight operations as <PREFIX>_<operation> implementations of MODULE.
-#define XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, NAME) \
-  XLLM_REGISTER_IMPLEMENTATION(PREFIX##_##NAME, MODULE, NAME##_operation(), BRIDGES::NAME)
-#define XLLM_QUANT_REGISTER_NATIVE(PREFIX, MODULE, BRIDGES)                                       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, per_token_quant);                       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, per_token_quant_int8_azp);              \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, static_quant);                          \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, rms_norm_per_token_quant);              \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, fused_add_rms_norm_per_token_quant);    \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, rms_norm_static_quant);                 \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, fused_add_rms_norm_static_quant);       \
-  XLLM_QUANT_REGISTER_NATIVE_ONE(PREFIX, MODULE, BRIDGES, silu_and_mul_per_token_quant)

@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/quantization/internal.h"
 #include "xllm_kernel/ops/activation.h"
 #include "xllm_kernel/ops/normalization.h"
@@ -103,16 +104,16 @@ at::Tensor as_float(const at::Tensor& t) { return t.to(at::kFloat); }
 template <c10::DeviceType kDevice>
 Pair torch_per_token_quant(const at::Tensor& input, at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
   const char* op = per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kNone, QuantScheme::kPerToken, input, nullptr, nullptr, 0, dtype,
-                                      &scale_ub, nullptr, nullptr, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kPerToken,
+                                       .input = input, .dtype = dtype, .scale_ub = &scale_ub, .device = kDevice});
   return per_token(as_float(input), a.qdtype, a.scale_ub);
 }
 
 template <c10::DeviceType kDevice>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> torch_per_token_quant_int8_azp(const at::Tensor& input) {
   const char* op = per_token_quant_int8_azp_operation().name().c_str();
-  check_arguments(op, Producer::kNone, QuantScheme::kPerTokenAzp, input, nullptr, nullptr, 0, at::kChar, nullptr,
-                  nullptr, nullptr, kDevice);
+  check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kPerTokenAzp, .input = input,
+                   .dtype = at::kChar, .device = kDevice});
   return per_token_azp(as_float(input));
 }
 
@@ -120,8 +121,9 @@ template <c10::DeviceType kDevice>
 at::Tensor torch_static_quant(const at::Tensor& input, const at::Tensor& scale, at::ScalarType dtype,
                               const std::optional<at::Tensor>& azp) {
   const char* op = static_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kNone, QuantScheme::kStatic, input, nullptr, nullptr, 0, dtype,
-                                      nullptr, &scale, &azp, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kStatic,
+                                       .input = input, .dtype = dtype, .scale = &scale, .azp = &azp,
+                                       .device = kDevice});
   return static_scheme(as_float(input), a.qdtype, a.scale, a.azp);
 }
 
@@ -146,8 +148,9 @@ template <c10::DeviceType kDevice>
 Pair torch_rms_norm_per_token_quant(const at::Tensor& input, const at::Tensor& weight, double eps,
                                     at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
   const char* op = rms_norm_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kRmsNorm, QuantScheme::kPerToken, input, nullptr, &weight, eps,
-                                      dtype, &scale_ub, nullptr, nullptr, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kPerToken,
+                                       .input = input, .weight = &weight, .eps = eps, .dtype = dtype,
+                                       .scale_ub = &scale_ub, .device = kDevice});
   return per_token(normalized<kDevice>(input, weight, eps), a.qdtype, a.scale_ub);
 }
 
@@ -156,8 +159,10 @@ Pair torch_fused_add_rms_norm_per_token_quant(const at::Tensor& input, at::Tenso
                                               double eps, at::ScalarType dtype,
                                               const std::optional<at::Tensor>& scale_ub) {
   const char* op = fused_add_rms_norm_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, QuantScheme::kPerToken, input, &residual, &weight,
-                                      eps, dtype, &scale_ub, nullptr, nullptr, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kFusedAddRmsNorm,
+                                       .scheme = QuantScheme::kPerToken, .input = input, .residual = &residual,
+                                       .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub,
+                                       .device = kDevice});
   return per_token(add_normalized<kDevice>(input, residual, weight, eps), a.qdtype, a.scale_ub);
 }
 
@@ -166,8 +171,9 @@ at::Tensor torch_rms_norm_static_quant(const at::Tensor& input, const at::Tensor
                                        const at::Tensor& scale, at::ScalarType dtype,
                                        const std::optional<at::Tensor>& azp) {
   const char* op = rms_norm_static_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kRmsNorm, QuantScheme::kStatic, input, nullptr, &weight, eps, dtype,
-                                      nullptr, &scale, &azp, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kStatic,
+                                       .input = input, .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale,
+                                       .azp = &azp, .device = kDevice});
   return static_scheme(normalized<kDevice>(input, weight, eps), a.qdtype, a.scale, a.azp);
 }
 
@@ -176,8 +182,9 @@ at::Tensor torch_fused_add_rms_norm_static_quant(const at::Tensor& input, at::Te
                                                  const at::Tensor& weight, double eps, const at::Tensor& scale,
                                                  at::ScalarType dtype, const std::optional<at::Tensor>& azp) {
   const char* op = fused_add_rms_norm_static_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kFusedAddRmsNorm, QuantScheme::kStatic, input, &residual, &weight,
-                                      eps, dtype, nullptr, &scale, &azp, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = QuantScheme::kStatic,
+                                       .input = input, .residual = &residual, .weight = &weight, .eps = eps,
+                                       .dtype = dtype, .scale = &scale, .azp = &azp, .device = kDevice});
   return static_scheme(add_normalized<kDevice>(input, residual, weight, eps), a.qdtype, a.scale, a.azp);
 }
 
@@ -185,26 +192,44 @@ template <c10::DeviceType kDevice>
 Pair torch_silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                                         const std::optional<at::Tensor>& scale_ub) {
   const char* op = silu_and_mul_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments(op, Producer::kSiluAndMul, QuantScheme::kPerToken, input, nullptr, nullptr, 0,
-                                      dtype, &scale_ub, nullptr, nullptr, kDevice);
+  const Arguments a = check_arguments({.op = op, .producer = Producer::kSiluAndMul, .scheme = QuantScheme::kPerToken,
+                                       .input = input, .dtype = dtype, .scale_ub = &scale_ub, .device = kDevice});
   static const auto silu_and_mul = torch_sibling<SiluAndMulFn>(kDevice, silu_and_mul_operation().name());
   return per_token(as_float(silu_and_mul(input)), a.qdtype, a.scale_ub);
 }
 
 }  // namespace
 
-#define XLLM_QUANT_TORCH(NAME)                                                                                   \
-  XLLM_REGISTER_IMPLEMENTATION(cpu_torch_##NAME, modules().torch_cpu, NAME##_operation(), torch_##NAME<kCpu>); \
-  XLLM_REGISTER_IMPLEMENTATION(cuda_torch_##NAME, modules().torch_cuda, NAME##_operation(), torch_##NAME<kCuda>)
-
-XLLM_QUANT_TORCH(per_token_quant);
-XLLM_QUANT_TORCH(per_token_quant_int8_azp);
-XLLM_QUANT_TORCH(static_quant);
-XLLM_QUANT_TORCH(rms_norm_per_token_quant);
-XLLM_QUANT_TORCH(fused_add_rms_norm_per_token_quant);
-XLLM_QUANT_TORCH(rms_norm_static_quant);
-XLLM_QUANT_TORCH(fused_add_rms_norm_static_quant);
-XLLM_QUANT_TORCH(silu_and_mul_per_token_quant);
-#undef XLLM_QUANT_TORCH
+XLLM_REGISTER_NAMED("cpu.torch.per_token_quant", modules().torch_cpu, per_token_quant_operation(),
+                    torch_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.per_token_quant_int8_azp", modules().torch_cpu, per_token_quant_int8_azp_operation(),
+                    torch_per_token_quant_int8_azp<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.static_quant", modules().torch_cpu, static_quant_operation(), torch_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.rms_norm_per_token_quant", modules().torch_cpu, rms_norm_per_token_quant_operation(),
+                    torch_rms_norm_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.fused_add_rms_norm_per_token_quant", modules().torch_cpu,
+                    fused_add_rms_norm_per_token_quant_operation(), torch_fused_add_rms_norm_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.rms_norm_static_quant", modules().torch_cpu, rms_norm_static_quant_operation(),
+                    torch_rms_norm_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.fused_add_rms_norm_static_quant", modules().torch_cpu,
+                    fused_add_rms_norm_static_quant_operation(), torch_fused_add_rms_norm_static_quant<kCpu>);
+XLLM_REGISTER_NAMED("cpu.torch.silu_and_mul_per_token_quant", modules().torch_cpu,
+                    silu_and_mul_per_token_quant_operation(), torch_silu_and_mul_per_token_quant<kCpu>);
+XLLM_REGISTER_NAMED("cuda.torch.per_token_quant", modules().torch_cuda, per_token_quant_operation(),
+                    torch_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.per_token_quant_int8_azp", modules().torch_cuda, per_token_quant_int8_azp_operation(),
+                    torch_per_token_quant_int8_azp<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.static_quant", modules().torch_cuda, static_quant_operation(),
+                    torch_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.rms_norm_per_token_quant", modules().torch_cuda, rms_norm_per_token_quant_operation(),
+                    torch_rms_norm_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.fused_add_rms_norm_per_token_quant", modules().torch_cuda,
+                    fused_add_rms_norm_per_token_quant_operation(), torch_fused_add_rms_norm_per_token_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.rms_norm_static_quant", modules().torch_cuda, rms_norm_static_quant_operation(),
+                    torch_rms_norm_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.fused_add_rms_norm_static_quant", modules().torch_cuda,
+                    fused_add_rms_norm_static_quant_operation(), torch_fused_add_rms_norm_static_quant<kCuda>);
+XLLM_REGISTER_NAMED("cuda.torch.silu_and_mul_per_token_quant", modules().torch_cuda,
+                    silu_and_mul_per_token_quant_operation(), torch_silu_and_mul_per_token_quant<kCuda>);
 
 }  // namespace xllm_kernel::quantization

@@ -5,6 +5,7 @@
 
 #include "csrc/cpu/rotary/rotary.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/rotary/internal.h"
 #include "xllm_kernel/ops/rotary.h"
 
@@ -23,7 +24,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_rotary_embedding, modules().native_cpu, rotary_embedding_operation(),
-                             native_rotary);
+XLLM_REGISTER_NAMED("cpu.native.rotary_embedding", modules().native_cpu, rotary_embedding_operation(),
+                    native_rotary);
 
 }  // namespace xllm_kernel::rotary

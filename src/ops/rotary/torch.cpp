@@ -5,6 +5,7 @@
 // CUDA the token reads cache row 0 and its rows are written back unchanged, as cuda.native does.
 #include <ATen/ATen.h>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/rotary/internal.h"
 #include "xllm_kernel/ops/rotary.h"
 
@@ -55,9 +56,9 @@ void torch_rotary(const at::Tensor& positions, at::Tensor& query, const std::opt
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_rotary_embedding, modules().torch_cpu, rotary_embedding_operation(),
-                             torch_rotary<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_rotary_embedding, modules().torch_cuda, rotary_embedding_operation(),
-                             torch_rotary<c10::DeviceType::CUDA>);
+XLLM_REGISTER_NAMED("cpu.torch.rotary_embedding", modules().torch_cpu, rotary_embedding_operation(),
+                    torch_rotary<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.rotary_embedding", modules().torch_cuda, rotary_embedding_operation(),
+                    torch_rotary<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::rotary

@@ -12,6 +12,7 @@
 
 #include "csrc/cpu/sampling/sampling.h"
 #include "src/ops/common/cpu.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/sampling/internal.h"
 #include "xllm_kernel/ops/sampling.h"
 
@@ -52,6 +53,6 @@ at::Tensor native_sample(const at::Tensor& logits_in, const at::Tensor& temperat
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_native_sample, modules().native_cpu, sample_operation(), native_sample);
+XLLM_REGISTER_NAMED("cpu.native.sample", modules().native_cpu, sample_operation(), native_sample);
 
 }  // namespace xllm_kernel::sampling

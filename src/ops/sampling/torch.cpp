@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/sampling/internal.h"
 #include "xllm_kernel/ops/sampling.h"
 
@@ -133,9 +134,9 @@ at::Tensor torch_sample(const at::Tensor& logits, const at::Tensor& temperature,
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cpu_torch_sample, modules().torch_cpu, sample_operation(),
-                             torch_sample<c10::DeviceType::CPU>);
-XLLM_REGISTER_IMPLEMENTATION(cuda_torch_sample, modules().torch_cuda, sample_operation(),
-                             torch_sample<c10::DeviceType::CUDA>);
+XLLM_REGISTER_NAMED("cpu.torch.sample", modules().torch_cpu, sample_operation(),
+                    torch_sample<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.sample", modules().torch_cuda, sample_operation(),
+                    torch_sample<c10::DeviceType::CUDA>);
 
 }  // namespace xllm_kernel::sampling

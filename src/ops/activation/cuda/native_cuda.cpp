@@ -8,6 +8,7 @@
 #include "csrc/cuda/activation/activation.h"
 #include "src/ops/activation/internal.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/activation.h"
 
 namespace xllm_kernel::activation {
@@ -31,17 +32,17 @@ at::Tensor native_act(const at::Tensor& input) {
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_silu_and_mul, modules().native_cuda, silu_and_mul_operation(),
-                             (native_act<cuda::silu_and_mul, &silu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_and_mul, modules().native_cuda, gelu_and_mul_operation(),
-                             (native_act<cuda::gelu_and_mul, &gelu_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh_and_mul, modules().native_cuda, gelu_tanh_and_mul_operation(),
-                             (native_act<cuda::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu, modules().native_cuda, gelu_operation(),
-                             (native_act<cuda::gelu, &gelu_operation, /*kGated=*/false>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_gelu_tanh, modules().native_cuda, gelu_tanh_operation(),
-                             (native_act<cuda::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_quick_gelu, modules().native_cuda, quick_gelu_operation(),
-                             (native_act<cuda::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cuda.native.silu_and_mul", modules().native_cuda, silu_and_mul_operation(),
+                    (native_act<cuda::silu_and_mul, &silu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.native.gelu_and_mul", modules().native_cuda, gelu_and_mul_operation(),
+                    (native_act<cuda::gelu_and_mul, &gelu_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.native.gelu_tanh_and_mul", modules().native_cuda, gelu_tanh_and_mul_operation(),
+                    (native_act<cuda::gelu_tanh_and_mul, &gelu_tanh_and_mul_operation>));
+XLLM_REGISTER_NAMED("cuda.native.gelu", modules().native_cuda, gelu_operation(),
+                    (native_act<cuda::gelu, &gelu_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cuda.native.gelu_tanh", modules().native_cuda, gelu_tanh_operation(),
+                    (native_act<cuda::gelu_tanh, &gelu_tanh_operation, /*kGated=*/false>));
+XLLM_REGISTER_NAMED("cuda.native.quick_gelu", modules().native_cuda, quick_gelu_operation(),
+                    (native_act<cuda::quick_gelu, &quick_gelu_operation, /*kGated=*/false>));
 
 }  // namespace xllm_kernel::activation

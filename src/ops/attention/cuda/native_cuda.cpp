@@ -12,6 +12,7 @@
 #include "csrc/cuda/common/device.h"
 #include "src/ops/attention/internal.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "xllm_kernel/ops/attention.h"
 
 namespace xllm_kernel::attention {
@@ -39,7 +40,7 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_paged_attention, modules().native_cuda, paged_attention_operation(),
-                             native_paged_attention);
+XLLM_REGISTER_NAMED("cuda.native.paged_attention", modules().native_cuda, paged_attention_operation(),
+                    native_paged_attention);
 
 }  // namespace xllm_kernel::attention

@@ -7,6 +7,7 @@
 
 #include "csrc/cuda/kv_cache/kv_cache.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/kv_cache/internal.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
@@ -25,7 +26,7 @@ void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_reshape_and_cache, modules().native_cuda, reshape_and_cache_operation(),
-                             native_reshape_and_cache);
+XLLM_REGISTER_NAMED("cuda.native.reshape_and_cache", modules().native_cuda, reshape_and_cache_operation(),
+                    native_reshape_and_cache);
 
 }  // namespace xllm_kernel::kv_cache

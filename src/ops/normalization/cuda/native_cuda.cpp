@@ -8,6 +8,7 @@
 
 #include "csrc/cuda/normalization/normalization.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -47,9 +48,9 @@ at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, 
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_rms_norm, modules().native_cuda, rms_norm_operation(), native_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_fused_add_rms_norm, modules().native_cuda, fused_add_rms_norm_operation(),
-                             native_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_layer_norm, modules().native_cuda, layer_norm_operation(), native_layer_norm);
+XLLM_REGISTER_NAMED("cuda.native.rms_norm", modules().native_cuda, rms_norm_operation(), native_rms_norm);
+XLLM_REGISTER_NAMED("cuda.native.fused_add_rms_norm", modules().native_cuda, fused_add_rms_norm_operation(),
+                    native_fused_add_rms_norm);
+XLLM_REGISTER_NAMED("cuda.native.layer_norm", modules().native_cuda, layer_norm_operation(), native_layer_norm);
 
 }  // namespace xllm_kernel::normalization

@@ -21,6 +21,7 @@
 
 #include <tuple>
 
+#include "src/ops/common/registration.h"
 #include "src/ops/normalization/internal.h"
 #include "xllm_kernel/ops/normalization.h"
 
@@ -88,9 +89,9 @@ at::Tensor torch_npu_layer_norm(const at::Tensor& input, const at::Tensor& weigh
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_rms_norm, *modules().torch_npu, rms_norm_operation(), torch_npu_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_fused_add_rms_norm, *modules().torch_npu, fused_add_rms_norm_operation(),
-                             torch_npu_fused_add_rms_norm);
-XLLM_REGISTER_IMPLEMENTATION(npu_torch_layer_norm, *modules().torch_npu, layer_norm_operation(), torch_npu_layer_norm);
+XLLM_REGISTER_NAMED("npu.torch.rms_norm", *modules().torch_npu, rms_norm_operation(), torch_npu_rms_norm);
+XLLM_REGISTER_NAMED("npu.torch.fused_add_rms_norm", *modules().torch_npu, fused_add_rms_norm_operation(),
+                    torch_npu_fused_add_rms_norm);
+XLLM_REGISTER_NAMED("npu.torch.layer_norm", *modules().torch_npu, layer_norm_operation(), torch_npu_layer_norm);
 
 }  // namespace xllm_kernel::normalization

@@ -8,6 +8,7 @@
 
 #include "csrc/cuda/rotary/rotary.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/rotary/internal.h"
 #include "xllm_kernel/ops/rotary.h"
 
@@ -27,7 +28,7 @@ void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::op
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_rotary_embedding, modules().native_cuda, rotary_embedding_operation(),
-                             native_rotary);
+XLLM_REGISTER_NAMED("cuda.native.rotary_embedding", modules().native_cuda, rotary_embedding_operation(),
+                    native_rotary);
 
 }  // namespace xllm_kernel::rotary

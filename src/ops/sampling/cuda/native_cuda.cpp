@@ -13,6 +13,7 @@
 #include "csrc/cuda/common/device.h"
 #include "csrc/cuda/sampling/sampling.h"
 #include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
 #include "src/ops/sampling/internal.h"
 #include "xllm_kernel/ops/sampling.h"
 
@@ -42,6 +43,6 @@ at::Tensor native_sample(const at::Tensor& logits_in, const at::Tensor& temperat
 
 }  // namespace
 
-XLLM_REGISTER_IMPLEMENTATION(cuda_native_sample, modules().native_cuda, sample_operation(), native_sample);
+XLLM_REGISTER_NAMED("cuda.native.sample", modules().native_cuda, sample_operation(), native_sample);
 
 }  // namespace xllm_kernel::sampling
