@@ -52,8 +52,8 @@ template <int N>
 inline constexpr int kAttentionPiecesPerThread =
     (kAttentionMaxHeadSize / N + kAttentionThreads - 1) / kAttentionThreads;
 
-XLLM_CUDA_HD float attention_nan() { return bits_to_float(0x7FC00000u); }
-XLLM_CUDA_HD float attention_minus_inf() { return bits_to_float(0xFF800000u); }
+XLLM_CUDA_HD float attention_nan() { return float_from_bits(0x7FC00000u); }
+XLLM_CUDA_HD float attention_minus_inf() { return float_from_bits(0xFF800000u); }
 XLLM_CUDA_HD bool attention_is_nan(float x) { return x != x; }
 
 XLLM_CUDA_HD float attention_exp(float x) {

@@ -48,8 +48,6 @@ using ::xllm_kernel::kernels::float8_e4m3fn_from_float;
 using ::xllm_kernel::kernels::int32_from_float;
 using ::xllm_kernel::kernels::int8_from_float;
 using ::xllm_kernel::kernels::int8_from_float_azp;
-using ::xllm_kernel::kernels::quant_float_bits;
-using ::xllm_kernel::kernels::quant_float_from_bits;
 using ::xllm_kernel::kernels::quant_max;
 using ::xllm_kernel::kernels::quant_min;
 using ::xllm_kernel::kernels::quant_nan;
@@ -77,8 +75,8 @@ XLLM_CUDA_HD float q_sub(float a, float b) {
 #endif
 }
 
-XLLM_CUDA_HD float q_abs(float x) { return quant_float_from_bits(quant_float_bits(x) & 0x7FFFFFFFu); }
-XLLM_CUDA_HD bool q_negative(float x) { return (quant_float_bits(x) >> 31) != 0; }
+XLLM_CUDA_HD float q_abs(float x) { return float_from_bits(float_bits(x) & 0x7FFFFFFFu); }
+XLLM_CUDA_HD bool q_negative(float x) { return (float_bits(x) >> 31) != 0; }
 
 // min and max in the contract's order (-0 below +0), NaN if either is NaN: commutative and
 // associative, so a tree reduction gives the bits of a sequential one.

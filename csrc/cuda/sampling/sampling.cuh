@@ -108,7 +108,7 @@ inline constexpr int32_t kSampleSelect = 2;   // selections, then the race over 
 
 // The float32 value of a key (the inverse of logit_order_key for every value it yields).
 XLLM_CUDA_HD float sample_key_value(uint32_t key) {
-  return bits_to_float((key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key);
+  return float_from_bits((key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key);
 }
 
 // IEEE float32 operations, rounded to nearest: never contracted or approximated on the device.
@@ -174,7 +174,7 @@ XLLM_CUDA_HD float sample_weight(uint32_t key, const SampleRowCtx& c) {
 }
 
 // 2^shift as a float32 (0 <= shift <= 63).
-XLLM_CUDA_HD float sample_mass_scale(int shift) { return bits_to_float(static_cast<uint32_t>(127 + shift) << 23); }
+XLLM_CUDA_HD float sample_mass_scale(int shift) { return float_from_bits(static_cast<uint32_t>(127 + shift) << 23); }
 
 // floor(w * scale) for w in [0, 1]: the product is exact (a power of two), the conversion truncates.
 XLLM_CUDA_HD unsigned long long sample_mass(float w, float scale) {
@@ -197,7 +197,7 @@ XLLM_CUDA_HD unsigned long long sample_mul_hi(unsigned long long a, unsigned lon
 // ceil(p * total), exactly, for p in (0, 1) and any total: p = mantissa * 2^-shift with a mantissa of
 // at most 24 bits and shift >= 24, so the product has at most 88 bits.
 XLLM_CUDA_HD unsigned long long sample_mass_target(float p, unsigned long long total) {
-  const uint32_t bits = float_to_bits(p);
+  const uint32_t bits = float_bits(p);
   const uint32_t biased = (bits >> 23) & 0xFFu;
   const unsigned long long mantissa = biased == 0 ? (bits & 0x7FFFFFu) : ((bits & 0x7FFFFFu) | 0x800000u);
   const int shift = biased == 0 ? 149 : 150 - static_cast<int>(biased);
@@ -581,7 +581,7 @@ XLLM_CUDA_HD void sample_race(Team& team, SampleShared& s, const Source& src, co
       const float u = sampling_uniform_from_word(sample_word(words, index & 3u));
       const float q = sample_div(w, -sample_log(u));
       const unsigned long long v =
-          (static_cast<unsigned long long>(float_to_bits(q)) << 32) | (0xFFFFFFFFu - index);
+          (static_cast<unsigned long long>(float_bits(q)) << 32) | (0xFFFFFFFFu - index);
       best = v > best ? v : best;
     });
     s.chunk_value[t] = best;
