@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "csrc/common/host_device.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::kernels {
@@ -80,18 +81,11 @@ struct PagedAttentionParams {
   int64_t sliding_window = 0;  // > 0: the last sliding_window positions (its own included); <= 0: off
 };
 
-// Callable from CUDA device code too (a host-only inline function called there compiles to nothing
-// but a warning).
-#ifdef __CUDACC__
-#define XLLM_ATTENTION_HD __host__ __device__
-#else
-#define XLLM_ATTENTION_HD
-#endif
-
+// Callable from CUDA device code too (XLLM_HOST_DEVICE, csrc/common/host_device.h).
 // The group of query heads that share a KV head.
-XLLM_ATTENTION_HD inline int64_t query_heads_per_kv(const PagedAttentionParams& p) { return p.q_heads / p.kv_heads; }
+XLLM_HOST_DEVICE inline int64_t query_heads_per_kv(const PagedAttentionParams& p) { return p.q_heads / p.kv_heads; }
 
 // The longest context a sequence of these shapes can have.
-XLLM_ATTENTION_HD inline int64_t max_context(const PagedAttentionParams& p) { return p.max_blocks_per_seq * p.block_size; }
+XLLM_HOST_DEVICE inline int64_t max_context(const PagedAttentionParams& p) { return p.max_blocks_per_seq * p.block_size; }
 
 }  // namespace xllm_kernel::kernels

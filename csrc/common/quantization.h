@@ -83,8 +83,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "csrc/common/host_device.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::kernels {
@@ -154,43 +154,17 @@ struct QuantParams {
 
 // ---------------------------------------------------------------- the arithmetic
 
-#ifdef __CUDACC__
-#define XLLM_QUANT_HD __host__ __device__
-#else
-#define XLLM_QUANT_HD
-#endif
-
 inline constexpr float kFp8E4M3Max = 448.0f;
 inline constexpr float kInt8Max = 127.0f;
 
-XLLM_QUANT_HD inline uint32_t quant_float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-XLLM_QUANT_HD inline float quant_float_from_bits(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-
 // The canonical quiet NaN 0x7FC00000: the scale of a row with a NaN.
-XLLM_QUANT_HD inline float quant_nan() { return quant_float_from_bits(0x7FC00000u); }
+XLLM_HOST_DEVICE inline float quant_nan() { return float_from_bits(0x7FC00000u); }
 
 // The smallest fp8 scale, 1 / (448 * 512) in float32 (vLLM's min_scaling_factor).
-XLLM_QUANT_HD inline float fp8_min_scale() { return 1.0f / (kFp8E4M3Max * 512.0f); }
+XLLM_HOST_DEVICE inline float fp8_min_scale() { return 1.0f / (kFp8E4M3Max * 512.0f); }
 
 // v rounded to an integer, ties to even (the default rounding mode).
-XLLM_QUANT_HD inline float quant_rint(float v) {
+XLLM_HOST_DEVICE inline float quant_rint(float v) {
 #ifdef __CUDA_ARCH__
   return rintf(v);
 #else
@@ -202,8 +176,8 @@ XLLM_QUANT_HD inline float quant_rint(float v) {
 // +-448 (0x7E / 0xFE): with ties to even, 464 (the midpoint of 448 and the missing 480) rounds to
 // 448 too; NaN gives 0x7F. Below 2^-6 the subnormals m * 2^-9 (m = 0..7); 2^-10 and less round to
 // +-0. Integer arithmetic only: exact whatever the rounding mode and flush-to-zero settings.
-XLLM_QUANT_HD inline uint8_t float8_e4m3fn_from_float(float v) {
-  const uint32_t bits = quant_float_bits(v);
+XLLM_HOST_DEVICE inline uint8_t float8_e4m3fn_from_float(float v) {
+  const uint32_t bits = float_bits(v);
   const uint32_t abs = bits & 0x7FFFFFFFu;
   if (abs > 0x7F800000u) return 0x7F;
   const uint32_t sign = (bits >> 24) & 0x80u;
@@ -229,19 +203,19 @@ XLLM_QUANT_HD inline uint8_t float8_e4m3fn_from_float(float v) {
 }
 
 // The value of float8_e4m3fn bits (0x7F and 0xFF are NaN).
-XLLM_QUANT_HD inline float float_from_float8_e4m3fn(uint8_t q) {
+XLLM_HOST_DEVICE inline float float_from_float8_e4m3fn(uint8_t q) {
   const uint32_t sign = static_cast<uint32_t>(q & 0x80u) << 24;
   const uint32_t e = (q >> 3) & 0xFu, m = q & 7u;
-  if (e == 15 && m == 7) return quant_float_from_bits(sign | 0x7FC00000u);
+  if (e == 15 && m == 7) return float_from_bits(sign | 0x7FC00000u);
   if (e == 0) {
     const float sub = static_cast<float>(m) * 0.001953125f;  // m * 2^-9, exact
     return (q & 0x80u) ? -sub : sub;
   }
-  return quant_float_from_bits(sign | ((e + 120u) << 23) | (m << 20));
+  return float_from_bits(sign | ((e + 120u) << 23) | (m << 20));
 }
 
 // v rounded to nearest, ties to even, saturated to [-128, 127]; NaN gives 0.
-XLLM_QUANT_HD inline int8_t int8_from_float(float v) {
+XLLM_HOST_DEVICE inline int8_t int8_from_float(float v) {
   if (!(v == v)) return 0;
   if (v >= 127.0f) return 127;
   if (v <= -128.0f) return -128;
@@ -249,7 +223,7 @@ XLLM_QUANT_HD inline int8_t int8_from_float(float v) {
 }
 
 // v rounded to nearest, ties to even, saturated to [-2^31, 2^31 - 1]; NaN gives 0.
-XLLM_QUANT_HD inline int32_t int32_from_float(float v) {
+XLLM_HOST_DEVICE inline int32_t int32_from_float(float v) {
   if (!(v == v)) return 0;
   if (v >= 2147483648.0f) return 2147483647;
   if (v <= -2147483648.0f) return -2147483647 - 1;
@@ -257,18 +231,18 @@ XLLM_QUANT_HD inline int32_t int32_from_float(float v) {
 }
 
 // int8(int32(v) + azp): the sum saturated to [-128, 127].
-XLLM_QUANT_HD inline int8_t int8_from_float_azp(float v, int32_t azp) {
+XLLM_HOST_DEVICE inline int8_t int8_from_float_azp(float v, int32_t azp) {
   const int64_t s = static_cast<int64_t>(int32_from_float(v)) + azp;
   return static_cast<int8_t>(s < -128 ? -128 : s > 127 ? 127 : s);
 }
 
 // max and min that return NaN when either operand is NaN (unlike fmaxf and fminf).
-XLLM_QUANT_HD inline float quant_max(float a, float b) { return (a != a || b != b) ? quant_nan() : (a > b ? a : b); }
-XLLM_QUANT_HD inline float quant_min(float a, float b) { return (a != a || b != b) ? quant_nan() : (a < b ? a : b); }
+XLLM_HOST_DEVICE inline float quant_max(float a, float b) { return (a != a || b != b) ? quant_nan() : (a > b ? a : b); }
+XLLM_HOST_DEVICE inline float quant_min(float a, float b) { return (a != a || b != b) ? quant_nan() : (a < b ? a : b); }
 
 // The fp8 per-token scale of a row with this amax (NaN if the row holds a NaN); scale_ub: the
 // upper bound on amax, or null.
-XLLM_QUANT_HD inline float fp8_per_token_scale(float amax, const float* scale_ub) {
+XLLM_HOST_DEVICE inline float fp8_per_token_scale(float amax, const float* scale_ub) {
   const float bounded = scale_ub != nullptr ? quant_min(amax, *scale_ub) : amax;
   if (bounded != bounded) return quant_nan();
   const float s = bounded / kFp8E4M3Max;
@@ -276,8 +250,8 @@ XLLM_QUANT_HD inline float fp8_per_token_scale(float amax, const float* scale_ub
 }
 
 // The int8 per-token scale and multiplier of a row with this amax.
-XLLM_QUANT_HD inline float int8_per_token_scale(float amax) { return amax != amax ? quant_nan() : amax / kInt8Max; }
-XLLM_QUANT_HD inline float int8_per_token_multiplier(float amax) {
+XLLM_HOST_DEVICE inline float int8_per_token_scale(float amax) { return amax != amax ? quant_nan() : amax / kInt8Max; }
+XLLM_HOST_DEVICE inline float int8_per_token_multiplier(float amax) {
   return amax != amax ? quant_nan() : amax == 0.0f ? 0.0f : kInt8Max / amax;
 }
 
@@ -288,7 +262,7 @@ struct Int8AzpParams {
   int32_t azp;       // int32(-128 - min / scale)
 };
 
-XLLM_QUANT_HD inline Int8AzpParams int8_azp_params(float min, float max) {
+XLLM_HOST_DEVICE inline Int8AzpParams int8_azp_params(float min, float max) {
   if (min != min || max != max) return Int8AzpParams{quant_nan(), quant_nan(), 0};
   const float scale = (max - min) / 255.0f;
   return Int8AzpParams{scale, 1.0f / scale, int32_from_float(-128.0f - min / scale)};
@@ -297,12 +271,12 @@ XLLM_QUANT_HD inline Int8AzpParams int8_azp_params(float min, float max) {
 // One element. Per token: fp8 q = e4m3(x / scale); int8 q = int8(x * multiplier); int8 azp
 // q = int8(int32(x * multiplier) + azp). Static: fp8 q = e4m3(x * (1 / scale)); int8
 // q = int8(x / scale); int8 azp q = int8(int32(x * (1 / scale)) + azp).
-XLLM_QUANT_HD inline uint8_t quantize_fp8_per_token(float x, float scale) { return float8_e4m3fn_from_float(x / scale); }
-XLLM_QUANT_HD inline int8_t quantize_int8_per_token(float x, float multiplier) { return int8_from_float(x * multiplier); }
-XLLM_QUANT_HD inline int8_t quantize_int8_azp(float x, float multiplier, int32_t azp) {
+XLLM_HOST_DEVICE inline uint8_t quantize_fp8_per_token(float x, float scale) { return float8_e4m3fn_from_float(x / scale); }
+XLLM_HOST_DEVICE inline int8_t quantize_int8_per_token(float x, float multiplier) { return int8_from_float(x * multiplier); }
+XLLM_HOST_DEVICE inline int8_t quantize_int8_azp(float x, float multiplier, int32_t azp) {
   return int8_from_float_azp(x * multiplier, azp);
 }
-XLLM_QUANT_HD inline uint8_t quantize_fp8_static(float x, float inv_scale) { return float8_e4m3fn_from_float(x * inv_scale); }
-XLLM_QUANT_HD inline int8_t quantize_int8_static(float x, float scale) { return int8_from_float(x / scale); }
+XLLM_HOST_DEVICE inline uint8_t quantize_fp8_static(float x, float inv_scale) { return float8_e4m3fn_from_float(x * inv_scale); }
+XLLM_HOST_DEVICE inline int8_t quantize_int8_static(float x, float scale) { return int8_from_float(x / scale); }
 
 }  // namespace xllm_kernel::kernels

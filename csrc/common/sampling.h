@@ -54,8 +54,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "csrc/common/host_device.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::kernels {
@@ -81,12 +81,6 @@ struct SamplingParams {
 // The result of a row the rules above cannot sample (see "Non-finite logits").
 inline constexpr int64_t kInvalidRow = -1;
 
-#ifdef __CUDACC__
-#define XLLM_SAMPLING_HD __host__ __device__
-#else
-#define XLLM_SAMPLING_HD
-#endif
-
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): ten
 // rounds of the counter ctr under the key, the form of Random123 and cuRAND. Its known answers
 // are tested (test/csrc/sampling).
@@ -94,7 +88,7 @@ struct Philox4x32 {
   uint32_t v[4];
 };
 
-XLLM_SAMPLING_HD inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
+XLLM_HOST_DEVICE inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -111,7 +105,7 @@ XLLM_SAMPLING_HD inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, ui
 
 // The four 32-bit words of token group g = i / 4 of a row: counter (g, 0, offset low, offset high),
 // key (seed low, seed high). Token i uses word i % 4, so one Philox call serves four tokens.
-XLLM_SAMPLING_HD inline Philox4x32 sampling_words(int64_t seed, int64_t offset, int64_t group) {
+XLLM_HOST_DEVICE inline Philox4x32 sampling_words(int64_t seed, int64_t offset, int64_t group) {
   const uint64_t s = static_cast<uint64_t>(seed), o = static_cast<uint64_t>(offset);
   const Philox4x32 ctr{{static_cast<uint32_t>(group), 0u, static_cast<uint32_t>(o), static_cast<uint32_t>(o >> 32)}};
   return philox4x32_10(ctr, static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32));
@@ -119,12 +113,12 @@ XLLM_SAMPLING_HD inline Philox4x32 sampling_words(int64_t seed, int64_t offset, 
 
 // A word as a uniform in (0, 1): (w >> 9 + 1/2) 2^-23, exact in float32 (at most 24 significant
 // bits), in [2^-24, 1 - 2^-24].
-XLLM_SAMPLING_HD inline float sampling_uniform_from_word(uint32_t word) {
+XLLM_HOST_DEVICE inline float sampling_uniform_from_word(uint32_t word) {
   return (static_cast<float>(word >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 // u_i of token i of a row with this seed and offset.
-XLLM_SAMPLING_HD inline float sampling_uniform(int64_t seed, int64_t offset, int64_t token) {
+XLLM_HOST_DEVICE inline float sampling_uniform(int64_t seed, int64_t offset, int64_t token) {
   const Philox4x32 w = sampling_words(seed, offset, token >> 2);
   return sampling_uniform_from_word(w.v[token & 3]);
 }
@@ -132,25 +126,20 @@ XLLM_SAMPLING_HD inline float sampling_uniform(int64_t seed, int64_t offset, int
 // An unsigned key whose order is the logits' order (larger logit, larger key), NaN as -inf and
 // -0 as +0, so selection can work on integers: the order above is key descending, then index
 // ascending.
-XLLM_SAMPLING_HD inline uint32_t logit_order_key(float l) {
+XLLM_HOST_DEVICE inline uint32_t logit_order_key(float l) {
   if (l != l) l = -__builtin_inff();
   if (l == 0.0f) l = 0.0f;
-  uint32_t b;
-#ifdef __CUDA_ARCH__
-  b = __float_as_uint(l);
-#else
-  std::memcpy(&b, &l, sizeof b);
-#endif
+  const uint32_t b = float_bits(l);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
 // K of a row: the count top-k keeps.
-XLLM_SAMPLING_HD inline int64_t sampling_top_k(int32_t top_k, int64_t vocab) {
+XLLM_HOST_DEVICE inline int64_t sampling_top_k(int32_t top_k, int64_t vocab) {
   return top_k > 0 && top_k < vocab ? static_cast<int64_t>(top_k) : vocab;
 }
 
 // Whether a row's parameters are in their domains (the CPU bridge rejects the others).
-XLLM_SAMPLING_HD inline bool sampling_parameters_valid(float temperature, float top_p, float min_p) {
+XLLM_HOST_DEVICE inline bool sampling_parameters_valid(float temperature, float top_p, float min_p) {
   const bool t_ok = temperature >= 0.0f && temperature <= 3.4028234663852886e38f;
   const bool p_ok = top_p > 0.0f && top_p <= 1.0f;
   const bool m_ok = min_p >= 0.0f && min_p < 1.0f;

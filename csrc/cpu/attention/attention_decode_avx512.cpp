@@ -26,6 +26,7 @@
 #include <limits>
 
 #include "csrc/cpu/attention/attention_internal.h"
+#include "csrc/cpu/common/avx512_math.h"
 #include "csrc/cpu/common/cpu_features.h"
 
 #define XK_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -40,6 +41,9 @@ namespace {
 constexpr int kT = static_cast<int>(kTileKeys);
 // Keys from the tile being computed to the one being prefetched (RunItem).
 constexpr int64_t kAheadKeys = 2 * kTileKeys;
+// The degree of e^x's polynomial (avx512_math.h: truncation 5e-9 relative), in the weights and the
+// soft cap's tanh.
+constexpr int kExpDegree = 7;
 
 // Mask of lanes [0, n) of 32 (n clamped to [0, 32]).
 inline __mmask32 Lanes32(int64_t n) {
@@ -52,38 +56,6 @@ inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
   if (hi < lo) return 0;
   const uint32_t upto = (2u << hi) - 1, below = (1u << lo) - 1;
   return static_cast<__mmask16>(upto & ~below);
-}
-
-// e^x for x <= 0 (NaN stays NaN; below -87.5 a tiny positive number, callers mask what must be 0):
-// x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 7 (truncation 5e-9
-// relative), scaled by 2^n.
-XK_AVX512BF16_INLINE __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.5f), x);  // the second operand where either is NaN
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2 high part (exact n * hi)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);     // ln2 - high part
-  __m512 e = _mm512_set1_ps(1.0f / 5040);
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 720));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, n);
-}
-
-// tanh(y) = sign(y) (1 - 2 / (e^(2|y|) + 1)): absolute error a few float32 ulps of 1 (the soft
-// cap multiplies it by the cap: well inside the logits' error budget).
-XK_AVX512BF16_INLINE __m512 Tanh(__m512 y) {
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  const __m512 a = _mm512_andnot_ps(sign, y);
-  // e^(2|y|) = 1 / e^(-2|y|): Exp takes x <= 0; for large |y| e^(-2|y|) -> tiny, the quotient -> 0.
-  const __m512 em = Exp(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f)));
-  // 1 - 2 / (1/em + 1) = (1 - em) / (1 + em)
-  const __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), em), _mm512_add_ps(_mm512_set1_ps(1.0f), em));
-  return _mm512_or_ps(t, _mm512_and_ps(sign, y));
 }
 
 // r[j] = the sum of the 16 lanes of a[j] (16 vectors, 64 bytes apart), by a transpose-add tree.
@@ -358,7 +330,7 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
       for (int m = 0; m < 16; ++m) tile_max[m] = -std::numeric_limits<float>::infinity();
       for (int m = 0; m < M; ++m) {
         __m512 x = _mm512_mul_ps(_mm512_load_ps(sc.s + m * 16), scale);
-        if (capped) x = _mm512_mul_ps(cap, Tanh(_mm512_mul_ps(x, inv_cap)));
+        if (capped) x = _mm512_mul_ps(cap, avx512::Tanh<kExpDegree>(_mm512_mul_ps(x, inv_cap)));
         x = _mm512_mask_mov_ps(neg_inf, seen[m], x);
         _mm512_store_ps(sc.s + m * 16, x);
         // NaN logits (NaN in a row's own keys) poison the row's maximum and so its output.
@@ -372,14 +344,14 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
                                    _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
       // Rows that saw nothing yet have output and sums 0: their factor only needs to be finite.
       const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_UQ),
-                                               Exp(_mm512_sub_ps(old_max, new_max)));
+                                               avx512::Exp<kExpDegree>(_mm512_sub_ps(old_max, new_max)));
       _mm512_store_ps(rm, new_max);
       _mm512_store_ps(sc.alpha, alpha);
       _mm512_store_ps(sc.new_max, new_max);
       float* sum = sc.sum + static_cast<size_t>(hi) * M * 16;
       for (int m = 0; m < M; ++m) {
         const __m512 pr = _mm512_maskz_mov_ps(
-            seen[m], Exp(_mm512_sub_ps(_mm512_load_ps(sc.s + m * 16), _mm512_set1_ps(sc.new_max[m]))));
+            seen[m], avx512::Exp<kExpDegree>(_mm512_sub_ps(_mm512_load_ps(sc.s + m * 16), _mm512_set1_ps(sc.new_max[m]))));
         _mm512_store_ps(sc.s + m * 16, pr);
         _mm512_store_ps(sum + m * 16, _mm512_fmadd_ps(_mm512_load_ps(sum + m * 16), _mm512_set1_ps(sc.alpha[m]), pr));
       }

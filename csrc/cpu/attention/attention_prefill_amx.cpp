@@ -32,6 +32,7 @@
 #include <limits>
 
 #include "csrc/cpu/common/amx_tiles.h"
+#include "csrc/cpu/common/avx512_math.h"
 #include "csrc/cpu/common/cpu_features.h"
 
 #define XK_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
@@ -80,25 +81,6 @@ inline __mmask16 Lanes16(int64_t n) {
   return n <= 0 ? 0 : n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// e^x for x <= 0 (NaN stays NaN; below -87.5 a tiny positive number, callers mask what must be 0):
-// x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 6 (truncation 3e-7
-// relative, far below the bf16 rounding of the weights that follows), scaled by 2^n.
-XK_AMX_INLINE __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.5f), x);  // the second operand where either is NaN
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2 high part (exact n * hi)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);     // ln2 - high part
-  __m512 e = _mm512_set1_ps(1.0f / 720);
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, n);
-}
-
 // 2^x for x <= 0 (NaN stays NaN; below -126 a tiny positive number, callers mask what must be 0):
 // x = n + f, |f| <= 1/2, 2^f = e^(f ln2) by its Taylor polynomial of degree 6 (truncation 1.2e-7
 // relative), scaled by 2^n.
@@ -114,14 +96,6 @@ XK_AMX_INLINE __m512 Exp2(__m512 x) {
   e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(6.9314718055994531e-1f));  // ln2
   e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, n);
-}
-
-// tanh(y) = sign(y) (1 - e^(-2|y|)) / (1 + e^(-2|y|)).
-XK_AMX_INLINE __m512 Tanh(__m512 y) {
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  const __m512 em = Exp(_mm512_mul_ps(_mm512_andnot_ps(sign, y), _mm512_set1_ps(-2.0f)));
-  const __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), em), _mm512_add_ps(_mm512_set1_ps(1.0f), em));
-  return _mm512_or_ps(t, _mm512_and_ps(sign, y));
 }
 
 // Transposes the 16 x 16 matrix of 32-bit elements whose row i is r[i].
@@ -259,13 +233,14 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
 
   const int32_t* table = p.block_tables + item.seq * p.block_table_stride;
   const int64_t kh = kvh * p.key_cache_strides.head, vh = kvh * p.value_cache_strides.head;
-  // Logits in base 2 units: logit2 = log2(e) * (capped ? cap tanh(scale dot / cap) : scale dot).
+  // Logits in base 2 units: logit2 = log2(e) * (capped ? cap tanh(scale dot / cap) : scale dot);
+  // tanh's e^x with the degree-6 polynomial (avx512_math.h: truncation 3e-7 relative).
   constexpr float kLog2e = 1.44269504088896341f;
   const bool capped = p.soft_cap > 0.0f, increasing = p.scale > 0.0f;
   const __m512 scale2 = _mm512_set1_ps(p.scale * kLog2e), cap2 = _mm512_set1_ps(p.soft_cap * kLog2e);
   const __m512 scale_cap = _mm512_set1_ps(capped ? p.scale / p.soft_cap : 0.0f);
   auto Logit2 = [&](__m512 x) XK_AMX_LAMBDA {
-    return capped ? _mm512_mul_ps(cap2, Tanh(_mm512_mul_ps(x, scale_cap))) : _mm512_mul_ps(x, scale2);
+    return capped ? _mm512_mul_ps(cap2, avx512::Tanh<6>(_mm512_mul_ps(x, scale_cap))) : _mm512_mul_ps(x, scale2);
   };
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 one = _mm512_set1_ps(1.0f);

@@ -425,9 +425,9 @@ HWY_INLINE float RowAbsMax(const T* HWY_RESTRICT x, size_t count) {
   U m = 0;
   for (size_t k = 0; k < n; ++k) m = lanes[k] > m ? lanes[k] : m;
   if constexpr (std::is_same_v<T, float>) {
-    return m > 0x7F800000u ? kernels::quant_nan() : kernels::quant_float_from_bits(m);
+    return m > 0x7F800000u ? kernels::quant_nan() : kernels::float_from_bits(m);
   } else if constexpr (std::is_same_v<T, bfloat16_t>) {
-    return m > 0x7F80u ? kernels::quant_nan() : kernels::quant_float_from_bits(static_cast<uint32_t>(m) << 16);
+    return m > 0x7F80u ? kernels::quant_nan() : kernels::float_from_bits(static_cast<uint32_t>(m) << 16);
   } else {
     return m > 0x7C00u ? kernels::quant_nan() : hn::GetLane(F32FromF16Bits(hn::Set(DU(), m)));
   }
@@ -485,8 +485,8 @@ HWY_INLINE void RowMinMax(const T* HWY_RESTRICT x, size_t count, float& min, flo
     min = max = kernels::quant_nan();
     return;
   }
-  min = kernels::quant_float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(lo))));
-  max = kernels::quant_float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(hi))));
+  min = kernels::float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(lo))));
+  max = kernels::float_from_bits(static_cast<uint32_t>(OrderKeyScalar(static_cast<uint32_t>(hi))));
 }
 
 // ---------------------------------------------------------------- fp8 of bf16 rows by table
@@ -515,8 +515,7 @@ struct Bf16E4m3Table {
 HWY_INLINE Bf16E4m3Table MakeBf16E4m3Table(const Fp8PerTokenInRangeFma& q, float s) {
   const DF d;
   const DI di;
-  uint32_t s_bits;
-  std::memcpy(&s_bits, &s, sizeof(s_bits));
+  const uint32_t s_bits = kernels::float_bits(s);
   const int32_t eb = static_cast<int32_t>(s_bits >> 23);
   const size_t n = hn::Lanes(d);  // 16
   VI codes[8];

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "csrc/cpu/sampling/sampling.h"
 
@@ -61,10 +60,7 @@ struct alignas(64) Histogram1 {
 
 // The float whose order key is k (the inverse of kernels::logit_order_key on cleaned values).
 inline float float_of_key(uint32_t k) {
-  const uint32_t b = (k & 0x80000000u) ? (k ^ 0x80000000u) : ~k;
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
+  return kernels::float_from_bits((k & 0x80000000u) ? (k ^ 0x80000000u) : ~k);
 }
 
 // The integer masses' scale 2^s: the largest that keeps a row's total (at most vocab * 2^s)

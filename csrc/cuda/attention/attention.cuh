@@ -32,6 +32,7 @@
 
 #include "csrc/cuda/attention/attention.h"
 #include "csrc/cuda/common/codec.cuh"
+#include "csrc/cuda/common/float_ops.cuh"
 #include "csrc/cuda/common/macros.cuh"
 #include "csrc/cuda/common/vector.cuh"
 
@@ -52,25 +53,9 @@ template <int N>
 inline constexpr int kAttentionPiecesPerThread =
     (kAttentionMaxHeadSize / N + kAttentionThreads - 1) / kAttentionThreads;
 
-XLLM_CUDA_HD float attention_nan() { return bits_to_float(0x7FC00000u); }
-XLLM_CUDA_HD float attention_minus_inf() { return bits_to_float(0xFF800000u); }
+XLLM_CUDA_HD float attention_nan() { return float_from_bits(0x7FC00000u); }
+XLLM_CUDA_HD float attention_minus_inf() { return float_from_bits(0xFF800000u); }
 XLLM_CUDA_HD bool attention_is_nan(float x) { return x != x; }
-
-XLLM_CUDA_HD float attention_exp(float x) {
-#ifdef __CUDA_ARCH__
-  return expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-
-XLLM_CUDA_HD float attention_tanh(float x) {
-#ifdef __CUDA_ARCH__
-  return tanhf(x);
-#else
-  return std::tanh(x);
-#endif
-}
 
 struct AttentionArgs {
   PagedAttentionParams p;
@@ -291,7 +276,7 @@ XLLM_CUDA_UNROLL
           float logit = minus_inf;
           if (block >= 0) {
             logit = p.scale * dot[h];
-            if (p.soft_cap > 0.0f) logit = p.soft_cap * attention_tanh(logit / p.soft_cap);
+            if (p.soft_cap > 0.0f) logit = p.soft_cap * float_tanh(logit / p.soft_cap);
           }
           scores[h * kAttentionTile + t] = logit;
         }
@@ -309,9 +294,9 @@ XLLM_CUDA_UNROLL
       if (new_max == minus_inf) {  // no key so far (a tile of bad block ids only)
         for (int k = 0; k < kAttentionTile; ++k) sc[k] = 0.0f;
       } else {
-        alpha = attention_exp(old_max - new_max);  // 0 for the first keys
+        alpha = float_exp(old_max - new_max);  // 0 for the first keys
         for (int k = 0; k < kAttentionTile; ++k) {
-          const float e = attention_exp(sc[k] - new_max);  // 0 for keys past the range
+          const float e = float_exp(sc[k] - new_max);  // 0 for keys past the range
           sc[k] = e;
           sum += e;
         }
@@ -435,7 +420,7 @@ XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
   if (!nan && !padding) {
     for (int64_t s = 0; s < S; ++s) {
       if (!(sums[s] > 0.0f)) continue;
-      const float weight = attention_exp(maxima[s] - m);
+      const float weight = float_exp(maxima[s] - m);
       total += sums[s] * weight;
       load<N>(a.partial_out + (rh * S + s) * p.head_size + piece * N, v);
       for (int i = 0; i < N; ++i) acc[i] += weight * v[i];

@@ -15,31 +15,16 @@
 #include <cstdint>
 #include <cstring>
 
+#include "csrc/common/host_device.h"
 #include "csrc/common/rows.h"
 #include "csrc/cuda/common/macros.cuh"
 #include "csrc/cuda/common/vector.cuh"
 
 namespace xllm_kernel::cuda::kernels {
 
-XLLM_CUDA_HD float bits_to_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-XLLM_CUDA_HD uint32_t float_to_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
+// The float32 bit casts of the contract headers (csrc/common/host_device.h).
+using ::xllm_kernel::kernels::float_bits;
+using ::xllm_kernel::kernels::float_from_bits;
 
 // Element <-> float32. Rounding to the storage type is round to nearest even.
 template <class T>
@@ -49,15 +34,15 @@ template <>
 struct Codec<float> {
   static XLLM_CUDA_HD float to_float(float x) { return x; }
   static XLLM_CUDA_HD float from_float(float x) { return x; }
-  static XLLM_CUDA_HD float decode(uint32_t bits) { return bits_to_float(bits); }
-  static XLLM_CUDA_HD uint32_t encode(float x) { return float_to_bits(x); }
+  static XLLM_CUDA_HD float decode(uint32_t bits) { return float_from_bits(bits); }
+  static XLLM_CUDA_HD uint32_t encode(float x) { return float_bits(x); }
 };
 
 template <>
 struct Codec<__nv_bfloat16> {
   static XLLM_CUDA_HD float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
   static XLLM_CUDA_HD __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-  static XLLM_CUDA_HD float decode(uint32_t bits) { return bits_to_float(bits << 16); }  // exact
+  static XLLM_CUDA_HD float decode(uint32_t bits) { return float_from_bits(bits << 16); }  // exact
   static XLLM_CUDA_HD uint32_t encode(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 };
 

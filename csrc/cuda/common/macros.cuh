@@ -9,7 +9,10 @@
 
 #include <cuda_runtime.h>
 
-#define XLLM_CUDA_HD __host__ __device__ __forceinline__
+#include "csrc/common/host_device.h"
+
+// XLLM_HOST_DEVICE (the contract headers' qualifier, csrc/common/host_device.h), always inlined.
+#define XLLM_CUDA_HD XLLM_HOST_DEVICE __forceinline__
 // Unrolling hints for the device pass only (host compilers warn about the pragma).
 #ifdef __CUDA_ARCH__
 #define XLLM_CUDA_UNROLL _Pragma("unroll")

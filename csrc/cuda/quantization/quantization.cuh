@@ -17,9 +17,10 @@
 // rows a block owns), with the same device functions, so every pass sees the same bits and no row
 // needs to fit in shared memory.
 //
-// Arithmetic: the header's order (csrc/common/quantization.h) with __fdiv_rn, __fmul_rn and
-// __fsub_rn on the device (correctly rounded, never contracted into an fma, whatever nvcc's
-// flags), the header's integer e4m3 conversion and its saturating int8/int32 conversions.
+// Arithmetic: the header's order (csrc/common/quantization.h) with float_div, float_mul and
+// float_sub (csrc/cuda/common/float_ops.cuh: __fdiv_rn, __fmul_rn and __fsub_rn on the device,
+// correctly rounded, never contracted into an fma, whatever nvcc's flags), the header's integer
+// e4m3 conversion and its saturating int8/int32 conversions.
 //
 // Contracts the launcher guarantees: parameters check_quant accepts, rows >= 1, a plan from
 // plan_quant for them (so plan.vector only where quant_vector_access holds), blockDim.x ==
@@ -35,6 +36,7 @@
 #include "csrc/common/quantization.h"
 #include "csrc/cuda/activation/activation.cuh"
 #include "csrc/cuda/common/codec.cuh"
+#include "csrc/cuda/common/float_ops.cuh"
 #include "csrc/cuda/common/macros.cuh"
 #include "csrc/cuda/common/reduce.cuh"
 #include "csrc/cuda/common/rows.cuh"
@@ -48,37 +50,12 @@ using ::xllm_kernel::kernels::float8_e4m3fn_from_float;
 using ::xllm_kernel::kernels::int32_from_float;
 using ::xllm_kernel::kernels::int8_from_float;
 using ::xllm_kernel::kernels::int8_from_float_azp;
-using ::xllm_kernel::kernels::quant_float_bits;
-using ::xllm_kernel::kernels::quant_float_from_bits;
 using ::xllm_kernel::kernels::quant_max;
 using ::xllm_kernel::kernels::quant_min;
 using ::xllm_kernel::kernels::quant_nan;
 
-// IEEE float32 division, product and difference, each correctly rounded and never fused.
-XLLM_CUDA_HD float q_div(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-XLLM_CUDA_HD float q_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-XLLM_CUDA_HD float q_sub(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-XLLM_CUDA_HD float q_abs(float x) { return quant_float_from_bits(quant_float_bits(x) & 0x7FFFFFFFu); }
-XLLM_CUDA_HD bool q_negative(float x) { return (quant_float_bits(x) >> 31) != 0; }
+XLLM_CUDA_HD float q_abs(float x) { return float_from_bits(float_bits(x) & 0x7FFFFFFFu); }
+XLLM_CUDA_HD bool q_negative(float x) { return (float_bits(x) >> 31) != 0; }
 
 // min and max in the contract's order (-0 below +0), NaN if either is NaN: commutative and
 // associative, so a tree reduction gives the bits of a sequential one.
@@ -120,28 +97,28 @@ struct RowQuant {
 XLLM_CUDA_HD float fp8_scale(float amax, const float* scale_ub) {
   const float bounded = scale_ub != nullptr ? quant_min(amax, *scale_ub) : amax;
   if (bounded != bounded) return quant_nan();
-  const float s = q_div(bounded, ::xllm_kernel::kernels::kFp8E4M3Max);
+  const float s = float_div(bounded, ::xllm_kernel::kernels::kFp8E4M3Max);
   const float lo = ::xllm_kernel::kernels::fp8_min_scale();
   return s > lo ? s : lo;
 }
-XLLM_CUDA_HD float int8_scale(float amax) { return amax != amax ? quant_nan() : q_div(amax, ::xllm_kernel::kernels::kInt8Max); }
+XLLM_CUDA_HD float int8_scale(float amax) { return amax != amax ? quant_nan() : float_div(amax, ::xllm_kernel::kernels::kInt8Max); }
 XLLM_CUDA_HD float int8_multiplier(float amax) {
-  return amax != amax ? quant_nan() : amax == 0.0f ? 0.0f : q_div(::xllm_kernel::kernels::kInt8Max, amax);
+  return amax != amax ? quant_nan() : amax == 0.0f ? 0.0f : float_div(::xllm_kernel::kernels::kInt8Max, amax);
 }
 XLLM_CUDA_HD ::xllm_kernel::kernels::Int8AzpParams azp_params(float mn, float mx) {
   if (mn != mn || mx != mx) return {quant_nan(), quant_nan(), 0};
-  const float scale = q_div(q_sub(mx, mn), 255.0f);
-  return {scale, q_div(1.0f, scale), int32_from_float(q_sub(-128.0f, q_div(mn, scale)))};
+  const float scale = float_div(float_sub(mx, mn), 255.0f);
+  return {scale, float_div(1.0f, scale), int32_from_float(float_sub(-128.0f, float_div(mn, scale)))};
 }
 
 // The code of one value (uint8_t bits: e4m3, or the int8's two's complement).
 XLLM_CUDA_HD uint8_t quantize_value(const RowQuant& q, float x) {
   switch (q.method) {
-    case QuantMethod::kFp8Div: return float8_e4m3fn_from_float(q_div(x, q.factor));
-    case QuantMethod::kFp8Mul: return float8_e4m3fn_from_float(q_mul(x, q.factor));
-    case QuantMethod::kInt8Mul: return static_cast<uint8_t>(int8_from_float(q_mul(x, q.factor)));
-    case QuantMethod::kInt8Div: return static_cast<uint8_t>(int8_from_float(q_div(x, q.factor)));
-    case QuantMethod::kInt8MulAzp: return static_cast<uint8_t>(int8_from_float_azp(q_mul(x, q.factor), q.azp));
+    case QuantMethod::kFp8Div: return float8_e4m3fn_from_float(float_div(x, q.factor));
+    case QuantMethod::kFp8Mul: return float8_e4m3fn_from_float(float_mul(x, q.factor));
+    case QuantMethod::kInt8Mul: return static_cast<uint8_t>(int8_from_float(float_mul(x, q.factor)));
+    case QuantMethod::kInt8Div: return static_cast<uint8_t>(int8_from_float(float_div(x, q.factor)));
+    case QuantMethod::kInt8MulAzp: return static_cast<uint8_t>(int8_from_float_azp(float_mul(x, q.factor), q.azp));
   }
   return 0;
 }
@@ -325,10 +302,10 @@ XLLM_CUDA_UNROLL
     const float scale = *p.static_scale;
     if (p.qdtype == QuantDType::kFloat8E4M3) {
       q.method = QuantMethod::kFp8Mul;
-      q.factor = q_div(1.0f, scale);
+      q.factor = float_div(1.0f, scale);
     } else if (p.static_azp != nullptr) {
       q.method = QuantMethod::kInt8MulAzp;
-      q.factor = q_div(1.0f, scale);
+      q.factor = float_div(1.0f, scale);
       q.azp = *p.static_azp;
     } else {
       q.method = QuantMethod::kInt8Div;

@@ -62,6 +62,7 @@
 
 #include "csrc/common/sampling.h"
 #include "csrc/cuda/common/codec.cuh"
+#include "csrc/cuda/common/float_ops.cuh"
 #include "csrc/cuda/common/macros.cuh"
 #include "csrc/cuda/common/vector.cuh"
 #include "csrc/cuda/sampling/sampling.h"
@@ -108,49 +109,7 @@ inline constexpr int32_t kSampleSelect = 2;   // selections, then the race over 
 
 // The float32 value of a key (the inverse of logit_order_key for every value it yields).
 XLLM_CUDA_HD float sample_key_value(uint32_t key) {
-  return bits_to_float((key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key);
-}
-
-// IEEE float32 operations, rounded to nearest: never contracted or approximated on the device.
-XLLM_CUDA_HD float sample_sub(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-XLLM_CUDA_HD float sample_div(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-XLLM_CUDA_HD float sample_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-// expf and logf: the device's may differ from the host's in the last bits (csrc/common/sampling.h).
-XLLM_CUDA_HD float sample_exp(float x) {
-#ifdef __CUDA_ARCH__
-  return expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-
-XLLM_CUDA_HD float sample_log(float x) {
-#ifdef __CUDA_ARCH__
-  return logf(x);
-#else
-  return std::log(x);
-#endif
+  return float_from_bits((key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key);
 }
 
 // The values of a row every thread of its block holds alike.
@@ -170,15 +129,15 @@ struct SampleRowCtx {
 XLLM_CUDA_HD float sample_weight(uint32_t key, const SampleRowCtx& c) {
   if (c.inf_max) return key == kSamplePlusInfKey ? 1.0f : 0.0f;
   if (key <= kSampleMinusInfKey) return 0.0f;
-  return sample_exp(sample_div(sample_sub(sample_key_value(key), c.lmax), c.temperature));
+  return float_exp(float_div(float_sub(sample_key_value(key), c.lmax), c.temperature));
 }
 
 // 2^shift as a float32 (0 <= shift <= 63).
-XLLM_CUDA_HD float sample_mass_scale(int shift) { return bits_to_float(static_cast<uint32_t>(127 + shift) << 23); }
+XLLM_CUDA_HD float sample_mass_scale(int shift) { return float_from_bits(static_cast<uint32_t>(127 + shift) << 23); }
 
 // floor(w * scale) for w in [0, 1]: the product is exact (a power of two), the conversion truncates.
 XLLM_CUDA_HD unsigned long long sample_mass(float w, float scale) {
-  const float x = sample_mul(w, scale);
+  const float x = float_mul(w, scale);
 #ifdef __CUDA_ARCH__
   return __float2ull_rz(x);
 #else
@@ -197,7 +156,7 @@ XLLM_CUDA_HD unsigned long long sample_mul_hi(unsigned long long a, unsigned lon
 // ceil(p * total), exactly, for p in (0, 1) and any total: p = mantissa * 2^-shift with a mantissa of
 // at most 24 bits and shift >= 24, so the product has at most 88 bits.
 XLLM_CUDA_HD unsigned long long sample_mass_target(float p, unsigned long long total) {
-  const uint32_t bits = float_to_bits(p);
+  const uint32_t bits = float_bits(p);
   const uint32_t biased = (bits >> 23) & 0xFFu;
   const unsigned long long mantissa = biased == 0 ? (bits & 0x7FFFFFu) : ((bits & 0x7FFFFFu) | 0x800000u);
   const int shift = biased == 0 ? 149 : 150 - static_cast<int>(biased);
@@ -579,9 +538,9 @@ XLLM_CUDA_HD void sample_race(Team& team, SampleShared& s, const Source& src, co
         group = g;
       }
       const float u = sampling_uniform_from_word(sample_word(words, index & 3u));
-      const float q = sample_div(w, -sample_log(u));
+      const float q = float_div(w, -float_log(u));
       const unsigned long long v =
-          (static_cast<unsigned long long>(float_to_bits(q)) << 32) | (0xFFFFFFFFu - index);
+          (static_cast<unsigned long long>(float_bits(q)) << 32) | (0xFFFFFFFFu - index);
       best = v > best ? v : best;
     });
     s.chunk_value[t] = best;

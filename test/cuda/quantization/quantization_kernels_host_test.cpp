@@ -713,7 +713,7 @@ TEST(CudaQuantizationHost, GridLoopsOverRows) {
   }
 }
 
-// The device-side parameter functions (q_div etc. are __fdiv_rn, __fmul_rn, __fsub_rn there) equal
+// The device-side parameter functions (float_div etc. are __fdiv_rn, __fmul_rn, __fsub_rn there) equal
 // the header's on values that exercise every branch.
 TEST(CudaQuantizationHost, RowParametersEqualTheHeader) {
   const std::vector<float> values = {0.0f, -0.0f, 1.0f, 448.0f, 1e-30f, 1e30f, 3.4e38f, kInf, kNaN, 0.0371f, 127.0f, 1e-45f};

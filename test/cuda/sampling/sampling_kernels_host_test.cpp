@@ -812,20 +812,20 @@ TEST(SamplingHost, KeyValueInvertsTheOrderKey) {
                             -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
                             -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()};
   for (float x : specials) EXPECT_EQ(kernels::sample_key_value(logit_order_key(x)), x) << x;
-  EXPECT_EQ(kernels::float_to_bits(kernels::sample_key_value(logit_order_key(-0.0f))), 0u);  // -0 as +0
+  EXPECT_EQ(kernels::float_bits(kernels::sample_key_value(logit_order_key(-0.0f))), 0u);  // -0 as +0
   EXPECT_EQ(kernels::sample_key_value(logit_order_key(kNaN)), -kInf);
   EXPECT_EQ(logit_order_key(-kInf), kernels::kSampleMinusInfKey);
   EXPECT_EQ(logit_order_key(kInf), kernels::kSamplePlusInfKey);
   std::mt19937 rng(3);
   for (int j = 0; j < 100000; ++j) {
-    const float x = kernels::bits_to_float(static_cast<uint32_t>(rng()));
+    const float x = kernels::float_from_bits(static_cast<uint32_t>(rng()));
     const uint32_t key = logit_order_key(x);
     if (std::isnan(x)) {
       EXPECT_EQ(key, kernels::kSampleMinusInfKey);
       continue;
     }
     EXPECT_EQ(kernels::sample_key_value(key), x == 0.0f ? 0.0f : x);
-    const float y = kernels::bits_to_float(static_cast<uint32_t>(rng()));
+    const float y = kernels::float_from_bits(static_cast<uint32_t>(rng()));
     if (!std::isnan(y)) EXPECT_EQ(x < y, key < logit_order_key(y)) << x << " " << y;
   }
 }
