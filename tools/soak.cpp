@@ -1,4 +1,4 @@
-// xllm-kernel-soak: see src/tools/soak.h and `--help`.
-#include "src/tools/soak.h"
+// xllm-kernel-soak: see src/numerics/soak.h and `--help`.
+#include "src/numerics/soak.h"
 
 int main(int argc, char** argv) { return xllm_kernel::tools::soak::soak_main({argv, argv + argc}); }

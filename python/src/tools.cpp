@@ -14,7 +14,7 @@
 #include "src/tools/distributed/environment.h"
 #include "src/tools/distributed/run.h"
 #include "src/tools/report.h"
-#include "src/tools/soak.h"
+#include "src/numerics/soak.h"
 #include "xllm_kernel/tools.h"
 
 // Weak references: libxllm_kernel_tools gains its entry points one tool at a time, and a missing

@@ -15,13 +15,13 @@
 #include "src/benchmark/ratios.h"
 #include "src/benchmark/statistics.h"
 #include "src/benchmark/timing.h"
+#include "src/numerics/suite_run.h"
 #include "src/numerics/tensor_case.h"
 #include "src/tools/cli.h"
 #include "src/tools/distributed/run.h"
 #include "src/tools/occupancy.h"
 #include "src/tools/report.h"
 #include "src/tools/run_tool.h"
-#include "src/tools/targets.h"
 #include "xllm_kernel/tools.h"
 
 namespace xllm_kernel {
@@ -149,6 +149,233 @@ std::string markdown(const json& report) {
   return md.str();
 }
 
+void add_benchmark_arguments(CLI::App& app, BenchmarkOptions& bo) {
+  app.add_option("--iterations", bo.timing.iterations, "Timed samples per case")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", bo.timing.warmup, "Untimed calls before sampling")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--graph-calls", bo.timing.graph_calls, "Calls captured per graph (1 when the case resets)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", bo.threads, "CPU threads (0: torch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--cold-cache", bo.cold_cache, "Rotate copies of the inputs so the working set exceeds the last-level cache");
+  app.add_option("--copy-bytes", bo.copy_bytes, "Buffer size of the copy-bandwidth measurement [default: 256 MiB]");
+}
+
+// The device's API; without one nothing can run, and the error says why for each target.
+const DeviceApi& require_device_api(const numerics::SuiteRun& setup) {
+  const DeviceApi* api = device_api(setup.device);
+  if (api == nullptr) {
+    std::string why;
+    for (const auto& t : setup.targets) why += (why.empty() ? "" : "; ") + t.name + ": " + t.excluded_reason;
+    throw std::runtime_error(std::string("device ") + to_string(setup.device) + ": nothing can run here (" + why + ")");
+  }
+  return *api;
+}
+
+// Distributed: checks that every rank runs the same configuration (the suite's and the timing
+// flags), makes every timed sample start on every rank together, and aligns the copy measurement.
+void align_ranks(DistributedRun& dist, const numerics::OperationSuite& suite, const CommonOptions& common,
+                 const numerics::SuiteRun& setup, BenchmarkOptions& bo) {
+  json configuration = numerics::run_configuration(suite, common, setup);
+  configuration.update(
+      {{"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
+       {"cold_cache", bo.cold_cache},
+       {"copy_bytes", bo.copy_bytes}});
+  dist.check_same_configuration(configuration);
+  bo.timing.before_sample = [&dist] { dist.group().barrier("sample"); };
+  dist.group().barrier("copy_bandwidth");
+}
+
+// The run's ceilings (ceilings.h): the copy bandwidth, a read-only stream on a buffer of the same
+// size, and the compute peaks of the device's instruction classes. The meters stay, to measure the
+// copy and the read again next to each case.
+struct Ceilings {
+  int64_t copy_bytes = 0;
+  std::unique_ptr<CopyMeter> copy_meter;
+  CopyBandwidth copy;
+  std::unique_ptr<ReadMeter> read_meter;
+  ReadCeiling read;
+  ComputePeaks peaks;
+};
+
+Ceilings measure_ceilings(const DeviceApi& api, const at::Device& torch_device, int index, int64_t copy_bytes_flag,
+                          bool progress) {
+  Ceilings c;
+  if (progress) std::cerr << "measuring copy bandwidth...\r" << std::flush;
+  c.copy_bytes = copy_bytes_flag > 0 ? copy_bytes_flag : int64_t{256} << 20;
+  c.copy_meter = std::make_unique<CopyMeter>(api, torch_device, index, c.copy_bytes);
+  c.copy = c.copy_meter->measure(10);
+  if (progress) std::cerr << "\r\033[Kmeasuring read and compute ceilings...\r" << std::flush;
+  c.read_meter = std::make_unique<ReadMeter>(api, torch_device, index, c.copy_bytes);
+  c.read = c.read_meter->measure(5);
+  c.peaks = measure_compute_peaks(api, torch_device, index);
+  return c;
+}
+
+// What timing one case needs besides the case: the run, its flags, and the meters.
+struct TimingRun {
+  const numerics::SuiteRun& setup;
+  const BenchmarkOptions& options;
+  const DeviceApi& api;
+  uint64_t seed = 0;
+  Ceilings& ceilings;
+  // Per target: why the suite's prepare hook rejected it, if it did.
+  std::vector<std::optional<std::string>> prepared_reasons;
+  DistributedRun* dist = nullptr;
+  bool progress = false;
+  int timed = 0, failed = 0;
+};
+
+// The ceilings next to one case, measured just before its first timing (shared by its targets).
+struct CaseCeilings {
+  std::optional<double> copy;  // the copy's best method, bytes per second
+  std::optional<double> read;  // the read ceiling's best method, the same
+};
+
+// The fields of a timed row: the samples' statistics, bandwidth against the case's ceilings, the roofline.
+json timed_fields(const TimingRun& run, const tools::Target& target, const numerics::CaseMetadata& meta, const Samples& s,
+                  const CaseCeilings& next_to) {
+  const Summary device_summary = summarize(s.device);
+  const Steadiness steady = steadiness(s.device);
+  const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
+  const double gbps = bytes / device_summary.median / 1e9;
+  std::map<std::string, double> work = meta.work;
+  if (work.empty() && meta.flops > 0) work["f32_fma"] = meta.flops;
+  const Roofline line = roofline(static_cast<double>(meta.bytes_read), static_cast<double>(meta.bytes_written), work,
+                                 *next_to.read, *next_to.copy, run.ceilings.peaks.peaks);
+  const json roofline_json = to_json(line, device_summary.median);
+  return {{"status", "timed"},
+          {"implementation_detail", tools::implementation_json(*target.kernel)},
+          {"bytes_read", meta.bytes_read},
+          {"bytes_written", meta.bytes_written},
+          {"flops", meta.flops},
+          {"work", work},
+          {"calls_per_sample", s.calls_per_sample},
+          {"hold_expired", s.hold_expired},
+          {"host_enqueue", to_json(summarize(s.host_enqueue))},
+          {"device", to_json(device_summary)},
+          {"wall", to_json(summarize(s.wall))},
+          {"reset", reset_json(s)},
+          {"achieved_gbps", gbps},
+          {"copy_gbps", *next_to.copy / 1e9},
+          {"percent_of_copy", 100.0 * gbps * 1e9 / *next_to.copy},
+          {"warm_cache", gbps * 1e9 > *next_to.copy},
+          {"read_gbps", *next_to.read / 1e9},
+          {"roofline", roofline_json},
+          {"percent_of_roofline", roofline_json["percent"]},
+          {"warmup_calls", s.warmup_calls},
+          {"unsteady", steady.unsteady()},
+          {"steadiness", to_json(steady)},
+          {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}, {"reset", s.reset}}}};
+}
+
+// One implementation on one case: unsupported, failed validation, not timed (another rank could
+// not time it), or timed. Only validated cases are timed (eager validation here; graph mode
+// validates its replay). Distributed: a case is timed only where every rank can time it (each
+// sample is a barrier).
+json time_target(TimingRun& run, const numerics::KernelCase& c, size_t ti, CaseCeilings& next_to) {
+  const tools::Target& target = run.setup.targets[ti];
+  const numerics::SuiteRun& setup = run.setup;
+  numerics::Plan plan{setup.device, setup.index, setup.mode, target.kernel, run.seed};
+  json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}, {"implementation", target.name}};
+  const std::string label = c.case_id() + " " + target.name;
+  if (const auto reason = numerics::case_unsupported_reason(c, plan, target, run.prepared_reasons[ti])) {
+    r["status"] = "unsupported";
+    r["reason"] = *reason;
+    if (run.dist) run.dist->agree_to_time(label, "unsupported: " + *reason);
+    return r;
+  }
+  std::vector<PreparedCase> copies;
+  copies.push_back(c.prepare(plan));
+  int n = 1;
+  // A copy: the vector grows below (--cold-cache), which would leave a reference dangling.
+  const numerics::CaseMetadata meta = copies[0].metadata;
+  r["rotation"] = plan_rotation(run.options, run.api, setup.index, meta.bytes_read + meta.bytes_written,
+                                copies[0].held_bytes, n);
+  copies[0].function();
+  run.api.synchronize(setup.index);
+  numerics::Validation v = copies[0].validate();
+  if (run.dist) run.dist->test_fault().after_validation(v.passed, v.failures);
+  if (!v.passed) {
+    ++run.failed;
+    r["status"] = "failed";
+    r["reason"] = "validation failed: " + (v.failures.empty() ? std::string() : v.failures[0]);
+    if (run.dist) run.dist->agree_to_time(label, r["reason"].get<std::string>());
+    return r;
+  }
+  if (run.dist) {
+    if (auto other = run.dist->agree_to_time(label, std::nullopt)) {
+      r["status"] = "not_timed";
+      r["reason"] = "validated here, but not timed: " + *other;
+      return r;
+    }
+  }
+  for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
+  if (!next_to.copy) next_to.copy = run.ceilings.copy_meter->measure(5).best().second;
+  if (!next_to.read) next_to.read = run.ceilings.read_meter->measure_best(5);
+  const Samples s = setup.mode == ExecutionMode::kGraph ? time_graph(run.api, setup.index, copies[0], run.options.timing)
+                                                        : time_eager(run.api, setup.index, copies, run.options.timing);
+  ++run.timed;
+  r.update(timed_fields(run, target, meta, s, next_to));
+  return r;
+}
+
+// Every case, each with every implementation before the next case (interleaved), and the ratios
+// within each case: to the fastest implementation and to the torch solution.
+json time_cases(TimingRun& run) {
+  const auto& cases = run.setup.cases;
+  const auto& targets = run.setup.targets;
+  json results = json::array();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto& c = *cases[ci];
+    if (run.dist) run.dist->test_fault().before_case(ci, cases.size());
+    const size_t row_start = results.size();
+    CaseCeilings next_to;
+    for (size_t ti = 0; ti < targets.size(); ++ti) {
+      if (run.progress) {
+        std::cerr << "\r\033[K" << c.case_id() << "  " << targets[ti].name << " (" << ci + 1 << "/" << cases.size() << ")"
+                  << std::flush;
+      }
+      results.push_back(time_target(run, c, ti, next_to));
+    }
+    add_ratios(results, row_start, results.size());
+  }
+  if (run.progress) std::cerr << "\r\033[K";
+  return results;
+}
+
+json make_report(const numerics::OperationSuite& suite, const CommonOptions& common, const TimingRun& run,
+                 const tools::OccupancyProbe& occupancy, json results) {
+  const numerics::SuiteRun& setup = run.setup;
+  const Ceilings& ceilings = run.ceilings;
+  const BenchmarkOptions& bo = run.options;
+  const int code = run.failed > 0 ? tools::kCaseFailed : run.timed == 0 ? tools::kNothingPassed : tools::kPassed;
+  json env = tools::environment(setup.device, setup.index, common.revision);
+  env["ceilings"] = ceilings_json(ceilings.read, ceilings.copy.best().second, ceilings.copy.best().first, ceilings.peaks);
+  json methods = json::object();
+  for (const auto& [name, bw] : ceilings.copy.methods) methods[name] = bw / 1e9;
+  json names = json::array();
+  for (const auto& t : setup.targets) names.push_back(t.name);
+  return {{"schema", "xllm-kernel/benchmark-report/1"},
+          {"tool", "benchmark"},
+          {"operation", suite.operation},
+          {"device", setup.report_device},
+          {"mode", common.mode},
+          {"seed", common.seed},
+          {"environment", std::move(env)},
+          {"occupancy", occupancy.finish()},
+          {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
+                      {"steadiness_bounds", steadiness_bounds()},
+                      {"reset", "a mutating case resets its inputs before each sample: outside the host_enqueue and "
+                                "device intervals, inside the wall time (results[].reset gives its own time)"}}},
+          {"device_timer", device_timer_text(run.api, setup.mode)},
+          {"copy_bandwidth_gbps", ceilings.copy.best().second / 1e9},
+          {"copy_method", ceilings.copy.best().first},
+          {"copy_methods", std::move(methods)},
+          {"copy_bytes", ceilings.copy_bytes},
+          {"implementations", std::move(names)},
+          {"results", std::move(results)},
+          {"summary", {{"timed", run.timed}, {"failed", run.failed}, {"exit_code", code}}}};
+}
+
 int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& dist) {
   if (argv.size() >= 2 && argv[1] == "compare") return compare_main(argv);
   if (argv.size() >= 2 && argv[1] == "ab") return ab_main(argv);
@@ -162,218 +389,34 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   BenchmarkOptions bo;
   tools::add_common_arguments(app, common);
   const numerics::OperationSuite* suite = numerics::add_suite_arguments(app, suite_options, argv);
-  app.add_option("--iterations", bo.timing.iterations, "Timed samples per case")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--warmup", bo.timing.warmup, "Untimed calls before sampling")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--graph-calls", bo.timing.graph_calls, "Calls captured per graph (1 when the case resets)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--threads", bo.threads, "CPU threads (0: torch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_flag("--cold-cache", bo.cold_cache, "Rotate copies of the inputs so the working set exceeds the last-level cache");
-  app.add_option("--copy-bytes", bo.copy_bytes, "Buffer size of the copy-bandwidth measurement [default: 256 MiB]");
+  add_benchmark_arguments(app, bo);
   if (auto code = tools::parse(app, argv)) return *code;
   if (common.list) {
-    std::cout << tools::list_text();
+    std::cout << numerics::list_text();
     return 0;
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list, or compare); see --help");
   if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
-  const tools::DeviceFlag device_flag = tools::parse_device_flag(common.device);
-  const Device device = device_flag.device;
-  int index = device_flag.index;
-  if (common.distributed) {
-    DistributedRun::start("benchmark", std::chrono::milliseconds(static_cast<int64_t>(common.distributed_timeout * 1000)),
-                          dist);
-    index = dist->device_index(device, common.device);
-  }
-  const ExecutionMode mode = parse_execution_mode(common.mode);
   for (const auto& [key, values] : suite->benchmark_defaults) {
     if (suite_options[key].empty()) suite_options[key] = values;
   }
-  std::vector<std::shared_ptr<const numerics::KernelCase>> cases;
-  try {
-    cases = suite->cases(suite_options);
-  } catch (const CLI::ValidationError& e) {
-    throw UsageError(e.what());
-  }
-  const auto targets = tools::suite_targets(*suite, device, mode, common.implementation,
-                                           app.get_option("--implementation")->count() > 0);
-  const DeviceApi* api = device_api(device);
-  if (api == nullptr) {
-    std::string why;
-    for (const auto& t : targets) why += (why.empty() ? "" : "; ") + t.name + ": " + t.excluded_reason;
-    throw std::runtime_error(std::string("device ") + to_string(device) + ": nothing can run here (" + why + ")");
-  }
+  const numerics::SuiteRun setup = numerics::start_suite_run(
+      common, *suite, suite_options, app.get_option("--implementation")->count() > 0, "benchmark", dist);
+  const DeviceApi& api = require_device_api(setup);
   if (bo.threads > 0) at::set_num_threads(bo.threads);
-  const at::Device torch_device = numerics::torch_device(numerics::Plan{device, index});
-  if (dist) {
-    std::vector<std::string> ids, names;
-    for (const auto& c : cases) ids.push_back(c->case_id());
-    for (const auto& t : targets) names.push_back(t.name + (t.kernel ? "" : " (excluded)"));
-    dist->check_same_configuration(
-        {{"operation", suite->operation},
-         {"device", to_string(device)},
-         {"mode", common.mode},
-         {"implementations", names},
-         {"seed", common.seed},
-         {"cases", tools::distributed::case_list_digest(ids)},
-         {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls}}},
-         {"cold_cache", bo.cold_cache},
-         {"copy_bytes", bo.copy_bytes}});
-    // Every timed sample starts on every rank together.
-    bo.timing.before_sample = [&dist] { dist->group().barrier("sample"); };
-    dist->group().barrier("copy_bandwidth");
-  }
+  const at::Device torch_device = numerics::torch_device(numerics::Plan{setup.device, setup.index});
+  if (dist) align_ranks(*dist, *suite, common, setup, bo);
 
-  const tools::OccupancyProbe occupancy(device, index);
+  const tools::OccupancyProbe occupancy(setup.device, setup.index);
   const bool progress = isatty(STDERR_FILENO);
-  if (progress) std::cerr << "measuring copy bandwidth...\r" << std::flush;
-  const int64_t copy_bytes = bo.copy_bytes > 0 ? bo.copy_bytes : int64_t{256} << 20;
-  CopyMeter copy_meter(*api, torch_device, index, copy_bytes);
-  const CopyBandwidth copy = copy_meter.measure(10);
-  // The roofline's other ceilings (ceilings.h): a read-only stream on a buffer of the same size,
-  // and the compute peaks of the device's instruction classes.
-  if (progress) std::cerr << "\r\033[Kmeasuring read and compute ceilings...\r" << std::flush;
-  ReadMeter read_meter(*api, torch_device, index, copy_bytes);
-  const ReadCeiling read = read_meter.measure(5);
-  const ComputePeaks peaks = measure_compute_peaks(*api, torch_device, index);
-
-  std::vector<std::optional<std::string>> prepared_reasons;
-  for (const auto& target : targets) {
-    prepared_reasons.push_back(numerics::prepare_suite(*suite, numerics::Plan{device, index, mode, target.kernel, common.seed}, target));
+  Ceilings ceilings = measure_ceilings(api, torch_device, setup.index, bo.copy_bytes, progress);
+  TimingRun timing{setup, bo, api, common.seed, ceilings, {}, dist.get(), progress};
+  for (const auto& target : setup.targets) {
+    timing.prepared_reasons.push_back(numerics::prepare_suite(
+        *suite, numerics::Plan{setup.device, setup.index, setup.mode, target.kernel, common.seed}, target));
   }
-
-  json results = json::array();
-  int timed = 0, failed = 0;
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const auto& c = *cases[ci];
-    if (dist) dist->test_fault().before_case(ci, cases.size());
-    const size_t row_start = results.size();
-    std::optional<double> case_copy_bw;  // measured just before this case's first timing
-    std::optional<double> case_read_bw;  // the read ceiling's best method, the same
-    // Interleaved: every implementation on this case before the next case.
-    for (size_t ti = 0; ti < targets.size(); ++ti) {
-      const auto& target = targets[ti];
-      if (progress) std::cerr << "\r\033[K" << c.case_id() << "  " << target.name << " (" << ci + 1 << "/" << cases.size() << ")" << std::flush;
-      numerics::Plan plan{device, index, mode, target.kernel, common.seed};
-      json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}, {"implementation", target.name}};
-      std::optional<std::string> reason;
-      if (!target.kernel) reason = target.excluded_reason;
-      if (!reason) reason = prepared_reasons[ti];
-      if (!reason) reason = c.unsupported_reason(plan);
-      // Distributed: a case is timed only where every rank can time it (each sample is a barrier).
-      const std::string label = c.case_id() + " " + target.name;
-      if (reason) {
-        r["status"] = "unsupported";
-        r["reason"] = *reason;
-        if (dist) dist->agree_to_time(label, "unsupported: " + *reason);
-        results.push_back(r);
-        continue;
-      }
-      std::vector<PreparedCase> copies;
-      copies.push_back(c.prepare(plan));
-      int n = 1;
-      // A copy: the vector grows below (--cold-cache), which would leave a reference dangling.
-      const numerics::CaseMetadata meta = copies[0].metadata;
-      r["rotation"] = plan_rotation(bo, *api, index, meta.bytes_read + meta.bytes_written, copies[0].held_bytes, n);
-      // Only validated cases are timed (eager validation here; graph mode validates its replay).
-      copies[0].function();
-      api->synchronize(index);
-      numerics::Validation v = copies[0].validate();
-      if (dist) dist->test_fault().after_validation(v.passed, v.failures);
-      if (!v.passed) {
-        ++failed;
-        r["status"] = "failed";
-        r["reason"] = "validation failed: " + (v.failures.empty() ? std::string() : v.failures[0]);
-        if (dist) dist->agree_to_time(label, r["reason"].get<std::string>());
-        results.push_back(r);
-        continue;
-      }
-      if (dist) {
-        if (auto other = dist->agree_to_time(label, std::nullopt)) {
-          r["status"] = "not_timed";
-          r["reason"] = "validated here, but not timed: " + *other;
-          results.push_back(r);
-          continue;
-        }
-      }
-      for (int k = 1; k < n; ++k) copies.push_back(c.prepare(plan));
-      if (!case_copy_bw) case_copy_bw = copy_meter.measure(5).best().second;
-      if (!case_read_bw) case_read_bw = read_meter.measure_best(5);
-      const Samples s = mode == ExecutionMode::kGraph ? time_graph(*api, index, copies[0], bo.timing)
-                                                      : time_eager(*api, index, copies, bo.timing);
-      ++timed;
-      const Summary device_summary = summarize(s.device);
-      const Steadiness steady = steadiness(s.device);
-      const double bytes = static_cast<double>(meta.bytes_read + meta.bytes_written);
-      const double gbps = bytes / device_summary.median / 1e9;
-      std::map<std::string, double> work = meta.work;
-      if (work.empty() && meta.flops > 0) work["f32_fma"] = meta.flops;
-      const Roofline line = roofline(static_cast<double>(meta.bytes_read), static_cast<double>(meta.bytes_written), work,
-                                     *case_read_bw, *case_copy_bw, peaks.peaks);
-      const json roofline_json = to_json(line, device_summary.median);
-      r.update({{"status", "timed"},
-                {"implementation_detail", tools::implementation_json(*target.kernel)},
-                {"bytes_read", meta.bytes_read},
-                {"bytes_written", meta.bytes_written},
-                {"flops", meta.flops},
-                {"work", work},
-                {"calls_per_sample", s.calls_per_sample},
-                {"hold_expired", s.hold_expired},
-                {"host_enqueue", to_json(summarize(s.host_enqueue))},
-                {"device", to_json(device_summary)},
-                {"wall", to_json(summarize(s.wall))},
-                {"reset", reset_json(s)},
-                {"achieved_gbps", gbps},
-                {"copy_gbps", *case_copy_bw / 1e9},
-                {"percent_of_copy", 100.0 * gbps * 1e9 / *case_copy_bw},
-                {"warm_cache", gbps * 1e9 > *case_copy_bw},
-                {"read_gbps", *case_read_bw / 1e9},
-                {"roofline", roofline_json},
-                {"percent_of_roofline", roofline_json["percent"]},
-                {"warmup_calls", s.warmup_calls},
-                {"unsteady", steady.unsteady()},
-                {"steadiness", to_json(steady)},
-                {"samples", {{"host_enqueue", s.host_enqueue}, {"device", s.device}, {"wall", s.wall}, {"reset", s.reset}}}});
-      results.push_back(r);
-    }
-    // Ratios within this case: to the fastest implementation and to the torch solution.
-    add_ratios(results, row_start, results.size());
-  }
-  if (progress) std::cerr << "\r\033[K";
-  const int code = failed > 0 ? tools::kCaseFailed : timed == 0 ? tools::kNothingPassed : tools::kPassed;
-  json report{{"schema", "xllm-kernel/benchmark-report/1"},
-              {"tool", "benchmark"},
-              {"operation", suite->operation},
-              {"device", dist ? std::string(to_string(device)) + (device == Device::kCpu ? "" : ":" + std::to_string(index))
-                                : common.device},
-              {"mode", common.mode},
-              {"seed", common.seed},
-              {"environment", [&] {
-                 json env = tools::environment(device, index, common.revision);
-                 env["ceilings"] = ceilings_json(read, copy.best().second, copy.best().first, peaks);
-                 return env;
-               }()},
-              {"occupancy", occupancy.finish()},
-              {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
-                          {"steadiness_bounds", steadiness_bounds()},
-                          {"reset", "a mutating case resets its inputs before each sample: outside the host_enqueue and "
-                                    "device intervals, inside the wall time (results[].reset gives its own time)"}}},
-              {"device_timer", device_timer_text(*api, mode)},
-              {"copy_bandwidth_gbps", copy.best().second / 1e9},
-              {"copy_method", copy.best().first},
-              {"copy_methods", [&] {
-                 json methods = json::object();
-                 for (const auto& [name, bw] : copy.methods) methods[name] = bw / 1e9;
-                 return methods;
-               }()},
-              {"copy_bytes", copy_bytes},
-              {"implementations", [&] {
-                 json names = json::array();
-                 for (const auto& t : targets) names.push_back(t.name);
-                 return names;
-               }()},
-              {"results", results},
-              {"summary", {{"timed", timed}, {"failed", failed}, {"exit_code", code}}}};
-  return tools::publish({std::move(report), common.output, common.markdown,
+  json results = time_cases(timing);
+  return tools::publish({make_report(*suite, common, timing, occupancy, std::move(results)), common.output, common.markdown,
                          [](const json& r, size_t) { return markdown(r); }, SIZE_MAX,
                          "xllm-kernel-benchmark: nothing was timed; that is a failure\n", aggregate_benchmark,
                          benchmark_aggregate_markdown},

@@ -141,9 +141,22 @@ std::string numerics_aggregate_markdown(const json& aggregate, size_t row_limit)
        << format_number(impl["worst_headroom"].get<double>()) << " | " << format_number(impl["worst_ulp"].get<double>())
        << " |\n";
   }
+  md << not_passed_markdown(aggregate["implementations"], row_limit, [](const json& r) {
+    std::string detail;
+    if (r["status"] == "disagreed") detail = distributed::dissent_text(r);
+    if (r["status"] == "unsupported") detail = r.value("reason", "");
+    for (const auto& f : r.value("failures", json::array())) detail += (detail.empty() ? "" : "; ") + f.get<std::string>();
+    return detail;
+  });
+  return md.str();
+}
+
+std::string not_passed_markdown(const json& implementations, size_t row_limit,
+                                const std::function<std::string(const json& row)>& detail) {
+  std::ostringstream md;
   bool table = false;
   size_t rows = 0, left_out = 0;
-  for (const auto& impl : aggregate["implementations"]) {
+  for (const auto& impl : implementations) {
     for (const auto& r : impl["results"]) {
       if (r["status"] == "passed") continue;
       if (rows++ >= row_limit) {
@@ -154,12 +167,8 @@ std::string numerics_aggregate_markdown(const json& aggregate, size_t row_limit)
         md << "\n| implementation | case | status | detail |\n|---|---|---|---|\n";
         table = true;
       }
-      std::string detail;
-      if (r["status"] == "disagreed") detail = distributed::dissent_text(r);
-      if (r["status"] == "unsupported") detail = r.value("reason", "");
-      for (const auto& f : r.value("failures", json::array())) detail += (detail.empty() ? "" : "; ") + f.get<std::string>();
       md << "| `" << impl["implementation"]["name"].get<std::string>() << "` | `" << r["case_id"].get<std::string>()
-         << "` | " << r["status"].get<std::string>() << " | " << detail << " |\n";
+         << "` | " << r["status"].get<std::string>() << " | " << detail(r) << " |\n";
     }
   }
   if (left_out > 0) md << "\n" << left_out << " more cases did not pass; the JSON report lists every case.\n";

@@ -6,14 +6,14 @@
 #include <sstream>
 
 #include "src/numerics/aggregate.h"
+#include "src/numerics/suite_run.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/tools/cli.h"
 #include "src/tools/distributed/run.h"
+#include "src/tools/occupancy.h"
 #include "src/tools/report.h"
 #include "src/tools/run_tool.h"
-#include "src/tools/targets.h"
-#include "src/tools/occupancy.h"
 #include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
 #include "xllm_kernel/tools.h"
@@ -37,11 +37,7 @@ struct Counts {
 json run_case(const KernelCase& c, const Plan& plan, const Target& target, const std::optional<std::string>& prepared_reason,
               Counts& counts, DistributedRun* dist) {
   json r{{"case_id", c.case_id()}, {"parameters", c.parameters()}};
-  std::optional<std::string> reason;
-  if (!target.kernel) reason = target.excluded_reason;
-  if (!reason) reason = prepared_reason;
-  if (!reason) reason = c.unsupported_reason(plan);
-  if (reason) {
+  if (const auto reason = case_unsupported_reason(c, plan, target, prepared_reason)) {
     ++counts.unsupported;
     r["status"] = "unsupported";
     r["reason"] = *reason;
@@ -108,29 +104,62 @@ std::string markdown(const json& report, size_t limit) {
        << " | " << c["failed"] << " | " << c["unsupported"] << " | " << format_number(impl["worst_headroom"].get<double>())
        << " | " << format_number(impl["worst_ulp"].get<double>()) << " |\n";
   }
-  bool header = false;
-  size_t rows = 0, left_out = 0;
-  for (const auto& impl : report["implementations"]) {
-    for (const auto& r : impl["results"]) {
-      if (r["status"] == "passed") continue;
-      if (rows++ >= limit) {
-        ++left_out;
-        continue;
-      }
-      if (!header) {
-        md << "\n| implementation | case | status | detail |\n|---|---|---|---|\n";
-        header = true;
-      }
-      std::string detail = r["status"] == "unsupported" ? r["reason"].get<std::string>() : "";
-      if (r["status"] == "failed") {
-        for (const auto& f : r["failures"]) detail += (detail.empty() ? "" : "; ") + f.get<std::string>();
-      }
-      md << "| `" << impl["implementation"]["name"].get<std::string>() << "` | `" << r["case_id"].get<std::string>()
-         << "` | " << r["status"].get<std::string>() << " | " << detail << " |\n";
+  md << not_passed_markdown(report["implementations"], limit, [](const json& r) {
+    std::string detail = r["status"] == "unsupported" ? r["reason"].get<std::string>() : "";
+    if (r["status"] == "failed") {
+      for (const auto& f : r["failures"]) detail += (detail.empty() ? "" : "; ") + f.get<std::string>();
     }
-  }
-  if (left_out > 0) md << "\n" << left_out << " more cases did not pass; the JSON report lists every case.\n";
+    return detail;
+  });
   return md.str();
+}
+
+// One implementation's cases: its report entry ("implementation", "coverage", "results", ...);
+// adds its counts to `total`.
+json run_target(const OperationSuite& suite, const SuiteRun& run, const Target& target, uint64_t seed, bool progress,
+                Counts& total, DistributedRun* dist) {
+  const auto& cases = run.cases;
+  Plan plan{run.device, run.index, run.mode, target.kernel, seed};
+  const std::optional<std::string> prepared_reason = prepare_suite(suite, plan, target);
+  Counts counts;
+  json results = json::array();
+  double worst_headroom = 0, worst_ulp = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (progress) std::cerr << "\r" << target.name << " " << i + 1 << "/" << cases.size() << std::flush;
+    json r;
+    if (dist) dist->test_fault().before_case(i, cases.size());
+    try {
+      r = run_case(*cases[i], plan, target, prepared_reason, counts, dist);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(target.name + " on " + cases[i]->case_id() + ": " + e.what());
+    }
+    if (r["status"] == "passed" || r["status"] == "failed") {
+      worst_headroom = std::max(worst_headroom, r["headroom"].get<double>());
+      worst_ulp = std::max(worst_ulp, r["max_ulp"].get<double>());
+    }
+    results.push_back(std::move(r));
+  }
+  if (progress) std::cerr << "\r\033[K";
+  total.passed += counts.passed;
+  total.failed += counts.failed;
+  total.unsupported += counts.unsupported;
+  json impl_json = target.kernel ? tools::implementation_json(*target.kernel) : json{{"name", target.name}};
+  return {{"implementation", impl_json},
+          {"excluded_reason", target.excluded_reason},
+          {"coverage",
+           {{"cases", cases.size()}, {"passed", counts.passed}, {"failed", counts.failed}, {"unsupported", counts.unsupported}}},
+          {"worst_headroom", worst_headroom},
+          {"worst_ulp", worst_ulp},
+          {"results", std::move(results)}};
+}
+
+json summary_json(const Counts& total) {
+  const int code = total.failed > 0 ? tools::kCaseFailed : total.passed == 0 ? tools::kNothingPassed : tools::kPassed;
+  return {{"passed", total.passed},
+          {"failed", total.failed},
+          {"unsupported", total.unsupported},
+          {"status", code == tools::kPassed ? "passed" : code == tools::kCaseFailed ? "failed" : "nothing_passed"},
+          {"exit_code", code}};
 }
 
 int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& dist) {
@@ -144,7 +173,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   const OperationSuite* suite = add_suite_arguments(app, suite_options, argv);
   if (auto code = tools::parse(app, argv)) return *code;
   if (common.list) {
-    std::cout << tools::list_text();
+    std::cout << list_text();
     return tools::kPassed;
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list); see --help");
@@ -153,97 +182,33 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     for (const OperationSuite* s : builtin_suites()) names += (names.empty() ? "" : ", ") + s->operation;
     throw UsageError("--operation: unknown operation '" + common.operation + "'; known: " + names);
   }
-  const tools::DeviceFlag device_flag = tools::parse_device_flag(common.device);
-  const Device device = device_flag.device;
-  int index = device_flag.index;
-  if (common.distributed) {
-    DistributedRun::start("numerics", std::chrono::milliseconds(static_cast<int64_t>(common.distributed_timeout * 1000)),
-                          dist);
-    index = dist->device_index(device, common.device);
-  }
-  const ExecutionMode mode = parse_execution_mode(common.mode);
-  std::vector<std::shared_ptr<const KernelCase>> cases;
-  try {
-    cases = suite->cases(suite_options);
-  } catch (const CLI::ValidationError& e) {
-    throw UsageError(e.what());
-  }
-  const auto targets = tools::suite_targets(*suite, device, mode, common.implementation,
-                                           app.get_option("--implementation")->count() > 0);
+  const SuiteRun setup = start_suite_run(common, *suite, suite_options, app.get_option("--implementation")->count() > 0,
+                                         "numerics", dist);
   // Without the device's runtime support only excluded implementations can be listed: their
   // cases are reported unsupported with the exclusion's reason (exit 3).
   bool runnable = false;
-  for (const Target& t : targets) runnable |= t.kernel != nullptr;
-  if (device_api(device) == nullptr && runnable) {
-    throw std::runtime_error(std::string("device ") + to_string(device) + ": its runtime support is not loaded");
+  for (const Target& t : setup.targets) runnable |= t.kernel != nullptr;
+  if (device_api(setup.device) == nullptr && runnable) {
+    throw std::runtime_error(std::string("device ") + to_string(setup.device) + ": its runtime support is not loaded");
   }
-  if (dist) {
-    std::vector<std::string> ids, names;
-    for (const auto& c : cases) ids.push_back(c->case_id());
-    for (const auto& t : targets) names.push_back(t.name + (t.kernel ? "" : " (excluded)"));
-    dist->check_same_configuration({{"operation", suite->operation},
-                                    {"device", to_string(device)},
-                                    {"mode", common.mode},
-                                    {"implementations", names},
-                                    {"seed", common.seed},
-                                    {"cases", tools::distributed::case_list_digest(ids)}});
-  }
+  if (dist) dist->check_same_configuration(run_configuration(*suite, common, setup));
 
   json report{{"schema", "xllm-kernel/numerics-report/1"},
               {"tool", "numerics"},
               {"operation", suite->operation},
-              {"device", dist ? std::string(to_string(device)) + (device == Device::kCpu ? "" : ":" + std::to_string(index))
-                                : common.device},
+              {"device", setup.report_device},
               {"mode", common.mode},
               {"seed", common.seed},
-              {"environment", tools::environment(device, index, common.revision)},
+              {"environment", tools::environment(setup.device, setup.index, common.revision)},
               {"implementations", json::array()}};
-  const tools::OccupancyProbe occupancy(device, index);
+  const tools::OccupancyProbe occupancy(setup.device, setup.index);
   Counts total;
   const bool progress = isatty(STDERR_FILENO);
-  for (const Target& target : targets) {
-    Plan plan{device, index, mode, target.kernel, common.seed};
-    const std::optional<std::string> prepared_reason = prepare_suite(*suite, plan, target);
-    Counts counts;
-    json results = json::array();
-    double worst_headroom = 0, worst_ulp = 0;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      if (progress) std::cerr << "\r" << target.name << " " << i + 1 << "/" << cases.size() << std::flush;
-      json r;
-      if (dist) dist->test_fault().before_case(i, cases.size());
-      try {
-        r = run_case(*cases[i], plan, target, prepared_reason, counts, dist.get());
-      } catch (const std::exception& e) {
-        throw std::runtime_error(target.name + " on " + cases[i]->case_id() + ": " + e.what());
-      }
-      if (r["status"] == "passed" || r["status"] == "failed") {
-        worst_headroom = std::max(worst_headroom, r["headroom"].get<double>());
-        worst_ulp = std::max(worst_ulp, r["max_ulp"].get<double>());
-      }
-      results.push_back(std::move(r));
-    }
-    if (progress) std::cerr << "\r\033[K";
-    json impl_json = target.kernel ? tools::implementation_json(*target.kernel) : json{{"name", target.name}};
-    report["implementations"].push_back(
-        {{"implementation", impl_json},
-         {"excluded_reason", target.excluded_reason},
-         {"coverage",
-          {{"cases", cases.size()}, {"passed", counts.passed}, {"failed", counts.failed}, {"unsupported", counts.unsupported}}},
-         {"worst_headroom", worst_headroom},
-         {"worst_ulp", worst_ulp},
-         {"results", std::move(results)}});
-    total.passed += counts.passed;
-    total.failed += counts.failed;
-    total.unsupported += counts.unsupported;
+  for (const Target& target : setup.targets) {
+    report["implementations"].push_back(run_target(*suite, setup, target, common.seed, progress, total, dist.get()));
   }
   report["occupancy"] = occupancy.finish();
-  const int code = total.failed > 0 ? tools::kCaseFailed : total.passed == 0 ? tools::kNothingPassed : tools::kPassed;
-  report["summary"] = {
-      {"passed", total.passed},
-      {"failed", total.failed},
-      {"unsupported", total.unsupported},
-      {"status", code == tools::kPassed ? "passed" : code == tools::kCaseFailed ? "failed" : "nothing_passed"},
-      {"exit_code", code}};
+  report["summary"] = summary_json(total);
   return tools::publish({std::move(report), common.output, common.markdown, markdown, 20,
                          "xllm-kernel-numerics: no case passed; that is a failure\n", aggregate_numerics,
                          numerics_aggregate_markdown},

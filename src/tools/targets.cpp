@@ -1,9 +1,6 @@
 #include "src/tools/targets.h"
 
-#include <sstream>
-
 #include "src/core/strings.h"
-#include "src/numerics/suite.h"
 #include "src/tools/cli.h"
 #include "xllm_kernel/runtime.h"
 
@@ -58,55 +55,6 @@ std::vector<Target> resolve_targets(const std::string& operation, Device device,
   }
   throw UsageError("--implementation: unknown implementation '" + which + "' of " + operation + " on " +
                    to_string(device) + "; closest: " + detail::join(detail::closest(which, names), ", "));
-}
-
-std::vector<Target> suite_targets(const numerics::OperationSuite& suite, Device device, ExecutionMode mode,
-                                  const std::string& which, bool which_given) {
-  if (!which_given && !suite.implementations.empty()) {
-    InitializeOptions options;
-    options.operations = {suite.operation};
-    options.mode = mode;
-    const Explanation ex = runtime().explain(device, suite.operation, options);
-    std::vector<Target> targets;
-    for (const std::string& name : suite.implementations) {
-      for (const auto& c : ex.candidates) {
-        if (c.name == name) {
-          auto found = resolve_targets(suite.operation, device, mode, name);
-          targets.insert(targets.end(), found.begin(), found.end());
-          break;
-        }
-      }
-    }
-    if (!targets.empty()) return targets;
-  }
-  return resolve_targets(suite.operation, device, mode, which);
-}
-
-std::string list_text() {
-  std::ostringstream out;
-  for (const numerics::OperationSuite* suite : numerics::builtin_suites()) {
-    out << suite->operation << ": " << suite->description << "\n";
-    if (!suite->origin.empty()) out << "  suite: " << suite->origin << "\n";
-    if (!suite->implementations.empty()) {
-      out << "  suite implementations: " << detail::join(suite->implementations, ", ") << "\n";
-    }
-    for (Device device : {Device::kCpu, Device::kCuda, Device::kNpu}) {
-      InitializeOptions options;
-      options.operations = {suite->operation};
-      Explanation ex;
-      try {
-        ex = runtime().explain(device, suite->operation, options);
-      } catch (const std::exception& e) {
-        out << "  " << to_string(device) << ": " << e.what() << "\n";
-        continue;
-      }
-      for (const auto& c : ex.candidates) {
-        out << "  " << c.name << "  " << (c.verdict == Verdict::kExcluded ? "unavailable: " + c.reason : "available")
-            << (c.verdict == Verdict::kSelected ? " (selected)" : "") << "\n";
-      }
-    }
-  }
-  return out.str();
 }
 
 }  // namespace xllm_kernel::tools

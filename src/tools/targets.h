@@ -1,5 +1,5 @@
-// Which implementations a tool runs (--implementation), and what --list prints: both tools ask the
-// runtime the same questions through here.
+// Which implementations a tool runs (--implementation): both tools ask the runtime the same
+// question through here (per suite: numerics::suite_targets, src/numerics/suite_run.h).
 //
 //   for (const tools::Target& t : tools::resolve_targets("rms_norm", Device::kCpu, ExecutionMode::kEager, "all"))
 //     if (t.kernel) ...;  // else t.excluded_reason says why it cannot run here
@@ -10,10 +10,6 @@
 #include <vector>
 
 #include "xllm_kernel/registry.h"
-
-namespace xllm_kernel::numerics {
-struct OperationSuite;
-}
 
 namespace xllm_kernel::tools {
 
@@ -28,14 +24,5 @@ struct Target {
 // Throws UsageError for an unknown name (with the closest ones).
 std::vector<Target> resolve_targets(const std::string& operation, Device device, ExecutionMode mode,
                                     const std::string& which);
-
-// The targets of a suite's run: with --implementation not given (`which_given` false) and a suite
-// that declares its implementations, those of them that are candidates on the device, in the
-// suite's order (none there: the selected one); otherwise resolve_targets(which).
-std::vector<Target> suite_targets(const numerics::OperationSuite& suite, Device device, ExecutionMode mode,
-                                  const std::string& which, bool which_given);
-
-// --list: every suite's operation, its implementations per device and their availability here.
-std::string list_text();
 
 }  // namespace xllm_kernel::tools

@@ -18,6 +18,7 @@ import resource
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
@@ -111,126 +112,169 @@ def validate(m: ModelConfig, weights, runner: Runner, dtype: str) -> dict:
             "tokens": gen.tokens.tolist()}
 
 
-def run(spec: dict) -> dict:
+@dataclass
+class _Side:
+    """One side's run: its spec, where it runs, and what the steps of `run` hand to each other."""
+
+    spec: dict
+    name: str
+    kind: str
+    dist: dict | None
+    rank: int
+    world: int
+    device: torch.device
+    result: dict
+    dtype_name: str = ""
+    dtype: torch.dtype | None = None
+    m: ModelConfig | None = None
+    wspec: WeightSpec | None = None
+    bindings: dict | None = None
+    ops: object = None
+    loaded: object = None
+    wrep: dict = field(default_factory=dict)
+
+    def log(self, message: str) -> None:
+        _log(self.name, self.rank, self.world, message)
+
+    def runner_for(self, work: Workload) -> Runner:
+        r = Runner(self.m, self.loaded, work, ops=self.ops, device=self.device, dtype=self.dtype, rank=self.rank,
+                   world_size=self.world)
+        if self.kind == "compile":
+            r.forward_fn = torch.compile(r.forward, dynamic=False, fullgraph=self.spec.get("fullgraph", False))
+        return r
+
+
+def _start(spec: dict) -> _Side:
+    """The side's identity and device; joins the process group of a distributed run."""
     side = spec["side"]
-    name, kind = side["name"], side["kind"]
     dist = spec.get("distributed")
     rank, world = (dist["rank"], dist["world_size"]) if dist else (0, 1)
-    log = lambda msg: _log(name, rank, world, msg)  # noqa: E731
-    result: dict = {"name": name, "kind": kind, "overrides": side.get("overrides", {}), "rank": rank}
-    device = torch.device(spec["device"])
+    result: dict = {"name": side["name"], "kind": side["kind"], "overrides": side.get("overrides", {}), "rank": rank}
+    w = _Side(spec=spec, name=side["name"], kind=side["kind"], dist=dist, rank=rank, world=world,
+              device=torch.device(spec["device"]), result=result)
     if dist:
         import torch.distributed as td
 
         td.init_process_group(dist["backend"], init_method=f"tcp://{dist['addr']}:{dist['port']}", rank=rank,
                               world_size=world)
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+        if w.device.type == "cuda":
+            torch.cuda.set_device(w.device)
+    if w.device.type == "cuda":
+        torch.cuda.set_device(w.device)
+    return w
 
+
+def _select(w: _Side) -> None:
+    """initialize() with the side's overrides, and the operations the model calls through it."""
     import xllm_kernel
 
-    wspec = WeightSpec(**spec["weights"]) if spec.get("weights") else None
-    operations = OPERATIONS + (LINEAR_OPERATIONS if wspec else ())
-    bindings = xllm_kernel.initialize(device=device.type, operations=operations, overrides=side.get("overrides") or {})
-    result["implementations"] = {op: bindings[op].spec.name for op in operations}
-    result["threads"] = torch.get_num_threads()
-    log("selected " + ", ".join(f"{op}={bindings[op].spec.name}" for op in operations))
+    spec = w.spec
+    w.wspec = WeightSpec(**spec["weights"]) if spec.get("weights") else None
+    operations = OPERATIONS + (LINEAR_OPERATIONS if w.wspec else ())
+    w.bindings = xllm_kernel.initialize(device=w.device.type, operations=operations,
+                                        overrides=spec["side"].get("overrides") or {})
+    w.result["implementations"] = {op: w.bindings[op].spec.name for op in operations}
+    w.result["threads"] = torch.get_num_threads()
+    w.log("selected " + ", ".join(f"{op}={w.bindings[op].spec.name}" for op in operations))
     all_reduce = None
-    if dist:
+    if w.dist:
         import torch.distributed as td
 
         all_reduce = td.all_reduce
-    ops = library_ops(bindings, dispatcher=kind == "compile", all_reduce=all_reduce, linear=wspec is not None)
-    m = ModelConfig(**{k: v for k, v in spec["model"].items() if k != "parameters"})
-    dtype_name = spec["dtype"]
-    dtype = _DTYPES[dtype_name]
+    w.ops = library_ops(w.bindings, dispatcher=w.kind == "compile", all_reduce=all_reduce, linear=w.wspec is not None)
+
+
+def _load_model(w: _Side) -> tuple[dict, ModelConfig, dict, list | None]:
+    """The random weights, quantized (with --weights) and loaded onto the device; returns the
+    weights, the reference's model and weights, and every rank's shards (None without --weights)."""
+    spec, wspec, m = w.spec, w.wspec, w.m
     t0 = time.perf_counter()
-    weights = _weights(m, dtype, spec["seed"], spec.get("weights_file"))
-    log(f"weights ready in {time.perf_counter() - t0:.1f} s")
+    weights = _weights(m, w.dtype, spec["seed"], spec.get("weights_file"))
+    w.log(f"weights ready in {time.perf_counter() - t0:.1f} s")
     ref_model, ref_weights, shards = m, weights, None
     if wspec is not None:
         # Every rank's shards, so that each rank's reference is the whole model of the same W.
         t0 = time.perf_counter()
-        shards = [quantize_shards(m, weights, wspec, r, world) for r in range(world)]
+        shards = [quantize_shards(m, weights, wspec, r, w.world) for r in range(w.world)]
         ref_model, ref_weights = reference_weights(m, weights, shards)
-        log(f"weights quantized ({wspec.scheme}, LM head {wspec.lm_head_scheme}) in {time.perf_counter() - t0:.1f} s")
+        w.log(f"weights quantized ({wspec.scheme}, LM head {wspec.lm_head_scheme}) in {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
-    loaded = load(m, weights, device=device, dtype=dtype, rank=rank, world_size=world,
-                  linears=shards[rank] if shards else None,
-                  pack=bindings["linear_pack"].function if wspec else None)
+    w.loaded = load(m, weights, device=w.device, dtype=w.dtype, rank=w.rank, world_size=w.world,
+                    linears=shards[w.rank] if shards else None,
+                    pack=w.bindings["linear_pack"].function if wspec else None)
     if wspec is not None:
-        packed = sum(t.nbytes for t in loaded.linear_tensors())
-        log(f"linears packed by {bindings['linear_pack'].spec.name} in {time.perf_counter() - t0:.1f} s "
-            f"({packed / 1e9:.3g} GB)")
+        packed = sum(t.nbytes for t in w.loaded.linear_tensors())
+        w.log(f"linears packed by {w.bindings['linear_pack'].spec.name} in {time.perf_counter() - t0:.1f} s "
+              f"({packed / 1e9:.3g} GB)")
     else:
         packed = None
-    wrep = weight_report(m, wspec, dtype_name, world)
-    result["weights"] = {"bytes_per_decode_step": wrep["bytes_per_decode_step"], "packed_bytes": packed}
+    w.wrep = weight_report(m, wspec, w.dtype_name, w.world)
+    w.result["weights"] = {"bytes_per_decode_step": w.wrep["bytes_per_decode_step"], "packed_bytes": packed}
+    return weights, ref_model, ref_weights, shards
 
-    def runner_for(work: Workload) -> Runner:
-        r = Runner(m, loaded, work, ops=ops, device=device, dtype=dtype, rank=rank, world_size=world)
-        if kind == "compile":
-            r.forward_fn = torch.compile(r.forward, dynamic=False, fullgraph=spec.get("fullgraph", False))
-        return r
 
-    # Validation first, on the short greedy workload; a side that fails is not timed.
+def _validate_side(w: _Side, ref_model: ModelConfig, ref_weights) -> bool:
+    """Validation on the short greedy workload; False (the result says why) when the side is not
+    to be timed: torch.compile failed, or the validation did."""
     compile_error = None
-    vwork = Workload(**spec["validation_workload"])
     try:
-        vrunner = runner_for(vwork)
-        result["validation"] = validate(ref_model, ref_weights, vrunner, dtype_name)
+        vrunner = w.runner_for(Workload(**w.spec["validation_workload"]))
+        w.result["validation"] = validate(ref_model, ref_weights, vrunner, w.dtype_name)
         del vrunner
     except Exception as e:  # noqa: BLE001 - reported in the side's row
-        if kind != "compile":
+        if w.kind != "compile":
             raise
         compile_error = f"{type(e).__name__}: {e}".strip()
-        result["validation"] = {"status": "not_run", "reason": "torch.compile failed"}
+        w.result["validation"] = {"status": "not_run", "reason": "torch.compile failed"}
     if compile_error is not None:
-        result.update(status="compile_failed", reason=compile_error[:4000])
-        log(f"torch.compile failed: {compile_error.splitlines()[0][:300]}")
-        return result
-    v = result["validation"]
-    log(f"validation {v['status']}: max |logit error| {v['max_abs_logit_error']:.3g} "
-        f"(atol {v['logit_atol']:.3g}, headroom {v['headroom']:.3g}), greedy tokens equal: {v['greedy_tokens_equal']}")
+        w.result.update(status="compile_failed", reason=compile_error[:4000])
+        w.log(f"torch.compile failed: {compile_error.splitlines()[0][:300]}")
+        return False
+    v = w.result["validation"]
+    w.log(f"validation {v['status']}: max |logit error| {v['max_abs_logit_error']:.3g} "
+          f"(atol {v['logit_atol']:.3g}, headroom {v['headroom']:.3g}), greedy tokens equal: {v['greedy_tokens_equal']}")
     if v["status"] != "passed":
-        result.update(status="failed", reason="validation against the float64 reference failed")
-        return result
+        w.result.update(status="failed", reason="validation against the float64 reference failed")
+        return False
+    return True
 
-    work = Workload(**spec["workload"])
-    synthetic = work.synthetic_prefill
-    runner = runner_for(work)
-    weights.clear()  # the runner holds its own (fused, sharded or packed) copies
-    del ref_weights, shards
-    for i in range(spec["warmup"]):
-        # A prefill and two decode steps: every shape the timed pass runs (torch.compile compiles here).
-        log(f"warm-up {i + 1}/{spec['warmup']}")
+
+def _warm_up(w: _Side, runner: Runner, work: Workload) -> bool:
+    """A prefill and two decode steps per warm-up round: every shape the timed pass runs
+    (torch.compile compiles here). False (the result says why) when torch.compile failed."""
+    for i in range(w.spec["warmup"]):
+        w.log(f"warm-up {i + 1}/{w.spec['warmup']}")
         try:
-            first = runner.fill_cache() if synthetic else runner.prefill()[0]
+            first = runner.fill_cache() if work.synthetic_prefill else runner.prefill()[0]
             runner.decode(first, steps=min(2, work.output_len - 1))
         except Exception as e:  # noqa: BLE001
-            if kind != "compile":
+            if w.kind != "compile":
                 raise
-            result.update(status="compile_failed", reason=f"{type(e).__name__}: {e}"[:4000])
-            return result
-    reset = _peak_reset(device)
+            w.result.update(status="compile_failed", reason=f"{type(e).__name__}: {e}"[:4000])
+            return False
+    return True
+
+
+def _timed_pass(w: _Side, runner: Runner, work: Workload) -> None:
+    """The uninstrumented repeats of prefill and decode, the peak memory, and the tokens."""
+    spec, synthetic = w.spec, work.synthetic_prefill
+    reset = _peak_reset(w.device)
     prefill, decode = [], []
     if synthetic:
         first = runner.fill_cache()
     for i in range(0 if synthetic else spec["repeats"]):
-        log(f"timed prefill {i + 1}/{spec['repeats']}")
+        w.log(f"timed prefill {i + 1}/{spec['repeats']}")
         first, _, seconds = runner.prefill()
         prefill.append(seconds)
     for i in range(spec["repeats"]):
-        log(f"timed decode {i + 1}/{spec['repeats']}")
-        rest, _, seconds = runner.decode(first, progress=log)
+        w.log(f"timed decode {i + 1}/{spec['repeats']}")
+        rest, _, seconds = runner.decode(first, progress=w.log)
         decode.append(seconds)
     tokens = torch.stack([first.cpu(), *rest], dim=1)
-    peak, peak_kind = _peak_bytes(device, reset)
+    peak, peak_kind = _peak_bytes(w.device, reset)
     s, steps = len(work.prompt_lens), work.output_len
     p, d = min(prefill, default=None), min(decode)
-    result["timing"] = {
+    w.result["timing"] = {
         "repeats": spec["repeats"], "warmup": spec["warmup"],
         "prefill_seconds": p, "prefill_samples": prefill, "prefill_tokens": sum(work.prompt_lens),
         "prefill_tokens_per_s": sum(work.prompt_lens) / p if p else None,
@@ -239,38 +283,60 @@ def run(spec: dict) -> dict:
         "decode_tokens_per_s": s * (steps - 1) / d if steps > 1 else None,
         "time_per_output_token_s": d / (steps - 1) if steps > 1 else None,
         # Every linear's weight is read once per decode step (config.weight_report says what is counted).
-        "decode_weight_gb_per_s": wrep["bytes_per_decode_step"] * (steps - 1) / d / 1e9 if steps > 1 and d else None,
+        "decode_weight_gb_per_s": w.wrep["bytes_per_decode_step"] * (steps - 1) / d / 1e9 if steps > 1 and d else None,
     }
-    result["peak_memory_bytes"], result["peak_memory_kind"] = peak, peak_kind
-    result["tokens_digest"] = hash_tokens(tokens)
-    result["tokens"] = tokens.tolist() if tokens.numel() <= 4096 else None
+    w.result["peak_memory_bytes"], w.result["peak_memory_kind"] = peak, peak_kind
+    w.result["tokens_digest"] = hash_tokens(tokens)
+    w.result["tokens"] = tokens.tolist() if tokens.numel() <= 4096 else None
 
-    if kind == "compile":
-        result["profile"] = {"status": "unavailable",
-                             "reason": "the compiled forward is one Inductor graph; timing its steps apart would "
-                                       "break it into pieces (see the torch side for the same operations eager)"}
-    else:
-        log("profiling pass")
-        prof = Profiler(device)
-        timed_ops = prof.ops(ops)
-        gen = runner.generate(timed_ops, after_step=prof.collect)
-        prof.collect()
-        total = gen.prefill_seconds + gen.decode_seconds
-        rows = [{"operation": k, "calls": prof.calls[k], "seconds": v, "share": v / total}
-                for k, v in sorted(prof.seconds.items(), key=lambda kv: -kv[1])]
-        attributed = sum(r["seconds"] for r in rows)
-        result["profile"] = {"status": "measured", "timer": "cuda events" if device.type == "cuda" else
-                             "host perf_counter around each call (CPU calls are synchronous)",
-                             "total_seconds": total, "attributed_seconds": attributed,
-                             "unattributed_seconds": total - attributed, "attributed_share": attributed / total,
-                             "operations": rows, "tokens_equal_timed_pass": hash_tokens(gen.tokens) == result["tokens_digest"]}
-    result["status"] = "timed"
-    if dist:
+
+def _profile(w: _Side, runner: Runner) -> dict:
+    """A separate pass with each call timed (not for torch.compile: one Inductor graph)."""
+    if w.kind == "compile":
+        return {"status": "unavailable",
+                "reason": "the compiled forward is one Inductor graph; timing its steps apart would "
+                          "break it into pieces (see the torch side for the same operations eager)"}
+    w.log("profiling pass")
+    prof = Profiler(w.device)
+    timed_ops = prof.ops(w.ops)
+    gen = runner.generate(timed_ops, after_step=prof.collect)
+    prof.collect()
+    total = gen.prefill_seconds + gen.decode_seconds
+    rows = [{"operation": k, "calls": prof.calls[k], "seconds": v, "share": v / total}
+            for k, v in sorted(prof.seconds.items(), key=lambda kv: -kv[1])]
+    attributed = sum(r["seconds"] for r in rows)
+    return {"status": "measured", "timer": "cuda events" if w.device.type == "cuda" else
+            "host perf_counter around each call (CPU calls are synchronous)",
+            "total_seconds": total, "attributed_seconds": attributed,
+            "unattributed_seconds": total - attributed, "attributed_share": attributed / total,
+            "operations": rows, "tokens_equal_timed_pass": hash_tokens(gen.tokens) == w.result["tokens_digest"]}
+
+
+def run(spec: dict) -> dict:
+    w = _start(spec)
+    _select(w)
+    w.m = ModelConfig(**{k: v for k, v in spec["model"].items() if k != "parameters"})
+    w.dtype_name = spec["dtype"]
+    w.dtype = _DTYPES[w.dtype_name]
+    weights, ref_model, ref_weights, shards = _load_model(w)
+    # Validation first, on the short greedy workload; a side that fails is not timed.
+    if not _validate_side(w, ref_model, ref_weights):
+        return w.result
+    work = Workload(**spec["workload"])
+    runner = w.runner_for(work)
+    weights.clear()  # the runner holds its own (fused, sharded or packed) copies
+    del ref_weights, shards
+    if not _warm_up(w, runner, work):
+        return w.result
+    _timed_pass(w, runner, work)
+    w.result["profile"] = _profile(w, runner)
+    w.result["status"] = "timed"
+    if w.dist:
         import torch.distributed as td
 
         td.barrier()
         td.destroy_process_group()
-    return result
+    return w.result
 
 
 def hash_tokens(tokens: torch.Tensor) -> str:

@@ -406,24 +406,50 @@ std::function<std::vector<at::Tensor>(const PreparedKernel&, std::vector<at::Ten
   };
 }
 
-Example build(const Spec& s, const json& p, at::Generator& g) {
-  const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
-  const at::ScalarType dtype = options::parse_dtype(p.at("dtype").get<std::string>());
-  const bool fp8 = p.at("qdtype") == "float8_e4m3fn";
-  const at::ScalarType qdtype = fp8 ? at::kFloat8_e4m3fn : at::kChar;
-  const std::string bound = p.at("bound"), layout = p.at("layout");
-  const bool unfused = s.fused() && p.at("composition") == "unfused";
-  const int64_t width = s.producer == Producer::kSiluAndMul ? 2 * hidden : hidden;
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+// A case's parameters, as build reads them.
+struct Point {
+  int64_t tokens = 0, hidden = 0;
+  int64_t width = 0;  // of the input rows: 2 * hidden for silu_and_mul, else hidden
+  at::ScalarType dtype = at::kFloat;
+  bool fp8 = false;
+  at::ScalarType qdtype = at::kChar;
+  std::string bound, layout;
+  bool unfused = false;
+};
 
+Point point_of(const Spec& s, const json& p) {
+  Point pt;
+  pt.tokens = p.at("tokens");
+  pt.hidden = p.at("hidden");
+  pt.dtype = options::parse_dtype(p.at("dtype").get<std::string>());
+  pt.fp8 = p.at("qdtype") == "float8_e4m3fn";
+  pt.qdtype = pt.fp8 ? at::kFloat8_e4m3fn : at::kChar;
+  pt.bound = p.at("bound");
+  pt.layout = p.at("layout");
+  pt.unfused = s.fused() && p.at("composition") == "unfused";
+  pt.width = s.producer == Producer::kSiluAndMul ? 2 * pt.hidden : pt.hidden;
+  return pt;
+}
+
+// The tensors of a call (undefined: None, or an argument the operation does not take).
+struct Inputs {
+  at::Tensor input, residual, weight;
+  at::Tensor scale_ub, scale, azp;
+};
+
+// Draws the inputs from `g`, in this order: the values, the residual, the weight, the zero point.
+Inputs make_inputs(const Spec& s, const Point& pt, const json& p, at::Generator& g) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  Inputs in;
   double tie_scale = 0;
-  const at::Tensor values = make_values(s, p, tokens, width, g, tie_scale);
-  const at::Tensor input = laid_out(values, layout, dtype);
-  at::Tensor residual, weight;
-  if (s.producer == Producer::kFusedAddRmsNorm) residual = laid_out(at::randn({tokens, width}, g, at::kDouble), layout, dtype);
+  const at::Tensor values = make_values(s, p, pt.tokens, pt.width, g, tie_scale);
+  in.input = laid_out(values, pt.layout, pt.dtype);
+  if (s.producer == Producer::kFusedAddRmsNorm) {
+    in.residual = laid_out(at::randn({pt.tokens, pt.width}, g, at::kDouble), pt.layout, pt.dtype);
+  }
   if (s.norm()) {
-    const at::ScalarType wt = p.at("weight_dtype") == "float32" ? at::kFloat : dtype;
-    weight = (at::randn({hidden}, g, at::kDouble) * 0.5 + 1).to(wt);
+    const at::ScalarType wt = p.at("weight_dtype") == "float32" ? at::kFloat : pt.dtype;
+    in.weight = (at::randn({pt.hidden}, g, at::kDouble) * 0.5 + 1).to(wt);
   }
   // Magnitudes of the rows quantized: the input's, or about 3 for normalized and activated rows.
   double magnitude = 3;
@@ -431,50 +457,107 @@ Example build(const Spec& s, const json& p, at::Generator& g) {
     const at::Tensor finite = values.nan_to_num(0, 0, 0).abs();
     magnitude = finite.numel() ? std::max(1e-3, finite.max().item<double>()) : 1.0;
   }
-  at::Tensor scale_ub, scale, azp;
-  if (bound == "scale_ub") scale_ub = at::full({1}, 0.7 * magnitude, f32);
+  if (pt.bound == "scale_ub") in.scale_ub = at::full({1}, 0.7 * magnitude, f32);
   if (s.scheme == Scheme::kStatic) {
-    const double sv = tie_scale > 0 ? tie_scale : 0.9 * magnitude / (fp8 ? 448 : 127);
-    scale = at::full({1}, sv, f32);
-    if (bound == "azp") azp = at::randint(-10, 11, {1}, g, at::TensorOptions().dtype(at::kInt));
+    const double sv = tie_scale > 0 ? tie_scale : 0.9 * magnitude / (pt.fp8 ? 448 : 127);
+    in.scale = at::full({1}, sv, f32);
+    if (pt.bound == "azp") in.azp = at::randint(-10, 11, {1}, g, at::TensorOptions().dtype(at::kInt));
   }
+  return in;
+}
 
-  Example ex;
+// The arguments in schema order: the producer's, then the scheme's.
+void set_arguments(const Spec& s, const Inputs& in, Example& ex) {
   switch (s.producer) {
     case Producer::kNone:
     case Producer::kSiluAndMul:
       ex.names = {"input"};
-      ex.tensors = {input};
+      ex.tensors = {in.input};
       break;
     case Producer::kRmsNorm:
       ex.names = {"input", "weight"};
-      ex.tensors = {input, weight};
+      ex.tensors = {in.input, in.weight};
       break;
     case Producer::kFusedAddRmsNorm:
       ex.names = {"input", "residual", "weight"};
-      ex.tensors = {input, residual, weight};
+      ex.tensors = {in.input, in.residual, in.weight};
       break;
   }
   if (s.scheme == Scheme::kStatic) {
     ex.names.insert(ex.names.end(), {"scale", "azp"});
-    ex.tensors.insert(ex.tensors.end(), {scale, azp});
+    ex.tensors.insert(ex.tensors.end(), {in.scale, in.azp});
   } else if (s.scheme == Scheme::kPerToken) {
     ex.names.push_back("scale_ub");
-    ex.tensors.push_back(scale_ub);
+    ex.tensors.push_back(in.scale_ub);
   }
-  ex.mutates = s.contract->mutates;
-  if (unfused && s.producer == Producer::kFusedAddRmsNorm) ex.mutates = {"input", "residual"};
-  ex.call = make_call(s, qdtype, unfused);
+}
 
+SchemeArgs scheme_args(const Spec& s, const Point& pt, const Inputs& in) {
   SchemeArgs args;
   args.scheme = s.scheme;
-  args.fp8 = fp8;
-  if (scale_ub.defined()) args.scale_ub = scale_ub.item<float>();
-  if (scale.defined()) args.scale = scale.item<float>();
-  if (azp.defined()) args.azp = azp.item<int32_t>();
+  args.fp8 = pt.fp8;
+  if (in.scale_ub.defined()) args.scale_ub = in.scale_ub.item<float>();
+  if (in.scale.defined()) args.scale = in.scale.item<float>();
+  if (in.azp.defined()) args.azp = in.azp.item<int32_t>();
   args.zero_sign_free = s.producer == Producer::kSiluAndMul;
-  const double delta = producer_delta(s, hidden, dtype);
-  ex.reference = [s, args, delta, dtype, qdtype, hidden, unfused](const std::vector<at::Tensor>& t) {
+  return args;
+}
+
+// Checks the returned outputs (q; scale; azp) against the reference rows' interval [lo, hi]:
+// their dtypes, shapes and layout, then every row (quantization::check_rows).
+void check_quantized(const Spec& s, const SchemeArgs& args, const at::Tensor& lo, const at::Tensor& hi,
+                     at::ScalarType qdtype, const std::vector<int64_t>& out_sizes, Validation& v,
+                     const std::vector<at::Tensor>& returned) {
+  const size_t want_n = s.scheme == Scheme::kStatic ? 1 : s.scheme == Scheme::kPerTokenAzp ? 3 : 2;
+  auto fail = [&](const std::string& what) {
+    v.passed = false;
+    v.failures.push_back(what);
+  };
+  if (returned.size() != want_n) return fail("returned " + std::to_string(returned.size()) + " outputs, expected " + std::to_string(want_n));
+  std::vector<int64_t> one_sizes = out_sizes;
+  one_sizes.back() = 1;
+  const at::Tensor& q = returned[0];
+  if (q.scalar_type() != qdtype || q.sizes() != at::IntArrayRef(out_sizes) || !q.is_contiguous()) {
+    return fail("out: expected a contiguous " + std::string(c10::toString(qdtype)) + " tensor of the input's shape");
+  }
+  at::Tensor scale, azp;
+  if (want_n >= 2) {
+    scale = returned[1];
+    if (scale.scalar_type() != at::kFloat || scale.sizes() != at::IntArrayRef(one_sizes) || !scale.is_contiguous()) {
+      return fail("scale: expected a contiguous float32 [..., 1] tensor");
+    }
+    scale = scale.to(at::kCPU).reshape({-1}).contiguous();
+  }
+  if (want_n == 3) {
+    azp = returned[2];
+    if (azp.scalar_type() != at::kInt || azp.sizes() != at::IntArrayRef(one_sizes) || !azp.is_contiguous()) {
+      return fail("azp: expected a contiguous int32 [..., 1] tensor");
+    }
+    azp = azp.to(at::kCPU).reshape({-1}).contiguous();
+  }
+  const at::Tensor bits = q.to(at::kCPU).view(at::kByte).reshape({-1, out_sizes.back()}).contiguous();
+  const quantization::RowCheck r = quantization::check_rows(args, lo, hi, bits, scale, azp);
+  v.mismatches += r.mismatches + r.round_trip_failures;
+  for (const auto& f : r.failures) v.failures.push_back(f);
+  if (r.mismatches + r.round_trip_failures > 0) v.passed = false;
+  v.checks.push_back({{"name", "out"},
+                      {"kind", "quantized"},
+                      {"passed", r.mismatches + r.round_trip_failures == 0},
+                      {"mismatches", r.mismatches},
+                      {"ambiguous_elements", r.ambiguous},
+                      {"round_trips", r.round_trips},
+                      {"round_trip_failures", r.round_trip_failures}});
+}
+
+// The float64 reference: the producer's rows (and the residual the fused_add operations write),
+// their rounding interval in the input dtype, and the check of the quantized outputs.
+std::function<Expected(const std::vector<at::Tensor>&)> make_reference(const Spec& s, const Point& pt,
+                                                                       const SchemeArgs& args) {
+  const double delta = producer_delta(s, pt.hidden, pt.dtype);
+  const at::ScalarType dtype = pt.dtype, qdtype = pt.qdtype;
+  const int64_t hidden = pt.hidden;
+  const bool unfused = pt.unfused;
+  return [s, args, delta, dtype, qdtype, hidden, unfused](const std::vector<at::Tensor>& t) {
     Expected e;
     at::Tensor rows;
     if (s.producer == Producer::kFusedAddRmsNorm) {
@@ -497,61 +580,39 @@ Example build(const Spec& s, const json& p, at::Generator& g) {
     std::vector<int64_t> out_sizes(t[0].sizes().begin(), t[0].sizes().end());
     out_sizes.back() = hidden;
     e.check_outputs = [s, args, lo, hi, qdtype, out_sizes](Validation& v, const std::vector<at::Tensor>& returned) {
-      const size_t want_n = s.scheme == Scheme::kStatic ? 1 : s.scheme == Scheme::kPerTokenAzp ? 3 : 2;
-      auto fail = [&](const std::string& what) {
-        v.passed = false;
-        v.failures.push_back(what);
-      };
-      if (returned.size() != want_n) return fail("returned " + std::to_string(returned.size()) + " outputs, expected " + std::to_string(want_n));
-      std::vector<int64_t> one_sizes = out_sizes;
-      one_sizes.back() = 1;
-      const at::Tensor& q = returned[0];
-      if (q.scalar_type() != qdtype || q.sizes() != at::IntArrayRef(out_sizes) || !q.is_contiguous()) {
-        return fail("out: expected a contiguous " + std::string(c10::toString(qdtype)) + " tensor of the input's shape");
-      }
-      at::Tensor scale, azp;
-      if (want_n >= 2) {
-        scale = returned[1];
-        if (scale.scalar_type() != at::kFloat || scale.sizes() != at::IntArrayRef(one_sizes) || !scale.is_contiguous()) {
-          return fail("scale: expected a contiguous float32 [..., 1] tensor");
-        }
-        scale = scale.to(at::kCPU).reshape({-1}).contiguous();
-      }
-      if (want_n == 3) {
-        azp = returned[2];
-        if (azp.scalar_type() != at::kInt || azp.sizes() != at::IntArrayRef(one_sizes) || !azp.is_contiguous()) {
-          return fail("azp: expected a contiguous int32 [..., 1] tensor");
-        }
-        azp = azp.to(at::kCPU).reshape({-1}).contiguous();
-      }
-      const at::Tensor bits = q.to(at::kCPU).view(at::kByte).reshape({-1, out_sizes.back()}).contiguous();
-      const quantization::RowCheck r = quantization::check_rows(args, lo, hi, bits, scale, azp);
-      v.mismatches += r.mismatches + r.round_trip_failures;
-      for (const auto& f : r.failures) v.failures.push_back(f);
-      if (r.mismatches + r.round_trip_failures > 0) v.passed = false;
-      v.checks.push_back({{"name", "out"},
-                          {"kind", "quantized"},
-                          {"passed", r.mismatches + r.round_trip_failures == 0},
-                          {"mismatches", r.mismatches},
-                          {"ambiguous_elements", r.ambiguous},
-                          {"round_trips", r.round_trips},
-                          {"round_trip_failures", r.round_trip_failures}});
+      check_quantized(s, args, lo, hi, qdtype, out_sizes, v, returned);
     };
     return e;
   };
-  ex.tolerance = Tolerance{0, 0};  // the residual: one correctly rounded addition
-  if (unfused && s.producer == Producer::kFusedAddRmsNorm) {
-    ex.tolerance_overrides["input"] = accumulate_tolerance(dtype, hidden);  // rms_norm's, in place
-  }
-  const int64_t rows = tokens * (layout == "3d" ? 2 : 1), es = at::elementSize(dtype);
-  int64_t read = rows * width * es, written = rows * hidden + (s.scheme == Scheme::kStatic ? 0 : rows * 4);
+}
+
+// Bytes: input read, q written, scales (and azp) written; residual read and written, weight read.
+CaseMetadata case_metadata(const Spec& s, const Point& pt, const Inputs& in) {
+  const int64_t rows = pt.tokens * (pt.layout == "3d" ? 2 : 1), es = at::elementSize(pt.dtype);
+  int64_t read = rows * pt.width * es, written = rows * pt.hidden + (s.scheme == Scheme::kStatic ? 0 : rows * 4);
   if (s.scheme == Scheme::kPerTokenAzp) written += rows * 4;
-  if (weight.defined()) read += weight.numel() * weight.element_size();
-  if (residual.defined()) {
-    read += rows * hidden * es;
-    written += rows * hidden * es;
+  if (in.weight.defined()) read += in.weight.numel() * in.weight.element_size();
+  if (in.residual.defined()) {
+    read += rows * pt.hidden * es;
+    written += rows * pt.hidden * es;
   }
-  ex.metadata = {read, written, 4.0 * rows * width, {}};
+  return {read, written, 4.0 * rows * pt.width, {}};
+}
+
+Example build(const Spec& s, const json& p, at::Generator& g) {
+  const Point pt = point_of(s, p);
+  const Inputs in = make_inputs(s, pt, p, g);
+  Example ex;
+  set_arguments(s, in, ex);
+  ex.mutates = s.contract->mutates;
+  if (pt.unfused && s.producer == Producer::kFusedAddRmsNorm) ex.mutates = {"input", "residual"};
+  ex.call = make_call(s, pt.qdtype, pt.unfused);
+  ex.reference = make_reference(s, pt, scheme_args(s, pt, in));
+  ex.tolerance = Tolerance{0, 0};  // the residual: one correctly rounded addition
+  if (pt.unfused && s.producer == Producer::kFusedAddRmsNorm) {
+    ex.tolerance_overrides["input"] = accumulate_tolerance(pt.dtype, pt.hidden);  // rms_norm's, in place
+  }
+  ex.metadata = case_metadata(s, pt, in);
   return ex;
 }
 

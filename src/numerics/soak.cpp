@@ -1,4 +1,4 @@
-#include "src/tools/soak.h"
+#include "src/numerics/soak.h"
 
 #include <ATen/Parallel.h>
 #include <unistd.h>
