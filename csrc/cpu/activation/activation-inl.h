@@ -36,16 +36,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 // u > 17.3 on anyway); for u < -88 the result is -0 (the exact value is below 2^-126 |a|; a
 // division would give NaN for a = -inf). A NaN a gives NaN through the division, whatever Min
 // and the comparison make of it (their NaN rules differ between targets).
-// kFast (bfloat16 results): e^-u from the degree-3 ExpNegFastParts. The division stays: it is not
+// kBf16Precision (bfloat16 results): e^-u from the degree-3 ExpNegBf16Parts. The division stays: it is not
 // what limits the loop, and a / 1 keeps large a exact. (On AVX-512 a vdivps costs about as much
 // port time as 20 other instructions and was what limited the bf16 loops: TimesSigmoidExp2.)
-template <bool kFast>
+template <bool kBf16Precision>
 HWY_INLINE VF TimesSigmoid(VF a, VF u) {
   const DF d;
   const VF m = hn::Min(u, hn::Set(d, -kExpInRangeMin));
   VF er, pow2n;
-  if constexpr (kFast) {
-    ExpNegFastParts(d, m, er, pow2n);
+  if constexpr (kBf16Precision) {
+    ExpNegBf16Parts(d, m, er, pow2n);
   } else {
     const VF x = hn::Neg(m);
     ExpParts<false>(d, x, x, er, pow2n);
@@ -54,9 +54,9 @@ HWY_INLINE VF TimesSigmoid(VF a, VF u) {
   return hn::IfThenElse(hn::Lt(u, hn::Set(d, -kExpInRangeMax)), hn::Set(d, -0.0f), s);
 }
 
-#if XLLM_CPU_AVX512_FAST_MATH
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
 // a / (1 + 2^y) for y = -u log2(e) (the callers fold log2(e) into their constants), for
-// bfloat16 results: 2^y from Exp2Fast (7.5e-5) and the reciprocal from ApproxRecip14 (2^-14):
+// bfloat16 results: 2^y from Exp2Bf16 (7.5e-5) and the reciprocal from ApproxRecip14 (2^-14):
 // within 1.4e-4 together, about 11 instructions instead of 18 and a division (a vdivps has the
 // throughput of some 20 other instructions). No clamps: 2^y is 0 for y < -150 (1 + 2^y is then 1,
 // exactly inverted, so large a give a exactly) and inf for y >= 128, whose reciprocal 0 gives -0
@@ -67,40 +67,40 @@ HWY_INLINE VF TimesSigmoidExp2(VF a, VF y) {
   // 1 + 2^y as P(r) 2^floor(y) + 1 in one fused operation: 2^floor(y) comes in parallel with
   // the polynomial (a shorter dependency chain than scaling P and adding 1; 3% faster).
   const VF one = hn::Set(d, 1.0f);
-  const VF z = ApproxRecip14(hn::MulAdd(Exp2FracFast(y), Exp2FloorScale(one, y), one));
+  const VF z = ApproxRecip14(hn::MulAdd(Exp2FracBf16(y), Exp2FloorScale(one, y), one));
   return hn::Mul(hn::Max(hn::Set(d, -3.40282347e+38f), a), z);
 }
 #endif
 
-template <bool kFast>
+template <bool kBf16Precision>
 struct Silu {
   HWY_INLINE VF operator()(VF a) const {
-#if XLLM_CPU_AVX512_FAST_MATH
-    if constexpr (kFast) return TimesSigmoidExp2(a, hn::Mul(a, hn::Set(DF(), -1.44269504f)));
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+    if constexpr (kBf16Precision) return TimesSigmoidExp2(a, hn::Mul(a, hn::Set(DF(), -1.44269504f)));
 #endif
-    return TimesSigmoid<kFast>(a, a);
+    return TimesSigmoid<kBf16Precision>(a, a);
   }
 };
 
 // a * sigmoid(1.702 a) (the "quick" GELU of CLIP): TimesSigmoid with u = 1.702 a.
-template <bool kFast>
+template <bool kBf16Precision>
 struct QuickGelu {
   HWY_INLINE VF operator()(VF a) const {
-#if XLLM_CPU_AVX512_FAST_MATH
-    if constexpr (kFast) return TimesSigmoidExp2(a, hn::Mul(a, hn::Set(DF(), -2.45546696f)));  // -1.702 log2(e)
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+    if constexpr (kBf16Precision) return TimesSigmoidExp2(a, hn::Mul(a, hn::Set(DF(), -2.45546696f)));  // -1.702 log2(e)
 #endif
-    return TimesSigmoid<kFast>(a, hn::Mul(a, hn::Set(DF(), 1.702f)));
+    return TimesSigmoid<kBf16Precision>(a, hn::Mul(a, hn::Set(DF(), 1.702f)));
   }
 };
 
 // 0.5 a (1 + tanh(v)) = a * sigmoid(2 v), v = sqrt(2 / pi) (a + 0.044715 a^3): no tanh needed,
 // and no cancellation in 1 + tanh(v) for negative a.
-template <bool kFast>
+template <bool kBf16Precision>
 struct GeluTanh {
   HWY_INLINE VF operator()(VF a) const {
     const DF d;
-#if XLLM_CPU_AVX512_FAST_MATH
-    if constexpr (kFast) {
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+    if constexpr (kBf16Precision) {
       // y = -u log2(e), at least -125: the cubic reaches y < -126 from a = 10 on, where 2^y would
       // be subnormal, which costs microcode assists (with randn * 3 inputs, 15% of the loop's
       // time on average); 1 + 2^-125 is 1 as well. (Silu and quick_gelu reach it only beyond
@@ -112,30 +112,30 @@ struct GeluTanh {
     const VF k0 = hn::Set(d, 1.5957691216057308f);  // 2 sqrt(2 / pi)
     const VF k1 = hn::Set(d, 0.0713548162726f);     // 2 sqrt(2 / pi) 0.044715
     const VF u = hn::Mul(a, hn::MulAdd(k1, hn::Mul(a, a), k0));
-    return TimesSigmoid<kFast>(a, u);
+    return TimesSigmoid<kBf16Precision>(a, u);
   }
 };
 
 // a * Phi(a). For a < -13.25, Phi(a) is 0 (NormalCdfNotNaN) and the result is -0 (a * 0 would be
 // NaN for a = -inf). A NaN a gives NaN through the product.
-// AVX-512, kFast: with t = min(|a|, 15) and the tail Phi(-t) (NormalTailFast), a Phi(a) is
+// AVX-512, kBf16Precision: with t = min(|a|, 15) and the tail Phi(-t) (NormalTailBf16), a Phi(a) is
 // a - t Phi(-t) for a >= 0 and -t Phi(-t) for a < 0, i.e. m - t Phi(-t) with m = a or -0: one
 // vfixupimmps gives m from a's class (a for NaN, +-0, positive and +inf; -0 for negative and
 // -inf), so -0 - t * 0 = -0 where the tail is 0 (a < -14.5, -inf), and NaN stays NaN.
-template <bool kFast>
+template <bool kBf16Precision>
 struct Gelu {
   HWY_INLINE VF operator()(VF a) const {
     const DF d;
-#if XLLM_CPU_AVX512_FAST_MATH
-    if constexpr (kFast) {
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+    if constexpr (kBf16Precision) {
       const VF t = AbsMin15(a);
       // fixup table, one response per class of a (4 bits each, class 0 lowest): QNaN -> a,
       // SNaN -> quiet a, 0 -> a, 1 -> a, -inf -> -0, +inf -> a, negative -> -0, positive -> a.
       const VF m{_mm512_fixupimm_ps(a.raw, a.raw, _mm512_set1_epi32(0x17171121), 0)};
-      return hn::NegMulAdd(t, NormalTailFast(t), m);
+      return hn::NegMulAdd(t, NormalTailBf16(t), m);
     }
 #endif
-    const VF phi = kFast ? NormalCdfFastNotNaN(d, a) : NormalCdfNotNaN(d, a);
+    const VF phi = kBf16Precision ? NormalCdfBf16NotNaN(d, a) : NormalCdfNotNaN(d, a);
     return hn::IfThenElse(hn::Lt(a, hn::Set(d, -13.25f)), hn::Set(d, -0.0f), hn::Mul(a, phi));
   }
 };

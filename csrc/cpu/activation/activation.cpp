@@ -75,19 +75,19 @@ struct ExpFn {
 struct NormalCdfFn {
   HWY_INLINE VF operator()(VF a) const { return NormalCdf(DF(), a); }
 };
-struct ExpNegFastFn {
+struct ExpNegBf16Fn {
   HWY_INLINE VF operator()(VF a) const {
-#if XLLM_CPU_AVX512_FAST_MATH
-    return Exp2Fast(hn::Mul(a, hn::Set(DF(), 1.44269504f)));
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+    return Exp2Bf16(hn::Mul(a, hn::Set(DF(), 1.44269504f)));
 #else
     VF er, pow2n;
-    ExpNegFastParts(DF(), hn::Neg(a), er, pow2n);
+    ExpNegBf16Parts(DF(), hn::Neg(a), er, pow2n);
     return hn::Mul(er, pow2n);
 #endif
   }
 };
-struct NormalCdfFastFn {
-  HWY_INLINE VF operator()(VF a) const { return hn::IfThenElse(hn::IsNaN(a), a, NormalCdfFastNotNaN(DF(), a)); }
+struct NormalCdfBf16Fn {
+  HWY_INLINE VF operator()(VF a) const { return hn::IfThenElse(hn::IsNaN(a), a, NormalCdfBf16NotNaN(DF(), a)); }
 };
 
 void ActivationMathF32(int f, const float* in, float* out, size_t count) {
@@ -97,13 +97,13 @@ void ActivationMathF32(int f, const float* in, float* out, size_t count) {
     case detail::ActivationMath::kGeluTanh: return MapF32(GeluTanh<false>(), in, out, count);
     case detail::ActivationMath::kExp: return MapF32(ExpFn(), in, out, count);
     case detail::ActivationMath::kNormalCdf: return MapF32(NormalCdfFn(), in, out, count);
-    case detail::ActivationMath::kSiluFast: return MapF32(Silu<true>(), in, out, count);
-    case detail::ActivationMath::kGeluFast: return MapF32(Gelu<true>(), in, out, count);
-    case detail::ActivationMath::kGeluTanhFast: return MapF32(GeluTanh<true>(), in, out, count);
-    case detail::ActivationMath::kExpFast: return MapF32(ExpNegFastFn(), in, out, count);
-    case detail::ActivationMath::kNormalCdfFast: return MapF32(NormalCdfFastFn(), in, out, count);
+    case detail::ActivationMath::kSiluBf16: return MapF32(Silu<true>(), in, out, count);
+    case detail::ActivationMath::kGeluBf16: return MapF32(Gelu<true>(), in, out, count);
+    case detail::ActivationMath::kGeluTanhBf16: return MapF32(GeluTanh<true>(), in, out, count);
+    case detail::ActivationMath::kExpBf16: return MapF32(ExpNegBf16Fn(), in, out, count);
+    case detail::ActivationMath::kNormalCdfBf16: return MapF32(NormalCdfBf16Fn(), in, out, count);
     case detail::ActivationMath::kQuickGelu: return MapF32(QuickGelu<false>(), in, out, count);
-    case detail::ActivationMath::kQuickGeluFast: return MapF32(QuickGelu<true>(), in, out, count);
+    case detail::ActivationMath::kQuickGeluBf16: return MapF32(QuickGelu<true>(), in, out, count);
   }
 }
 

@@ -35,15 +35,15 @@
 //              result is below 2e-9 |a|
 //   quick_gelu (8 + 4 |u|) ulp, u = 1.702 a: a / (1 + e^-u), as gelu_tanh
 // bfloat16 results (unit roundoff 2^-8) come from cheaper forms of the same functions, a degree-3
-// e^x and, for gelu, a degree-4 R(t) (ExpNegFastParts and
-// NormalCdfFastNotNaN in csrc/cpu/common/math-inl.h): silu 1.5e-4, gelu 2.5e-4, gelu_tanh
+// e^x and, for gelu, a degree-4 R(t) (ExpNegBf16Parts and
+// NormalCdfBf16NotNaN in csrc/cpu/common/math-inl.h): silu 1.5e-4, gelu 2.5e-4, gelu_tanh
 // 1.5e-4 + (8 + 4 |u|) float32 ulps (quick_gelu as silu), all below 2^-10, so a bf16 result is within 0.75 ulp of the
 // exact value (the float32 forms: 0.5 ulp plus a few float32 ulps). float32 and float16 results use the
 // forms above. On AVX-512 the bfloat16 forms are others within the same bounds (measured: silu
 // 1.1e-4, gelu 1.8e-4, gelu_tanh and quick_gelu 1.1e-4 + their float32 ulps): a / (1 + 2^y) with
 // 2^y from vreduceps/vscalefps and a degree-3 polynomial and the reciprocal from vrcp14ps, and for
-// gelu Phi(-|a|) = 2^Y with Y = log2 Phi piecewise quadratic from register tables (Exp2Fast,
-// NormalTailFast in csrc/cpu/common/math-inl.h, TimesSigmoidExp2 in activation.cpp).
+// gelu Phi(-|a|) = 2^Y with Y = log2 Phi piecewise quadratic from register tables (Exp2Bf16,
+// NormalTailBf16 in csrc/cpu/common/math-inl.h, TimesSigmoidExp2 in activation.cpp).
 // None of these cancels: results keep their relative accuracy where they are tiny (large
 // negative a), unlike 1 + erf or 1 + tanh evaluated in float32.
 //
@@ -94,13 +94,13 @@ enum class ActivationMath : int {
   kExp = 3,       // e^a for a in [-87.5, 88] (ExpInRange; unspecified outside)
   kNormalCdf = 4,  // Phi(a) = 0.5 (1 + erf(a / sqrt(2)))
   // The cheaper forms the bfloat16 kernels use.
-  kSiluFast = 5,
-  kGeluFast = 6,
-  kGeluTanhFast = 7,
-  kExpFast = 8,        // e^a for a in [-88, 87.5] (ExpNegFastParts or Exp2Fast; unspecified outside)
-  kNormalCdfFast = 9,  // Phi(a) (NormalCdfFastNotNaN; NaN gives NaN)
+  kSiluBf16 = 5,
+  kGeluBf16 = 6,
+  kGeluTanhBf16 = 7,
+  kExpBf16 = 8,        // e^a for a in [-88, 87.5] (ExpNegBf16Parts or Exp2Bf16; unspecified outside)
+  kNormalCdfBf16 = 9,  // Phi(a) (NormalCdfBf16NotNaN; NaN gives NaN)
   kQuickGelu = 10,     // quick_gelu(a) = a * sigmoid(1.702 a)
-  kQuickGeluFast = 11,
+  kQuickGeluBf16 = 11,
 };
 
 // out[i] = f(in[i]) for i < n (any n; in and out may be the same array).

@@ -137,8 +137,8 @@ HWY_INLINE V NormalCdfNotNaN(D d, V a) {
 // ---------------------------------------------------------------- cheaper forms for bfloat16
 // Kernels whose result is rounded to bfloat16 (unit roundoff 2^-8) use these: their relative
 // errors (measured as above, rounded up) stay below 2^-10, a quarter of the final rounding's.
-//   ExpNegFast      relative 1.3e-4 (a degree-3 polynomial instead of degree 5)
-//   NormalCdfFast   relative 2.5e-4 wherever Phi(a) >= 2^-126 (degree 4 instead of 8, t^2 not
+//   ExpNegBf16      relative 1.3e-4 (a degree-3 polynomial instead of degree 5)
+//   NormalCdfBf16   relative 2.5e-4 wherever Phi(a) >= 2^-126 (degree 4 instead of 8, t^2 not
 //                   split)
 // AVX-512 targets have forms of their own, within the same bounds (below).
 
@@ -148,7 +148,7 @@ HWY_INLINE V NormalCdfNotNaN(D d, V a) {
 // Lawson's algorithm, float32 coefficients). Without FMA, r' carries the rounding of n ln2 (at
 // most 2^-18 absolute), negligible at this accuracy.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE void ExpNegFastParts(D d, V t, V& er, V& pow2n) {
+HWY_INLINE void ExpNegBf16Parts(D d, V t, V& er, V& pow2n) {
   const hn::RebindToSigned<D> di;
   const V kShifter = hn::Set(d, 12582912.0f);
   const V s = hn::MulAdd(t, hn::Set(d, -1.44269502f), kShifter);
@@ -163,22 +163,22 @@ HWY_INLINE void ExpNegFastParts(D d, V t, V& er, V& pow2n) {
 // AVX-512 has the parts of an exponential as single instructions on both vector ports: vreduceps
 // (y - floor(y)) and vscalefps (x * 2^floor(y), exact, 0 or inf where that leaves the float
 // range, NaN for NaN), and vrcp14ps, a reciprocal within 2^-14 (relative). The bfloat16 forms
-// are built from them here (XLLM_CPU_AVX512_FAST_MATH; the other targets use the forms above):
-//   Exp2Fast          2^y for any y, relative error 7.5e-5 (degree-3 polynomial); a caller's
+// are built from them here (XLLM_CPU_AVX512_BF16_PRECISION_MATH; the other targets use the forms above):
+//   Exp2Bf16          2^y for any y, relative error 7.5e-5 (degree-3 polynomial); a caller's
 //                     e^x = 2^(x log2 e) adds the rounding of its argument (|y| 2^-24 ln 2):
-//                     e^x within 7.9e-5 on [-87.5, 88] (measured; kExpFast's bound 1.3e-4)
-//   NormalTailFast    Phi(-t), relative 2.0e-4 wherever Phi(-t) >= 2^-126 (measured 1.8e-4 as
-//                     NormalCdfFast, whose bound is 2.5e-4)
-#undef XLLM_CPU_AVX512_FAST_MATH
+//                     e^x within 7.9e-5 on [-87.5, 88] (measured; kExpBf16's bound 1.3e-4)
+//   NormalTailBf16    Phi(-t), relative 2.0e-4 wherever Phi(-t) >= 2^-126 (measured 1.8e-4 as
+//                     NormalCdfBf16, whose bound is 2.5e-4)
+#undef XLLM_CPU_AVX512_BF16_PRECISION_MATH
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-#define XLLM_CPU_AVX512_FAST_MATH 1
+#define XLLM_CPU_AVX512_BF16_PRECISION_MATH 1
 
 using V512F = hn::Vec512<float>;
 
 // r = y - floor(y) in [0, 1) (0 for y = +-inf, NaN for NaN) and 2^r = P(r): a minimax fit of
 // relative error 7.49e-5 on [0, 1] (fitted for this file with Lawson's algorithm, float32
 // coefficients, error measured with them). 2^y = P(r) 2^floor(y) = Exp2FloorScale(P(r), y).
-HWY_INLINE V512F Exp2FracFast(V512F y) {
+HWY_INLINE V512F Exp2FracBf16(V512F y) {
   const hn::Full512<float> d;
   const V512F r{_mm512_reduce_ps(y.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
   V512F p = hn::MulAdd(hn::Set(d, 7.80242756e-02f), r, hn::Set(d, 2.26067260e-01f));
@@ -190,7 +190,7 @@ HWY_INLINE V512F Exp2FracFast(V512F y) {
 HWY_INLINE V512F Exp2FloorScale(V512F x, V512F y) { return V512F{_mm512_scalef_ps(x.raw, y.raw)}; }
 
 // 2^y for any y: 0 below -150, inf from 128 on, NaN for NaN.
-HWY_INLINE V512F Exp2Fast(V512F y) { return Exp2FloorScale(Exp2FracFast(y), y); }
+HWY_INLINE V512F Exp2Bf16(V512F y) { return Exp2FloorScale(Exp2FracBf16(y), y); }
 
 // 1 / x within 2^-14 relative (exact for powers of 2, 0 for inf).
 HWY_INLINE V512F ApproxRecip14(V512F x) { return V512F{_mm512_rcp14_ps(x.raw)}; }
@@ -207,7 +207,7 @@ HWY_INLINE V512F AbsMin15(V512F a) {
 // coefficients, then measured with them in float32). The three coefficients of t's interval come
 // from 32-entry tables (two registers each) by vpermt2ps, indexed by round(2 t) in the low bits
 // of 2 t + 1.5 * 2^23; x = t - round(2 t) / 2 is exact (vreduceps with one fraction bit, the same
-// rounding). About 12 instructions, no division or reciprocal. 2^Y from Exp2Fast (7.5e-5): Phi(-t)
+// rounding). About 12 instructions, no division or reciprocal. 2^Y from Exp2Bf16 (7.5e-5): Phi(-t)
 // is within 2.0e-4 (measured 1.8e-4) wherever it is at least 2^-126 (t <= 13), below 2^-126 from
 // 13 on and 0 from 14.5 on (Y(14.5) = -156.9).
 alignas(64) inline constexpr float kNormalTailC0[32] = {
@@ -235,7 +235,7 @@ alignas(64) inline constexpr float kNormalTailC2[32] = {
     -0.718172491f, -0.718172491f
 };
 
-HWY_INLINE V512F NormalTailFast(V512F t) {
+HWY_INLINE V512F NormalTailBf16(V512F t) {
   const hn::Full512<float> d;
   const __m512i k = _mm512_castps_si512(hn::MulAdd(t, hn::Set(d, 2.0f), hn::Set(d, 12582912.0f)).raw);
   const V512F x{_mm512_reduce_ps(t.raw, (1 << 4) | _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC)};
@@ -243,23 +243,23 @@ HWY_INLINE V512F NormalTailFast(V512F t) {
     return V512F{_mm512_permutex2var_ps(_mm512_load_ps(table), k, _mm512_load_ps(table + 16))};
   };
   const V512F c2 = coefficient(kNormalTailC2), c1 = coefficient(kNormalTailC1), c0 = coefficient(kNormalTailC0);
-  return Exp2Fast(hn::MulAdd(hn::MulAdd(c2, x, c1), x, c0));
+  return Exp2Bf16(hn::MulAdd(hn::MulAdd(c2, x, c1), x, c0));
 }
 #endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 
 // Phi(a) for a not NaN, as NormalCdfNotNaN with R(t) = z g(z) of degree 4 (a minimax fit of
 // relative error 4.7e-5 on t in [0, 13.25], fitted like the one above) and e^(-t^2 / 2) from the
 // rounded t^2. (An approximate reciprocal for z would save little and, amplified by g, cost up to
-// 1e-3.) AVX-512: NormalTailFast.
+// 1e-3.) AVX-512: NormalTailBf16.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V NormalCdfFastNotNaN(D d, V a) {
-#if XLLM_CPU_AVX512_FAST_MATH
-  const V tail = NormalTailFast(AbsMin15(a));
+HWY_INLINE V NormalCdfBf16NotNaN(D d, V a) {
+#if XLLM_CPU_AVX512_BF16_PRECISION_MATH
+  const V tail = NormalTailBf16(AbsMin15(a));
   return hn::IfThenElse(hn::Lt(a, hn::Zero(d)), tail, hn::Sub(hn::Set(d, 1.0f), tail));
 #else
   const V t = hn::Min(hn::Abs(a), hn::Set(d, 13.25f));
   V er, pow2n;
-  ExpNegFastParts(d, hn::Mul(hn::Mul(t, t), hn::Set(d, 0.5f)), er, pow2n);
+  ExpNegBf16Parts(d, hn::Mul(hn::Mul(t, t), hn::Set(d, 0.5f)), er, pow2n);
   const V z = hn::Div(hn::Set(d, 4.0f), hn::Add(t, hn::Set(d, 4.0f)));
   V g = hn::Set(d, 2.4165949e-01f);
   g = hn::MulAdd(g, z, hn::Set(d, -1.0403112e-01f));

@@ -59,17 +59,17 @@ Status RunOp(Op op, const ActivationParams& p, int64_t b, int64_t e) {
   return Status::invalid("unknown op");
 }
 
-// fast: the cheaper forms of the bfloat16 kernels.
-Math MathOf(Op op, bool fast = false) {
+// bf16_precision: the cheaper forms of the bfloat16 kernels.
+Math MathOf(Op op, bool bf16_precision = false) {
   if (op == Op::kPlainGelu) op = Op::kGelu;
   if (op == Op::kPlainGeluTanh) op = Op::kGeluTanh;
-  if (op == Op::kQuickGelu) return fast ? Math::kQuickGeluFast : Math::kQuickGelu;
-  if (fast) return op == Op::kSilu ? Math::kSiluFast : op == Op::kGelu ? Math::kGeluFast : Math::kGeluTanhFast;
+  if (op == Op::kQuickGelu) return bf16_precision ? Math::kQuickGeluBf16 : Math::kQuickGelu;
+  if (bf16_precision) return op == Op::kSilu ? Math::kSiluBf16 : op == Op::kGelu ? Math::kGeluBf16 : Math::kGeluTanhBf16;
   return op == Op::kSilu ? Math::kSilu : op == Op::kGelu ? Math::kGelu : Math::kGeluTanh;
 }
 
 // The kernels of this dtype use the cheaper forms.
-bool FastFor(DType t) { return t == DType::kBFloat16; }
+bool Bf16PrecisionFor(DType t) { return t == DType::kBFloat16; }
 
 // ---------------------------------------------------------------- float64 references
 
@@ -115,22 +115,22 @@ constexpr double kGeluRel = 2.0e-6;
 // gelu_tanh is a / (1 + e^-u): u's own rounding (a few ulps) is scaled by |u| in e^-u.
 double GeluTanhRel(double a) { return (8.0 + 4.0 * std::fabs(GeluTanhArg(a))) * kU32; }
 // The bfloat16 kernels' cheaper forms (below 2^-10, a quarter of bf16's unit roundoff).
-constexpr double kExpFastRel = 1.3e-4;
-constexpr double kNormalCdfFastRel = 2.5e-4;
-constexpr double kSiluFastRel = 1.5e-4;
-constexpr double kGeluFastRel = 2.5e-4;
+constexpr double kExpBf16Rel = 1.3e-4;
+constexpr double kNormalCdfBf16Rel = 2.5e-4;
+constexpr double kSiluBf16Rel = 1.5e-4;
+constexpr double kGeluBf16Rel = 2.5e-4;
 
 // quick_gelu is a / (1 + e^-u) with u = 1.702 a: as gelu_tanh.
 double QuickGeluRel(double a) { return (8.0 + 4.0 * std::fabs(1.702 * a)) * kU32; }
 
-double Rel(Op op, double a, bool fast = false) {
+double Rel(Op op, double a, bool bf16_precision = false) {
   switch (op) {
-    case Op::kSilu: return fast ? kSiluFastRel : kSiluRel;
+    case Op::kSilu: return bf16_precision ? kSiluBf16Rel : kSiluRel;
     case Op::kPlainGelu:
-    case Op::kGelu: return fast ? kGeluFastRel : kGeluRel;
+    case Op::kGelu: return bf16_precision ? kGeluBf16Rel : kGeluRel;
     case Op::kPlainGeluTanh:
-    case Op::kGeluTanh: return (fast ? kSiluFastRel : 0.0) + GeluTanhRel(a);
-    case Op::kQuickGelu: return (fast ? kSiluFastRel : 0.0) + QuickGeluRel(a);
+    case Op::kGeluTanh: return (bf16_precision ? kSiluBf16Rel : 0.0) + GeluTanhRel(a);
+    case Op::kQuickGelu: return (bf16_precision ? kSiluBf16Rel : 0.0) + QuickGeluRel(a);
   }
   return 0.0;
 }
@@ -170,7 +170,7 @@ class MathBounds : public ::testing::TestWithParam<int64_t> {
   std::unique_ptr<TargetScope> scope_;
 };
 
-// An exponential (kExp or kExpFast) over [-87.5, 88] plus a few exact points (e^0 at index
+// An exponential (kExp or kExpBf16) over [-87.5, 88] plus a few exact points (e^0 at index
 // 2000001): its worst relative error against std::exp and where.
 struct ExpSweep {
   Sweep s;
@@ -231,8 +231,8 @@ TEST_P(MathBounds, NormalCdfAgainstErfAndErfc) {
   EXPECT_EQ(out[6], 0.0f);
 }
 
-void CheckActivationSweep(Op op, double lo, double hi, int64_t target, bool fast = false) {
-  const Sweep s = RunMath(MathOf(op, fast), lo, hi, 2000001, Binades(-40, 7, 4096));
+void CheckActivationSweep(Op op, double lo, double hi, int64_t target, bool bf16_precision = false) {
+  const Sweep s = RunMath(MathOf(op, bf16_precision), lo, hi, 2000001, Binades(-40, 7, 4096));
   double worst = 0.0;  // error / bound
   float at = 0.0f;
   int64_t bad = 0;
@@ -240,7 +240,7 @@ void CheckActivationSweep(Op op, double lo, double hi, int64_t target, bool fast
     const double a = s.in[i];
     const double want = RefAct(op, a);
     const double err = std::fabs(s.out[i] - want);
-    const double bound = std::fabs(want) >= Floor(a) ? Rel(op, a, fast) * std::fabs(want) : Floor(a);
+    const double bound = std::fabs(want) >= Floor(a) ? Rel(op, a, bf16_precision) * std::fabs(want) : Floor(a);
     if (!(err <= worst * bound)) worst = err / bound, at = s.in[i];
     if (!(err <= bound) && bad++ < 5) {
       ADD_FAILURE() << Name(op) << "(" << a << "): got " << s.out[i] << " want " << want << " bound " << bound;
@@ -248,27 +248,27 @@ void CheckActivationSweep(Op op, double lo, double hi, int64_t target, bool fast
   }
   EXPECT_EQ(bad, 0);
   std::printf("[%s] %s%s: max error / bound %.3f at %.9g\n", hwy::TargetName(target), Name(op),
-              fast ? " (bf16 form)" : "", worst, at);
+              bf16_precision ? " (bf16 form)" : "", worst, at);
 }
 
 TEST_P(MathBounds, Silu) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam()); }
 TEST_P(MathBounds, Gelu) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam()); }
 TEST_P(MathBounds, GeluTanh) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam()); }
-TEST_P(MathBounds, SiluFast) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam(), true); }
-TEST_P(MathBounds, GeluFast) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam(), true); }
-TEST_P(MathBounds, GeluTanhFast) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam(), true); }
+TEST_P(MathBounds, SiluBf16Precision) { CheckActivationSweep(Op::kSilu, -110.0, 110.0, GetParam(), true); }
+TEST_P(MathBounds, GeluBf16Precision) { CheckActivationSweep(Op::kGelu, -15.0, 15.0, GetParam(), true); }
+TEST_P(MathBounds, GeluTanhBf16Precision) { CheckActivationSweep(Op::kGeluTanh, -15.0, 15.0, GetParam(), true); }
 TEST_P(MathBounds, QuickGelu) { CheckActivationSweep(Op::kQuickGelu, -70.0, 70.0, GetParam()); }
-TEST_P(MathBounds, QuickGeluFast) { CheckActivationSweep(Op::kQuickGelu, -70.0, 70.0, GetParam(), true); }
+TEST_P(MathBounds, QuickGeluBf16Precision) { CheckActivationSweep(Op::kQuickGelu, -70.0, 70.0, GetParam(), true); }
 
-TEST_P(MathBounds, ExpFast) {
-  const auto [s, worst, at] = SweepExp(Math::kExpFast);
-  EXPECT_LE(worst, kExpFastRel) << "at " << at;
+TEST_P(MathBounds, ExpBf16Precision) {
+  const auto [s, worst, at] = SweepExp(Math::kExpBf16);
+  EXPECT_LE(worst, kExpBf16Rel) << "at " << at;
   EXPECT_GT(worst, kExpRel) << "the bf16 form is expected to be the cheaper, coarser one";
   std::printf("[%s] exp (bf16 form): max relative error %.3g at %.9g\n", hwy::TargetName(GetParam()), worst, at);
 }
 
-TEST_P(MathBounds, NormalCdfFast) {
-  const Sweep s = RunMath(Math::kNormalCdfFast, -13.5, 13.5, 2700001, Binades(-30, 0, 64));
+TEST_P(MathBounds, NormalCdfBf16Precision) {
+  const Sweep s = RunMath(Math::kNormalCdfBf16, -13.5, 13.5, 2700001, Binades(-30, 0, 64));
   double worst = 0.0;
   float at = 0.0f;
   for (size_t i = 0; i < s.in.size(); ++i) {
@@ -281,15 +281,15 @@ TEST_P(MathBounds, NormalCdfFast) {
       EXPECT_LE(std::fabs(s.out[i] - want), kMinNormal) << "at " << a;
     }
   }
-  EXPECT_LE(worst, kNormalCdfFastRel) << "at " << at;
+  EXPECT_LE(worst, kNormalCdfBf16Rel) << "at " << at;
   const float special[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e30f, -1e30f};
   float out[7];
-  detail::activation_math(Math::kNormalCdfFast, special, out, 7);
+  detail::activation_math(Math::kNormalCdfBf16, special, out, 7);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], 0.0f);
   EXPECT_TRUE(std::isnan(out[2]));
-  EXPECT_NEAR(out[3], 0.5f, 0.5 * kNormalCdfFastRel);
-  EXPECT_NEAR(out[4], 0.5f, 0.5 * kNormalCdfFastRel);
+  EXPECT_NEAR(out[3], 0.5f, 0.5 * kNormalCdfBf16Rel);
+  EXPECT_NEAR(out[4], 0.5f, 0.5 * kNormalCdfBf16Rel);
   EXPECT_EQ(out[5], 1.0f);
   EXPECT_EQ(out[6], 0.0f);
   std::printf("[%s] normal cdf (bf16 form): max relative error %.3g at %.9g\n", hwy::TargetName(GetParam()), worst, at);
@@ -298,10 +298,10 @@ TEST_P(MathBounds, NormalCdfFast) {
 TEST_P(MathBounds, SpecialValues) {
   const float in[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f, 3e38f, -3e38f, 1e-40f, -1e-40f};
   constexpr size_t n = sizeof(in) / sizeof(in[0]);
-  for (Op op : {Op::kSilu, Op::kGelu, Op::kGeluTanh}) for (bool fast : {false, true}) {
-    SCOPED_TRACE(std::string(Name(op)) + (fast ? " (bf16 form)" : ""));
+  for (Op op : {Op::kSilu, Op::kGelu, Op::kGeluTanh}) for (bool bf16_precision : {false, true}) {
+    SCOPED_TRACE(std::string(Name(op)) + (bf16_precision ? " (bf16 form)" : ""));
     float out[n];
-    detail::activation_math(MathOf(op, fast), in, out, n);
+    detail::activation_math(MathOf(op, bf16_precision), in, out, n);
     EXPECT_TRUE(std::isnan(out[0]));
     EXPECT_TRUE(std::isnan(out[1]));
     EXPECT_EQ(out[2], INFINITY);
@@ -364,7 +364,7 @@ ActivationParams MakeParams(DType t, int64_t d, const RowShape& shape, const Ten
 // Tolerance of one output: the float32 activation's bound, the float32 product with b, and the
 // one rounding to the dtype (with its subnormal spacing).
 double Tolerance(Op op, DType t, double a, double b, double want) {
-  const double f32 = std::fabs(RefAct(op, a)) >= Floor(a) ? (Rel(op, a, FastFor(t)) + kU32) * std::fabs(want)
+  const double f32 = std::fabs(RefAct(op, a)) >= Floor(a) ? (Rel(op, a, Bf16PrecisionFor(t)) + kU32) * std::fabs(want)
                                                           : Floor(a) * std::fabs(b) + kU32 * std::fabs(want);
   return f32 + Roundoff(t) * (std::fabs(want) + f32) + SubnormalHalfSpacing(t);
 }
@@ -602,7 +602,7 @@ TEST(ActivationRounding, HalfDTypesRoundTheFloat32Result) {
         const std::vector<uint32_t> got = RunRow(op, t, a, b);
         std::vector<float> fa(d), f(d);
         for (int64_t j = 0; j < d; ++j) fa[j] = F32FromBits(a32[j]);
-        detail::activation_math(MathOf(op, FastFor(t)), fa.data(), f.data(), d);
+        detail::activation_math(MathOf(op, Bf16PrecisionFor(t)), fa.data(), f.data(), d);
         int64_t differ = 0, bad = 0;
         for (int64_t j = 0; j < d; ++j) {
           const float v = f[j] * F32FromBits(b32[j]);
