@@ -38,7 +38,8 @@
 # what ships), CPU_TESTS (0), BUDGET_S (540: the phases stop there, leaving time for the verdict),
 # ALLOW_NO_GPU (0: without a GPU the check exits 3), VERIFY_BUNDLE (0: 1 fails unless CMake found
 # every bundled package in the bundle), CHECK_DEVICE (cuda; cpu runs the numerics and benchmark
-# phases on the CPU, to try the check's logic on a machine without a GPU).
+# phases on the CPU, to try the check's logic on a machine without a GPU), OPERATIONS (every
+# operation; a comma list narrows the numerics and benchmark phases to those).
 # Exit: 0 passed, 1 a phase failed, 2 usage, 3 no GPU (unless ALLOW_NO_GPU=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -298,7 +299,17 @@ phase_tests() {
   return "$rc"
 }
 
-operations() { "$BUILD_DIR/xllm-kernel-info" --operations-list; }
+# OPERATIONS (a comma list; default every operation of the catalog) narrows the numerics and
+# benchmark phases, e.g. to the family a change touched; a name the catalog lacks is an error.
+operations() {
+  local all; all="$("$BUILD_DIR/xllm-kernel-info" --operations-list)" || return 1
+  [ -n "${OPERATIONS:-}" ] || { echo "$all"; return; }
+  local op
+  for op in ${OPERATIONS//,/ }; do
+    grep -qx -- "$op" <<<"$all" || { echo "gpu-check: OPERATIONS: no operation '$op' in the catalog" >&2; return 1; }
+    echo "$op"
+  done
+}
 # Exit 3 (nothing passed) in graph mode: no implementation of the operation captures a graph on this
 # device (eager-only ones report every case unsupported); not a failure.
 uncapturable() {
@@ -312,8 +323,9 @@ no_device() { [ "$GPUS" -eq 0 ] && [ "$CHECK_DEVICE" = cuda ]; }
 phase_numerics() {
   if no_device; then NOTE="no GPU"; return 4; fi
   built || return 1
-  local op mode rc bad=0
-  for op in $(operations); do
+  local op mode rc bad=0 ops
+  ops="$(operations)" || { NOTE="bad OPERATIONS"; return 1; }
+  for op in $ops; do
     for mode in eager graph; do
       local args=(--operation "$op" --device "$CHECK_DEVICE" --mode "$mode" --implementation all --revision "$REVISION"
                   --output "$REPORTS/numerics-$op-$mode.json" --markdown "$REPORTS/numerics-$op-$mode.md")
@@ -366,10 +378,11 @@ benchmark_run() {
 phase_benchmark() {
   if no_device; then NOTE="no GPU"; return 4; fi
   built || return 1
-  local op mode rc bad=0 start limit headline=() narrow=()
+  local op mode rc bad=0 start limit headline=() narrow=() ops
   declare -A took
+  ops="$(operations)" || { NOTE="bad OPERATIONS"; return 1; }
   # Pass 1: the headline grid of every operation, within the budget.
-  for op in $(operations); do
+  for op in $ops; do
     for mode in eager graph; do
       limit="$(left)"
       if [ "$limit" -le 5 ]; then echo "  (no time left of the ${BUDGET_S}s budget for $op $mode)"; return 124; fi

@@ -123,8 +123,9 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
     else:
         rows.append(("numerics", phases.get("numerics", (0, "not run"))[1]))
 
-    # Benchmark: per operation at 8192 x 4096, eager, each non-torch implementation: % of the in-run
-    # copy bandwidth and speed-up over the torch solution (cuda.torch).
+    # Benchmark: per operation at 8192 x 4096, eager, each non-torch implementation: % of the row's
+    # roofline (its ceilings measured in the same run) with the bound, and the speed-up over the torch
+    # solution of the report's device (cuda.torch; cpu.torch where CHECK_DEVICE=cpu).
     short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
     bench = [r for r in load("benchmark-*.json") if r.get("mode") == "eager"]
     if bench:
@@ -137,13 +138,17 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
                 if row.get("implementation_detail", {}).get("solution") == "torch":
                     continue
                 x = row.get("speedup_vs_torch")
+                percent = row.get("percent_of_roofline")
+                of = "%.0f%% %s" % (percent, row["roofline"]["bound"]) if percent is not None else \
+                    "%.0f%% copy" % row["percent_of_copy"]
                 per_impl.setdefault(row["implementation"], []).append(
-                    "%s %.0f%%, %s" % (short.get(p.get("dtype"), p.get("dtype", "?")), row["percent_of_copy"],
-                                      "%.2fx" % x if x is not None else "no torch"))
+                    "%s %s, %s" % (short.get(p.get("dtype"), p.get("dtype", "?")), of,
+                                   "%.2fx" % x if x is not None else "no torch"))
             if not per_impl:
                 rows.append((r["operation"] + " 8192x4096", "nothing timed"))
+            torch = "%s.torch" % r.get("device", "cuda")
             for name, texts in per_impl.items():
-                rows.append((name + " 8192x4096", "; ".join(texts) + " (% of copy, x cuda.torch)"))
+                rows.append((name + " 8192x4096", "; ".join(texts) + " (% of roofline and its bound, x " + torch + ")"))
     else:
         rows.append(("benchmark", phases.get("benchmark", (0, "not run"))[1]))
 

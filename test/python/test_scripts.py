@@ -336,6 +336,18 @@ def test_gpu_check_budget_mode_widens_what_fits(tmp_path):
     r = run("--budget", "soon")
     assert r.returncode == 2 and "--budget: expected a whole number of seconds, given 'soon'" in r.stdout
 
+    # OPERATIONS narrows the phase to those operations; a name the catalog lacks fails the phase.
+    for name in os.listdir(str(reports)):
+        if name.startswith("benchmark-"):
+            os.remove(str(reports / name))
+    r = run("--budget", "600", OPERATIONS="rope")
+    assert r.returncode == 0, r.stdout
+    assert sorted(n for n in os.listdir(str(reports)) if n.endswith(".json") and n.startswith("benchmark-")) == \
+        ["benchmark-rope-eager.json", "benchmark-rope-graph.json"], r.stdout
+    r = run("--budget", "600", OPERATIONS="rope,nope")
+    assert r.returncode == 1 and "OPERATIONS: no operation 'nope' in the catalog" in r.stdout, r.stdout
+    assert json.load(open(str(reports / "summary.json")))["phases"]["benchmark"] == "failed: bad OPERATIONS"
+
 
 def test_verdict_prints_the_estimates_beside_the_times(tmp_path):
     reports = str(tmp_path)
@@ -346,3 +358,19 @@ def test_verdict_prints_the_estimates_beside_the_times(tmp_path):
     assert summary["phase_estimates"] == {"configure": 2, "build": 331}
     assert {"check": "phases", "result": "environment 1 s, configure 3 s (estimate 2 s), build 290 s (estimate 331 s)"} \
         in summary["rows"]
+
+
+def test_verdict_benchmark_rows_give_the_roofline_and_the_devices_torch(tmp_path):
+    reports = str(tmp_path)
+    phases_file(reports, [("environment", 1, "ok"), ("benchmark", 9, "ok")])
+    row = {"implementation": "cpu.native.silu_and_mul", "status": "timed", "speedup_vs_torch": 48.04,
+           "parameters": {"tokens": 8192, "hidden": 4096, "dtype": "bfloat16"}, "percent_of_copy": 79.2,
+           "percent_of_roofline": 60.1, "roofline": {"bound": "copy"}, "implementation_detail": {"solution": "native"}}
+    torch_row = dict(row, implementation="cpu.torch.silu_and_mul", implementation_detail={"solution": "torch"})
+    with open(os.path.join(reports, "benchmark-silu_and_mul-eager.json"), "w") as f:
+        json.dump({"operation": "silu_and_mul", "device": "cpu", "mode": "eager", "results": [row, torch_row]}, f)
+    gpu_check_verdict.verdict(reports, 10, 0, 0, "CUDA tests")
+    rows = json.load(open(os.path.join(reports, "summary.json")))["rows"]
+    assert {"check": "cpu.native.silu_and_mul 8192x4096",
+            "result": "bf16 60% copy, 48.04x (% of roofline and its bound, x cpu.torch)"} in rows, rows
+    assert not any(r["check"].startswith("cpu.torch") for r in rows)
