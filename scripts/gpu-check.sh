@@ -29,7 +29,8 @@
 # --phase LIST runs only those phases (build: environment, configure, build; tests; numerics;
 # benchmark; all, the default), each command within its own BUDGET_S: a later command reuses the
 # build and the reports of an earlier one, and its verdict covers every phase run so far (a run
-# that includes build starts the reports afresh). Reports go to gpu-reports/ (REPORTS_DIR); when
+# that includes build starts the reports afresh; a numerics or benchmark phase run again replaces
+# that phase's reports). Reports go to gpu-reports/ (REPORTS_DIR); when
 # OUT is set, the log, the verdict, summary.json and gpu-check-reports.tar.gz (all the reports) are
 # copied there.
 #
@@ -325,6 +326,7 @@ phase_numerics() {
   built || return 1
   local op mode rc bad=0 ops
   ops="$(operations)" || { NOTE="bad OPERATIONS"; return 1; }
+  rm -f "$REPORTS"/numerics-*  # a rerun of the phase replaces the reports of the one before
   for op in $ops; do
     for mode in eager graph; do
       local args=(--operation "$op" --device "$CHECK_DEVICE" --mode "$mode" --implementation all --revision "$REVISION"
@@ -381,6 +383,7 @@ phase_benchmark() {
   local op mode rc bad=0 start limit headline=() narrow=() ops
   declare -A took
   ops="$(operations)" || { NOTE="bad OPERATIONS"; return 1; }
+  rm -f "$REPORTS"/benchmark-*  # a rerun of the phase replaces the reports of the one before
   # Pass 1: the headline grid of every operation, within the budget.
   for op in $ops; do
     for mode in eager graph; do
