@@ -191,10 +191,30 @@ HWY_INLINE void GptjHead(T* HWY_RESTRICT x, const float* HWY_RESTRICT angles, si
 
 // ---------------------------------------------------------------- tokens
 
-// Pairs [first, first + pairs) of every head of one token, with their angles.
+// One token's heads of query or key: the first head's elements, the heads and their stride.
+template <typename T>
+struct TokenHeads {
+  T* x = nullptr;
+  int64_t heads = 0;
+  int64_t head_stride = 0;
+};
+
+// A chunk of a head's rotated pairs: pairs [first, first + pairs) of half = rot_dim / 2 (NeoX: x[i]
+// with x[half + i]; GPT-J: x[2i] with x[2i + 1]), and their angles as FillAngles put them.
+struct PairChunk {
+  size_t half = 0;
+  size_t first = 0;
+  size_t pairs = 0;
+  const float* angles = nullptr;
+};
+
+// The chunk's pairs of every head of one token.
 template <bool kNeox, bool kEvenOdd, typename T>
-HWY_INLINE void Heads(T* x, int64_t heads, int64_t head_stride, size_t half, size_t first, const float* angles,
-                      size_t pairs) {
+HWY_INLINE void Heads(const TokenHeads<T>& token, const PairChunk& chunk) {
+  T* const x = token.x;
+  const int64_t heads = token.heads, head_stride = token.head_stride;
+  const size_t half = chunk.half, first = chunk.first, pairs = chunk.pairs;
+  const float* const angles = chunk.angles;
   for (int64_t h = 0; h < heads; ++h) {
     T* head = x + h * head_stride;
     if constexpr (kNeox) {
@@ -222,11 +242,15 @@ void TokensT(const RotaryParams& p, int64_t begin, int64_t end) {
     for (size_t first = 0; first < half; first += kChunkPairs) {
       const size_t pairs = std::min(kChunkPairs, half - first);
       FillAngles<kEvenOdd, kBf16>(row + first, row + half + first, pairs, angles);
-      Heads<kNeox, kEvenOdd>(query + t * p.query_token_stride, p.query_heads, p.query_head_stride, half, first,
-                             angles, pairs);
+      const PairChunk chunk{.half = half, .first = first, .pairs = pairs, .angles = angles};
+      Heads<kNeox, kEvenOdd>(TokenHeads<T>{.x = query + t * p.query_token_stride,
+                                           .heads = p.query_heads,
+                                           .head_stride = p.query_head_stride},
+                             chunk);
       if (key != nullptr) {
-        Heads<kNeox, kEvenOdd>(key + t * p.key_token_stride, p.key_heads, p.key_head_stride, half, first, angles,
-                               pairs);
+        Heads<kNeox, kEvenOdd>(
+            TokenHeads<T>{.x = key + t * p.key_token_stride, .heads = p.key_heads, .head_stride = p.key_head_stride},
+            chunk);
       }
     }
   }

@@ -90,9 +90,24 @@ HWY_INLINE VU KeyOf(VF clean) {
   return hn::Xor(b, hn::Or(sign, hn::Set(du, 0x80000000u)));
 }
 
+// A row's logits as the passes read them: the row, its vocabulary and its block maxima (the
+// maximum of each kSampleBlock tokens: written by ScanBlocks, read by the later passes). The passes
+// copy the fields into locals before their loops.
 template <typename T>
-HWY_INLINE const T* RowOf(const SamplingParams& p, int64_t r) {
-  return static_cast<const T*>(p.logits) + r * p.logits_row_stride;
+struct RowView {
+  const T* logits = nullptr;
+  int64_t vocab = 0;
+  float* bmax = nullptr;
+  int64_t blocks = 0;
+};
+
+// Row r of the call, with its block maxima at bmax.
+template <typename T>
+HWY_INLINE RowView<T> ViewOf(const SamplingParams& p, int64_t r, float* bmax, int64_t blocks) {
+  return {.logits = static_cast<const T*>(p.logits) + r * p.logits_row_stride,
+          .vocab = p.vocab,
+          .bmax = bmax,
+          .blocks = blocks};
 }
 
 // ---------------------------------------------------------------- weights
@@ -131,6 +146,9 @@ HWY_INLINE bool BlockWeightless(const Weigher& wg, float bmax) {
 }
 
 HWY_INLINE uint64_t MassOf(float w, float scale) { return static_cast<uint64_t>(static_cast<int64_t>(w * scale)); }
+
+// The integer masses' scale 2^mass_shift(vocab).
+HWY_INLINE float MassScale(int64_t vocab) { return std::ldexp(1.0f, mass_shift(vocab)); }
 
 // Whether a prefix of integer mass `mass` reaches the top-p target p * W.
 HWY_INLINE bool Reaches(uint64_t mass, double target) { return static_cast<double>(mass) >= target; }
@@ -189,12 +207,60 @@ HWY_INLINE RowParams ParamsOf(const SamplingParams& p, int64_t r) {
   return rp;
 }
 
+// The weigher of a row whose largest (cleaned) logit is l_max.
+HWY_INLINE Weigher WeigherOf(const RowParams& rp, float l_max) { return {l_max, rp.t, l_max == kInf}; }
+
+// A row of the call as the steps after the scan see it: its logits, its parameters and where its
+// results go. Filled once per row (unsplit plans) or per item (split plans).
+template <typename T>
+struct Row {
+  RowView<T> view;
+  RowParams rp;
+  int64_t* out = nullptr;      // out[r]
+  uint8_t* row_nan = nullptr;  // row_nan[r]; null: not reported
+};
+
+template <typename T>
+HWY_INLINE Row<T> RowAt(const SamplingParams& p, int64_t r, float* bmax, int64_t blocks) {
+  return {.view = ViewOf<T>(p, r, bmax, blocks),
+          .rp = ParamsOf(p, r),
+          .out = p.out + r,
+          .row_nan = p.row_nan == nullptr ? nullptr : p.row_nan + r};
+}
+
+// What the radix select's passes record of each token: its count (want_count: K < vocab) and its
+// integer mass, w from wg times scale, truncated (want_mass: p < 1).
+struct Tally {
+  Weigher wg;
+  float scale = 1.0f;
+  bool want_count = false;
+  bool want_mass = false;
+};
+
+// The tally of a row whose largest (cleaned) logit is l_max.
+template <typename T>
+HWY_INLINE Tally TallyOf(const Row<T>& row, float l_max) {
+  return {.wg = WeigherOf(row.rp, l_max),
+          .scale = MassScale(row.view.vocab),
+          .want_count = row.rp.k < row.view.vocab,
+          .want_mass = row.rp.top_p < 1.0f};
+}
+
 // ---------------------------------------------------------------- scan
 
-// The maxima of blocks [b0, b1) of a row into bmax[b], their maximum and whether they hold a NaN.
+// Some blocks' maximum (NaN counted as -inf) and whether they hold a NaN.
+struct Scan {
+  float max = -kInf;
+  bool nan = false;
+};
+
+// The maxima of blocks [b0, b1) of a row into its bmax[b]; their maximum and whether they hold a
+// NaN.
 template <typename T>
-void ScanBlocks(const T* HWY_RESTRICT row, int64_t vocab, int64_t b0, int64_t b1, float* HWY_RESTRICT bmax,
-                float& seg_max, bool& seg_nan) {
+Scan ScanBlocks(const RowView<T>& view, int64_t b0, int64_t b1) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab;
+  float* HWY_RESTRICT bmax = view.bmax;
   const DF d;
   const size_t N = hn::Lanes(d);
   float smax = -kInf;
@@ -235,15 +301,17 @@ void ScanBlocks(const T* HWY_RESTRICT row, int64_t vocab, int64_t b0, int64_t b1
     bmax[b] = bm;
     smax = std::max(smax, bm);
   }
-  seg_max = smax;
-  seg_nan = snan;
+  return {.max = smax, .nan = snan};
 }
 
 // ---------------------------------------------------------------- greedy
 
 // The first token whose cleaned logit equals v, a block maximum.
 template <typename T>
-int64_t FirstEqual(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, float v) {
+int64_t FirstEqual(const RowView<T>& view, float v) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab, blocks = view.blocks;
+  const float* bmax = view.bmax;
   const DF d;
   const size_t N = hn::Lanes(d);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -348,13 +416,29 @@ HWY_INLINE void Take(Best& best, float q, int64_t index) {
 // the division, a skipped token's computed q would be below best by a relative 6e-6 at least.
 constexpr int kRaceVectors = 4;
 
+// Who runs in a row's race and with which uniforms: the kept set (l > bound, or l == bound and
+// index <= bound_index), of it the tokens with w > 0 and w >= min_p (w from wg), and the row's
+// Philox seed and offset.
+struct Entrants {
+  Weigher wg;
+  float bound = -kInf;
+  int64_t bound_index = 0;
+  float min_p = 0.0f;
+  int64_t seed = 0, offset = 0;
+};
+
 template <typename T>
-Best RaceBlocks(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t b0, int64_t b1,
-                const Weigher& wg, float bound, int64_t bound_index, float min_p, const RowParams& rp) {
+Best RaceBlocks(const RowView<T>& view, int64_t b0, int64_t b1, const Entrants& e) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab;
+  const float* bmax = view.bmax;
+  const Weigher& wg = e.wg;
+  const float bound = e.bound, min_p = e.min_p;
+  const int64_t bound_index = e.bound_index;
   const DF d;
   const DI32 di;
   const size_t N = hn::Lanes(d);
-  const PhiloxLanes philox(rp.seed, rp.offset);
+  const PhiloxLanes philox(e.seed, e.offset);
   const VF vbound = hn::Set(d, bound);
   const VI32 vlimit = hn::Set(di, static_cast<int32_t>(bound_index + 1));
   const VF vmin = hn::Set(d, min_p);
@@ -462,8 +546,10 @@ float KthLargest(const float* bmax, int64_t blocks, int64_t k, Scratch& s) {
 // The tokens with cleaned logit >= t into s.vals / s.idx, from the blocks whose maximum is >= t;
 // false when they are more than kMaxCandidates.
 template <typename T>
-bool Gather(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, float t, Scratch& s,
-            int64_t& count) {
+bool Gather(const RowView<T>& view, float t, Scratch& s, int64_t& count) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab, blocks = view.blocks;
+  const float* bmax = view.bmax;
   const DF d;
   const DI32 di;
   const size_t N = hn::Lanes(d);
@@ -566,12 +652,17 @@ int64_t FinishCandidates(const RowParams& rp, const Weigher& wg, float scale, in
 
 // ---------------------------------------------------------------- radix select
 
-// Adds the tokens of blocks [b0, b1) of a row to a level-1 histogram: counts when want_count
-// (K < vocab), masses when want_mass (p < 1). Without counts, blocks whose tokens all have w = 0
-// add nothing and are skipped (rows masked with -inf).
+// Adds the tokens of blocks [b0, b1) of a row to a level-1 histogram: counts when
+// tally.want_count (K < vocab), masses when tally.want_mass (p < 1). Without counts, blocks whose
+// tokens all have w = 0 add nothing and are skipped (rows masked with -inf).
 template <typename T>
-void HistogramTokens(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t b0, int64_t b1,
-                     const Weigher& wg, float scale, bool want_count, bool want_mass, Histogram1& h) {
+void HistogramTokens(const RowView<T>& view, int64_t b0, int64_t b1, const Tally& tally, Histogram1& h) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab;
+  const float* bmax = view.bmax;
+  const Weigher& wg = tally.wg;
+  const float scale = tally.scale;
+  const bool want_count = tally.want_count, want_mass = tally.want_mass;
   const DF d;
   const DU du;
   const size_t N = hn::Lanes(d);
@@ -604,10 +695,16 @@ void HistogramTokens(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax
 }
 
 // The tokens whose key >> kShift1 == prefix, in index order, with their masses (0 unless
-// want_mass), into s.matches; blocks whose maximum's key is below the prefix's range are skipped.
+// tally.want_mass), into s.matches; blocks whose maximum's key is below the prefix's range are
+// skipped.
 template <typename T>
-void CollectBin(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, uint32_t prefix,
-                const Weigher& wg, float scale, bool want_mass, Scratch& s) {
+void CollectBin(const RowView<T>& view, uint32_t prefix, const Tally& tally, Scratch& s) {
+  const T* HWY_RESTRICT row = view.logits;
+  const int64_t vocab = view.vocab, blocks = view.blocks;
+  const float* bmax = view.bmax;
+  const Weigher& wg = tally.wg;
+  const float scale = tally.scale;
+  const bool want_mass = tally.want_mass;
   const DF d;
   const DU du;
   const size_t N = hn::Lanes(d);
@@ -640,8 +737,16 @@ void CollectBin(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int
   }
 }
 
-// The last token of the order's shortest prefix that holds `limit` tokens or (use_target) whose
-// mass reaches target: its key and index, and the prefix's count and mass.
+// Where a prefix of the order ends: at `limit` tokens or, use_target, where its mass reaches
+// target, whichever comes first.
+struct Cutoff {
+  uint64_t limit = 0;
+  bool use_target = false;
+  double target = 0.0;
+};
+
+// The last token of the order's shortest prefix that the cutoff ends: its key and index, and the
+// prefix's count and mass.
 struct Boundary {
   uint32_t key = 0;
   int64_t index = 0;
@@ -650,9 +755,11 @@ struct Boundary {
 };
 
 template <typename T>
-Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, int64_t blocks, const Histogram1& h1,
-                 uint64_t limit, bool use_target, double target, bool want_mass, const Weigher& wg, float scale,
-                 Scratch& s) {
+Boundary Descend(const RowView<T>& view, const Histogram1& h1, const Cutoff& cut, const Tally& tally, Scratch& s) {
+  const int64_t vocab = view.vocab;
+  const uint64_t limit = cut.limit;
+  const bool use_target = cut.use_target;
+  const double target = cut.target;
   uint64_t cum_c = 0, cum_m = 0;
   // The level-1 counts are all 0 when K == vocab (not counted): bins are then walked by mass.
   auto pick = [&](const uint32_t* count, const uint64_t* mass, int bins) {
@@ -674,7 +781,7 @@ Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, in
   };
   const int b1 = pick(h1.count, h1.mass, kBins1);
   // Levels 2 and 3 on the tokens of bin b1, collected once (in index order).
-  CollectBin(row, vocab, bmax, blocks, static_cast<uint32_t>(b1), wg, scale, want_mass, s);
+  CollectBin(view, static_cast<uint32_t>(b1), tally, s);
   std::fill(s.count2, s.count2 + kBins2, 0u);
   std::fill(s.mass2, s.mass2 + kBins2, uint64_t{0});
   for (const Match& m : s.matches) {
@@ -723,25 +830,21 @@ Boundary Descend(const T* HWY_RESTRICT row, int64_t vocab, const float* bmax, in
 
 // The kept set's boundary of a row whose level-1 histogram is h1 (stage kStageHistogram).
 template <typename T>
-void Select(const SamplingParams& p, int64_t r, const float* bmax, int64_t blocks, const Histogram1& h1,
-            RowState& st, Scratch& s) {
-  const T* row = RowOf<T>(p, r);
-  const RowParams rp = ParamsOf(p, r);
-  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
-  const float scale = std::ldexp(1.0f, mass_shift(p.vocab));
-  const bool want_mass = rp.top_p < 1.0f;
+void Select(const Row<T>& row, const Histogram1& h1, RowState& st, Scratch& s) {
+  const RowParams& rp = row.rp;
+  const Tally tally = TallyOf(row, st.l_max);
   const uint64_t limit = static_cast<uint64_t>(rp.k);
   Boundary b;
   uint64_t total = 0;
-  if (rp.k < p.vocab) {
-    b = Descend(row, p.vocab, bmax, blocks, h1, limit, false, 0.0, want_mass, wg, scale, s);
+  if (tally.want_count) {
+    b = Descend(row.view, h1, {.limit = limit}, tally, s);
     total = b.mass;
   } else {
     for (int i = 0; i < kBins1; ++i) total += h1.mass[i];
   }
-  if (want_mass) {
+  if (tally.want_mass) {
     const double target = static_cast<double>(rp.top_p) * static_cast<double>(total);
-    b = Descend(row, p.vocab, bmax, blocks, h1, limit, true, target, true, wg, scale, s);
+    b = Descend(row.view, h1, {.limit = limit, .use_target = true, .target = target}, tally, s);
   }
   st.bound = float_of_key(b.key);
   st.bound_index = b.index;
@@ -750,59 +853,60 @@ void Select(const SamplingParams& p, int64_t r, const float* bmax, int64_t block
 
 // ---------------------------------------------------------------- a row's steps
 
-// After the scan: the row's flags, and its token where no later phase is needed.
+// After the scan of the whole row: the row's flags, and its token where no later phase is needed.
 template <typename T>
-void Prepare(const SamplingParams& p, int64_t r, float l_max, bool nan, const float* bmax, int64_t blocks,
-             RowState& st, Scratch& s) {
-  if (p.row_nan != nullptr) p.row_nan[r] = nan ? 1 : 0;
+void Prepare(const Row<T>& row, const Scan& scan, RowState& st, Scratch& s) {
+  const float l_max = scan.max;
+  if (row.row_nan != nullptr) *row.row_nan = scan.nan ? 1 : 0;
   st.stage = kStageDone;
   st.l_max = l_max;
-  const RowParams rp = ParamsOf(p, r);
+  const RowParams& rp = row.rp;
   if (!rp.valid || !(l_max > -kInf)) {
-    p.out[r] = kernels::kInvalidRow;
+    *row.out = kernels::kInvalidRow;
     return;
   }
-  const T* row = RowOf<T>(p, r);
   if (rp.t == 0.0f) {
-    p.out[r] = FirstEqual(row, p.vocab, bmax, blocks, l_max);
+    *row.out = FirstEqual(row.view, l_max);
     return;
   }
-  const Weigher wg{l_max, rp.t, l_max == kInf};
+  const int64_t vocab = row.view.vocab, blocks = row.view.blocks;
   bool candidates = false;
   float t = -kInf;
   if (rp.k <= blocks && rp.k <= kMaxCandidateK) {
-    t = KthLargest(bmax, blocks, rp.k, s);
+    t = KthLargest(row.view.bmax, blocks, rp.k, s);
     candidates = true;
-  } else if (p.vocab <= kMaxCandidates) {
+  } else if (vocab <= kMaxCandidates) {
     candidates = true;
   }
   int64_t count = 0;
-  if (candidates && Gather(row, p.vocab, bmax, blocks, t, s, count)) {
-    p.out[r] = FinishCandidates(rp, wg, std::ldexp(1.0f, mass_shift(p.vocab)), count, s);
+  if (candidates && Gather(row.view, t, s, count)) {
+    *row.out = FinishCandidates(rp, WeigherOf(rp, l_max), MassScale(vocab), count, s);
     return;
   }
   st.bound = -kInf;
-  st.bound_index = p.vocab - 1;
-  st.stage = rp.k < p.vocab || rp.top_p < 1.0f ? kStageHistogram : kStageRace;
+  st.bound_index = vocab - 1;
+  st.stage = rp.k < vocab || rp.top_p < 1.0f ? kStageHistogram : kStageRace;
 }
 
+// The best race quotient among the row's kept tokens of blocks [b0, b1) (stage kStageRace).
 template <typename T>
-Best Race(const SamplingParams& p, int64_t r, const float* bmax, int64_t b0, int64_t b1, const RowState& st) {
-  const RowParams rp = ParamsOf(p, r);
-  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
-  return RaceBlocks(RowOf<T>(p, r), p.vocab, bmax, b0, b1, wg, st.bound, st.bound_index,
-                    rp.min_p > 0.0f ? rp.min_p : 0.0f, rp);
+Best Race(const Row<T>& row, int64_t b0, int64_t b1, const RowState& st) {
+  const RowParams& rp = row.rp;
+  return RaceBlocks(row.view, b0, b1,
+                    {.wg = WeigherOf(rp, st.l_max),
+                     .bound = st.bound,
+                     .bound_index = st.bound_index,
+                     .min_p = rp.min_p > 0.0f ? rp.min_p : 0.0f,
+                     .seed = rp.seed,
+                     .offset = rp.offset});
 }
 
+// The level-1 histogram of the row's blocks [b0, b1) into h (stage kStageHistogram).
 template <typename T>
-void Histogram(const SamplingParams& p, int64_t r, const float* bmax, int64_t b0, int64_t b1, const RowState& st,
-               Histogram1& h) {
-  const RowParams rp = ParamsOf(p, r);
-  const Weigher wg{st.l_max, rp.t, st.l_max == kInf};
+void Histogram(const Row<T>& row, int64_t b0, int64_t b1, const RowState& st, Histogram1& h) {
   std::fill(h.count, h.count + kBins1, 0u);
   std::fill(h.mass, h.mass + kBins1, uint64_t{0});
-  HistogramTokens(RowOf<T>(p, r), p.vocab, bmax, b0, b1, wg, std::ldexp(1.0f, mass_shift(p.vocab)), rp.k < p.vocab,
-                  rp.top_p < 1.0f, h);
+  HistogramTokens(row.view, b0, b1, TallyOf(row, st.l_max), h);
 }
 
 // An unsplit plan's item: a row from the scan to its token.
@@ -810,17 +914,15 @@ template <typename T>
 void RunRow(const SamplingParams& p, const SamplePlan& plan, int64_t r) {
   Scratch& s = GetScratch();
   if (s.bmax.size() < static_cast<size_t>(plan.blocks)) s.bmax.resize(static_cast<size_t>(plan.blocks));
-  float* bmax = s.bmax.data();
-  float l_max;
-  bool nan;
-  ScanBlocks(RowOf<T>(p, r), p.vocab, 0, plan.blocks, bmax, l_max, nan);
+  const Row<T> row = RowAt<T>(p, r, s.bmax.data(), plan.blocks);
+  const Scan scan = ScanBlocks(row.view, 0, plan.blocks);
   RowState st;
-  Prepare<T>(p, r, l_max, nan, bmax, plan.blocks, st, s);
+  Prepare(row, scan, st, s);
   if (st.stage == kStageHistogram) {
-    Histogram<T>(p, r, bmax, 0, plan.blocks, st, s.h1);
-    Select<T>(p, r, bmax, plan.blocks, s.h1, st, s);
+    Histogram(row, 0, plan.blocks, st, s.h1);
+    Select(row, s.h1, st, s);
   }
-  if (st.stage == kStageRace) p.out[r] = Race<T>(p, r, bmax, 0, plan.blocks, st).index;
+  if (st.stage == kStageRace) *row.out = Race(row, 0, plan.blocks, st).index;
 }
 
 // ---------------------------------------------------------------- split plans
@@ -850,27 +952,24 @@ void RunSplitItem(const SamplingParams& p, const SamplePlan& plan, const Layout&
   const int64_t b0 = g * plan.segment_blocks, b1 = std::min(plan.blocks, b0 + plan.segment_blocks);
   switch (phase) {
     case 0: {
-      float mx;
-      bool nan;
-      ScanBlocks(RowOf<T>(p, r), p.vocab, b0, b1, ws.bmax(r), mx, nan);
-      ws.seg(r, g).max = mx;
-      ws.seg(r, g).nan = nan ? 1u : 0u;
+      const Scan scan = ScanBlocks(ViewOf<T>(p, r, ws.bmax(r), plan.blocks), b0, b1);
+      ws.seg(r, g).max = scan.max;
+      ws.seg(r, g).nan = scan.nan ? 1u : 0u;
       break;
     }
     case 1: {
-      float mx = -kInf;
-      bool nan = false;
+      Scan scan;
       for (int64_t k = 0; k < plan.segments; ++k) {
-        mx = std::max(mx, ws.seg(r, k).max);
-        nan = nan || ws.seg(r, k).nan != 0;
+        scan.max = std::max(scan.max, ws.seg(r, k).max);
+        scan.nan = scan.nan || ws.seg(r, k).nan != 0;
       }
-      Prepare<T>(p, r, mx, nan, ws.bmax(r), plan.blocks, ws.row(r), GetScratch());
+      Prepare(RowAt<T>(p, r, ws.bmax(r), plan.blocks), scan, ws.row(r), GetScratch());
       break;
     }
     case 2: {
       RowState& st = ws.row(r);
       if (st.stage != kStageHistogram) break;
-      Histogram<T>(p, r, ws.bmax(r), b0, b1, st, ws.hist(r, g));
+      Histogram(RowAt<T>(p, r, ws.bmax(r), plan.blocks), b0, b1, st, ws.hist(r, g));
       break;
     }
     case 3: {
@@ -885,13 +984,13 @@ void RunSplitItem(const SamplingParams& p, const SamplePlan& plan, const Layout&
           s.h1.mass[i] += h.mass[i];
         }
       }
-      Select<T>(p, r, ws.bmax(r), plan.blocks, s.h1, st, s);
+      Select(RowAt<T>(p, r, ws.bmax(r), plan.blocks), s.h1, st, s);
       break;
     }
     case 4: {
       const RowState& st = ws.row(r);
       if (st.stage != kStageRace) break;
-      const Best best = Race<T>(p, r, ws.bmax(r), b0, b1, st);
+      const Best best = Race(RowAt<T>(p, r, ws.bmax(r), plan.blocks), b0, b1, st);
       ws.seg(r, g).best_q = best.q;
       ws.seg(r, g).best_index = static_cast<int32_t>(best.index);
       break;

@@ -112,7 +112,8 @@ XLLM_CUDA_HD float sample_key_value(uint32_t key) {
   return float_from_bits((key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key);
 }
 
-// The values of a row every thread of its block holds alike.
+// The values of a row every thread of its block holds alike: its shape, its parameters and where
+// its token goes. Filled once per row (sample_run_row).
 struct SampleRowCtx {
   int64_t vocab = 0;
   int index_bits = 0;
@@ -120,9 +121,14 @@ struct SampleRowCtx {
   float lmax = 0.0f;         // the largest logit (NaN counted as -inf)
   float temperature = 0.0f;  // > 0
   bool inf_max = false;      // lmax == +inf: w = 1 for the +inf tokens, 0 for the others
+  int64_t top_k = 0;         // K
+  float top_p = 1.0f;
+  bool top_k_on = false;     // K < vocab
+  bool top_p_on = false;     // top_p < 1
   float min_p = 0.0f;
   float mass_scale = 0.0f;   // 2^mass_shift
   int64_t seed = 0, offset = 0;
+  int64_t* out = nullptr;    // out[r]
 };
 
 // w of a token with this key: exp((l - l_max) / T), or the +inf limit; 0 for -inf (and NaN).
@@ -446,9 +452,19 @@ XLLM_CUDA_HD SampleCrossing sample_find_bucket(const SampleShared& s, bool by_ma
   return x;
 }
 
-// The selection after its next digit of `width` bits fell into bucket x.index.
-XLLM_CUDA_HD SampleSelection sample_advance(const SampleSelection& sel, const SampleShared& s, bool by_mass,
-                                            const SampleCrossing& x, int width, int total_bits) {
+// A digit of a selection: by count (top-k) or by mass (top-p, by_mass), `width` bits of order values
+// of `total_bits` bits.
+struct SampleDigit {
+  bool by_mass = false;
+  int width = 0;
+  int total_bits = 0;
+};
+
+// The selection after its next digit d fell into bucket x.index.
+XLLM_CUDA_HD SampleSelection sample_advance(const SampleSelection& sel, const SampleShared& s, const SampleCrossing& x,
+                                            const SampleDigit& d) {
+  const bool by_mass = d.by_mass;
+  const int width = d.width;
   SampleSelection n = sel;
   const int b = x.index;
   n.above_count = sel.above_count + x.before_count;
@@ -459,23 +475,23 @@ XLLM_CUDA_HD SampleSelection sample_advance(const SampleSelection& sel, const Sa
   n.bucket_count = s.count[b];
   n.bucket_mass = sample_bucket_mass(s, b);
   const bool settled = by_mass ? n.bucket_count == 1 : n.bucket_count == n.need;
-  n.done = settled || n.bits >= total_bits ? 1 : 0;
+  n.done = settled || n.bits >= d.total_bits ? 1 : 0;
   return n;
 }
 
 // ---- Selection -----------------------------------------------------------------------------------
 
-// Thread t's part of a digit's last step: every thread finds the crossing chunk of `need` (the
+// Thread t's part of digit d's last step: every thread finds the crossing chunk of `need` (the
 // selection's need before the digit, read before the step); its owner finds the bucket and rewrites
 // the selection (no other thread reads it in this step).
-XLLM_SAMPLE_COLD void sample_digit_finish(SampleShared& s, SampleSelection& sel, unsigned long long need, bool by_mass,
-                                          int width, int total_bits, int t) {
-  const SampleCrossing chunk = sample_find_chunk(s, by_mass, need);
+XLLM_SAMPLE_COLD void sample_digit_finish(SampleShared& s, SampleSelection& sel, SampleDigit d, unsigned long long need,
+                                          int t) {
+  const SampleCrossing chunk = sample_find_chunk(s, d.by_mass, need);
   if (t == chunk.index) {
-    const SampleCrossing x = sample_find_bucket(s, by_mass, need, chunk);
+    const SampleCrossing x = sample_find_bucket(s, d.by_mass, need, chunk);
     if (x.index >= 0) {
       const SampleSelection now = sel;
-      sel = sample_advance(now, s, by_mass, x, width, total_bits);
+      sel = sample_advance(now, s, x, d);
     } else {
       sel.done = 1;  // unreachable (the chunk reaches need): keep the prefix's tokens
     }
@@ -484,16 +500,21 @@ XLLM_SAMPLE_COLD void sample_digit_finish(SampleShared& s, SampleSelection& sel,
   }
 }
 
-// One digit of a selection over `src`: the histogram of the next bits of the tokens that share the
-// selection's prefix and that `filter(order)` admits (masses only `with_mass`), its sums, and the
-// new state, written by the thread that owns the crossing chunk. Reads the selection's state before
-// its first step: the state is rewritten in its last one.
-template <class Team, class Source, class Filter>
-XLLM_CUDA_HD void sample_digit(Team& team, SampleShared& s, SampleSelection& sel, bool by_mass, bool with_mass,
-                               const Source& src, const SampleRowCtx& c, Filter&& filter) {
+// One digit of a selection over `src`, top-k's (s.row.k, by count) or, kByMass, top-p's (s.row.p,
+// by mass): the histogram of the next bits of the tokens that share the selection's prefix and that
+// `filter(order)` admits, its sums, and the new state, written by the thread that owns the crossing
+// chunk. Masses are summed for top-p's digits and, where top-p is on, for top-k's (W is the top-k
+// set's mass). Reads the selection's state before its first step: the state is rewritten in its
+// last one.
+template <bool kByMass, class Team, class Source, class Filter>
+XLLM_CUDA_HD void sample_digit(Team& team, SampleShared& s, const Source& src, const SampleRowCtx& c,
+                               Filter&& filter) {
+  SampleSelection& sel = kByMass ? s.row.p : s.row.k;
+  const bool with_mass = kByMass || c.top_p_on;
   const SampleSelection now = sel;
   const int rest = c.total_bits - now.bits;
   const int width = rest < kSampleDigitBits ? rest : kSampleDigitBits;
+  const SampleDigit d{kByMass, width, c.total_bits};
   const int shift = rest - width;
   const unsigned long long mask = (1ull << width) - 1;
   team.step([&](int t) {
@@ -507,7 +528,7 @@ XLLM_CUDA_HD void sample_digit(Team& team, SampleShared& s, SampleSelection& sel
   });
   sample_sum_histogram(team, s);
   team.step([&](int t) {
-    sample_digit_finish(s, sel, now.need, by_mass, width, c.total_bits, t);
+    sample_digit_finish(s, sel, d, now.need, t);
     sample_clear_buckets(s, t);
   });
 }
@@ -519,10 +540,9 @@ XLLM_CUDA_HD uint32_t sample_word(const Philox4x32& w, uint32_t j) {
 }
 
 // The race over the tokens of `src` that `kept(order)` admits, with w >= min_p and w > 0; thread 0
-// writes out[row].
+// writes the row's token (c.out).
 template <class Team, class Source, class Kept>
-XLLM_CUDA_HD void sample_race(Team& team, SampleShared& s, const Source& src, const SampleRowCtx& c, Kept&& kept,
-                              int64_t* out) {
+XLLM_CUDA_HD void sample_race(Team& team, SampleShared& s, const Source& src, const SampleRowCtx& c, Kept&& kept) {
   team.step([&](int t) {
     unsigned long long best = 0;
     int64_t group = -1;  // the Philox group whose words `words` holds
@@ -549,19 +569,18 @@ XLLM_CUDA_HD void sample_race(Team& team, SampleShared& s, const Source& src, co
   team.step([&](int t) {
     if (t != 0) return;
     const unsigned long long best = sample_max_of_groups(s);
-    *out = best == 0 ? kInvalidRow : static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(best));
+    *c.out = best == 0 ? kInvalidRow : static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(best));
   });
 }
 
-// The selections and the race over `src` (the gathered candidates, or the row), after pass B.
+// The selections (the row's top-k and top-p) and the race over `src` (the gathered candidates, or
+// the row), after pass B.
 template <class Team, class Source>
-XLLM_CUDA_HD void sample_select_and_race(Team& team, SampleShared& s, const Source& src, const SampleRowCtx& c,
-                                         bool top_k_on, bool top_p_on, float top_p, int64_t* out) {
+XLLM_CUDA_HD void sample_select_and_race(Team& team, SampleShared& s, const Source& src, const SampleRowCtx& c) {
+  const bool top_k_on = c.top_k_on, top_p_on = c.top_p_on;
   // top-k: from B's bucket, until a bucket's tokens are exactly the ones still needed.
   if (top_k_on) {
-    while (s.row.k.done == 0) {
-      sample_digit(team, s, s.row.k, false, top_p_on, src, c, [](unsigned long long) { return true; });
-    }
+    while (s.row.k.done == 0) sample_digit<false>(team, s, src, c, [](unsigned long long) { return true; });
   }
   const SampleSelection k = s.row.k;
   auto in_top_k = [&](unsigned long long order) {
@@ -573,24 +592,28 @@ XLLM_CUDA_HD void sample_select_and_race(Team& team, SampleShared& s, const Sour
       team.step([&](int t) {
         if (t != 0) return;
         SampleSelection p{};
-        p.need = sample_mass_target(top_p, k.above_mass + k.bucket_mass);
+        p.need = sample_mass_target(c.top_p, k.above_mass + k.bucket_mass);
         s.row.p = p;
       });
     }
-    while (s.row.p.done == 0) sample_digit(team, s, s.row.p, true, true, src, c, in_top_k);
+    while (s.row.p.done == 0) sample_digit<true>(team, s, src, c, in_top_k);
   }
   const SampleSelection p = s.row.p;
-  sample_race(team, s, src, c,
-              [&](unsigned long long order) {
-                return in_top_k(order) && (!top_p_on || sample_prefix(order, c, p.bits) >= p.prefix);
-              },
-              out);
+  sample_race(team, s, src, c, [&](unsigned long long order) {
+    return in_top_k(order) && (!top_p_on || sample_prefix(order, c, p.bits) >= p.prefix);
+  });
 }
 
 // After pass B (thread 0): the first digit of the top-k selection (and of the top-p selection where
-// top-k is off) from the histogram of digit 0, and which buckets to gather (SampleRowState).
-XLLM_SAMPLE_COLD void sample_plan_row(SampleShared& s, int64_t vocab, int total_bits, bool top_k_on, int64_t top_k,
-                                      bool top_p_on, float top_p, int64_t capacity) {
+// top-k is off) from the histogram of digit 0, and which buckets to gather (SampleRowState), at most
+// `capacity` tokens. The row's values come by value: a reference would keep the caller's in local
+// memory.
+XLLM_SAMPLE_COLD void sample_plan_row(SampleShared& s, const SampleRowCtx c, int64_t capacity) {
+  const int64_t vocab = c.vocab, top_k = c.top_k;
+  const bool top_k_on = c.top_k_on, top_p_on = c.top_p_on;
+  const float top_p = c.top_p;
+  const SampleDigit k_digit{/*by_mass=*/false, kSampleDigitBits, c.total_bits};
+  const SampleDigit p_digit{/*by_mass=*/true, kSampleDigitBits, c.total_bits};
   SampleRowState& st = s.row;
   SampleSelection k{}, sp{};
   k.done = 1;
@@ -606,7 +629,7 @@ XLLM_SAMPLE_COLD void sample_plan_row(SampleShared& s, int64_t vocab, int total_
                             sample_find_chunk(s, false, static_cast<unsigned long long>(top_k)));
     if (xk.index >= 0) {
       k.need = static_cast<unsigned long long>(top_k);
-      k = sample_advance(k, s, false, xk, kSampleDigitBits, total_bits);
+      k = sample_advance(k, s, xk, k_digit);
       low = xk.index;
       gathered = xk.before_count + static_cast<unsigned long long>(k.bucket_count);
     } else {
@@ -637,7 +660,7 @@ XLLM_SAMPLE_COLD void sample_plan_row(SampleShared& s, int64_t vocab, int total_
     } else {
       if (sp.done == 0) {
         sp.need = target;
-        sp = sample_advance(sp, s, true, xp, kSampleDigitBits, total_bits);
+        sp = sample_advance(sp, s, xp, p_digit);
       }
       st.p_started = 1;
     }
@@ -660,16 +683,20 @@ XLLM_CUDA_HD void sample_run_row(const SampleArgs& a, int64_t r, SampleShared& s
   const float temperature = p.temperature[r], top_p = p.top_p[r], min_p = p.min_p[r];
   const int64_t top_k = sampling_top_k(p.top_k[r], p.vocab);
   const bool valid = sampling_parameters_valid(temperature, top_p, min_p);
-  const bool top_k_on = top_k < p.vocab, top_p_on = top_p < 1.0f;
   SampleRowCtx c;
   c.vocab = p.vocab;
   c.index_bits = plan.index_bits;
   c.total_bits = 32 + plan.index_bits;
   c.temperature = temperature;
+  c.top_k = top_k;
+  c.top_p = top_p;
+  c.top_k_on = top_k < p.vocab;
+  c.top_p_on = top_p < 1.0f;
   c.min_p = min_p;
   c.mass_scale = sample_mass_scale(plan.mass_shift);
   c.seed = p.seeds[r];
   c.offset = p.offsets[r];
+  c.out = p.out + r;
 
   // A: the first token, NaN.
   team.step([&](int t) {
@@ -711,7 +738,7 @@ XLLM_CUDA_HD void sample_run_row(const SampleArgs& a, int64_t r, SampleShared& s
       p.out[r] = c.vocab - 1 - static_cast<int64_t>(top & ((1ull << c.index_bits) - 1));
       s.row.action = kSampleDone;
     } else {
-      s.row.action = top_k_on || top_p_on ? kSampleSelect : kSampleRaceAll;
+      s.row.action = c.top_k_on || c.top_p_on ? kSampleSelect : kSampleRaceAll;
     }
   });
   const int32_t action = s.row.action;
@@ -720,7 +747,7 @@ XLLM_CUDA_HD void sample_run_row(const SampleArgs& a, int64_t r, SampleShared& s
   c.inf_max = static_cast<uint32_t>(s.row.top >> c.index_bits) == kSamplePlusInfKey;
   const SampleRowSource<T, kVector> whole{row, &c};
   if (action == kSampleRaceAll) {
-    sample_race(team, s, whole, c, [](unsigned long long) { return true; }, p.out + r);
+    sample_race(team, s, whole, c, [](unsigned long long) { return true; });
     return;
   }
 
@@ -730,12 +757,12 @@ XLLM_CUDA_HD void sample_run_row(const SampleArgs& a, int64_t r, SampleShared& s
     whole.for_each(t, [&](uint32_t key, uint32_t, auto weight) {
       const int b = static_cast<int>(key >> kKeyShift);
       sample_atomic_add(&s.count[b], 1u);
-      if (top_p_on) sample_add_mass(s, b, sample_mass(weight(), c.mass_scale));
+      if (c.top_p_on) sample_add_mass(s, b, sample_mass(weight(), c.mass_scale));
     });
   });
   sample_sum_histogram(team, s);
   team.step([&](int t) {
-    if (t == 0) sample_plan_row(s, c.vocab, c.total_bits, top_k_on, top_k, top_p_on, top_p, plan.candidates);
+    if (t == 0) sample_plan_row(s, c, plan.candidates);
   });
   // C: gather the candidates (or only clear the histogram).
   const int32_t use_candidates = s.row.use_candidates, low = s.row.candidate_low, extra = s.row.candidate_extra;
@@ -755,9 +782,9 @@ XLLM_CUDA_HD void sample_run_row(const SampleArgs& a, int64_t r, SampleShared& s
   if (use_candidates != 0) {
     const uint32_t n = s.row.candidates;
     const SampleCandidateSource gathered{&s, n < kSampleCandidates ? n : static_cast<uint32_t>(kSampleCandidates)};
-    sample_select_and_race(team, s, gathered, c, top_k_on, top_p_on, top_p, p.out + r);
+    sample_select_and_race(team, s, gathered, c);
   } else {
-    sample_select_and_race(team, s, whole, c, top_k_on, top_p_on, top_p, p.out + r);
+    sample_select_and_race(team, s, whole, c);
   }
 }
 

@@ -68,8 +68,13 @@ void check_cache(const char* arg, const at::Tensor& cache, const at::Tensor& key
 
 }  // namespace
 
-CacheShape check_arguments(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
-                           const at::Tensor& value_cache, const at::Tensor& slot_mapping, c10::DeviceType device) {
+CacheShape check_arguments(const Call& call) {
+  const at::Tensor& key = call.key;
+  const at::Tensor& value = call.value;
+  const at::Tensor& key_cache = call.key_cache;
+  const at::Tensor& value_cache = call.value_cache;
+  const at::Tensor& slot_mapping = call.slot_mapping;
+  const c10::DeviceType device = call.device;
   bridge::check_floating_tensor(op_name(), "key", key, device);
   TORCH_CHECK(key.dim() == 3, op_name(), ": key must be 3-D [tokens, kv_heads, head_size], got shape ", key.sizes());
   TORCH_CHECK(key.size(1) >= 1 && key.size(2) >= 1, op_name(),

@@ -25,11 +25,23 @@ struct CacheShape {
   int64_t slots = 0;  // num_blocks * block_size
 };
 
-// Checks every argument of reshape_and_cache for an implementation on `device` (shapes, dtypes,
-// devices, the caches' layout, overlap; not the slot values); errors name the operation, the
-// argument, what was expected and what was given.
-CacheShape check_arguments(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
-                           const at::Tensor& value_cache, const at::Tensor& slot_mapping, c10::DeviceType device);
+// One call's arguments as its bridge received them (the schema's tensors) and the implementation's
+// device: what check_arguments checks and kernel_params reads.
+//   const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
+//                   .slot_mapping = slot_mapping, .device = kDevice};
+struct Call {
+  const at::Tensor& key;
+  const at::Tensor& value;
+  const at::Tensor& key_cache;    // written (through its data pointer)
+  const at::Tensor& value_cache;  // written (through its data pointer)
+  const at::Tensor& slot_mapping;
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Checks every argument of reshape_and_cache for an implementation on `call.device` (shapes,
+// dtypes, devices, the caches' layout, overlap; not the slot values); errors name the operation,
+// the argument, what was expected and what was given.
+CacheShape check_arguments(const Call& call);
 
 // The CPU implementations' check of the slot values (slot_mapping on the CPU), before anything is
 // written: every slot < shape.slots and no non-negative slot twice. Returns the number of
@@ -38,9 +50,12 @@ int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping)
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike. stream_out
 // stays false: the CPU bridge decides it.
-inline kernels::KvCacheParams kernel_params(const CacheShape& s, const at::Tensor& key, const at::Tensor& value,
-                                            at::Tensor& key_cache, at::Tensor& value_cache,
-                                            const at::Tensor& slot_mapping) {
+inline kernels::KvCacheParams kernel_params(const Call& call, const CacheShape& s) {
+  const at::Tensor& key = call.key;
+  const at::Tensor& value = call.value;
+  const at::Tensor& key_cache = call.key_cache;
+  const at::Tensor& value_cache = call.value_cache;
+  const at::Tensor& slot_mapping = call.slot_mapping;
   kernels::KvCacheParams p;
   p.dtype = bridge::kernel_dtype(key.scalar_type());
   p.tokens = s.tokens;

@@ -14,10 +14,12 @@ namespace {
 
 void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                               at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, c10::DeviceType::CPU);
+  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
+                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CPU};
+  const CacheShape s = check_arguments(call);
   const int64_t written = check_slots_cpu(s, slot_mapping);
   if (written == 0) return;
-  cpu::KvCacheParams p = kernel_params(s, key, value, key_cache, value_cache, slot_mapping);
+  cpu::KvCacheParams p = kernel_params(call, s);
   // Streamed when the rows read and written together pass the threshold: both occupy the cache
   // during the call, so the destination rows (scattered, their old contents never needed) would
   // be evicted before anyone reads them again, and plain stores would first read every line.

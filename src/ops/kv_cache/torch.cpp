@@ -28,7 +28,8 @@ void write(at::Tensor& cache, const at::Tensor& rows, const at::Tensor& slots, c
 template <c10::DeviceType kDevice>
 void torch_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                              at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, kDevice);
+  const CacheShape s = check_arguments({.key = key, .value = value, .key_cache = key_cache,
+                                        .value_cache = value_cache, .slot_mapping = slot_mapping, .device = kDevice});
   if constexpr (kDevice == c10::DeviceType::CPU) {
     if (check_slots_cpu(s, slot_mapping) == 0) return;
   }

@@ -78,8 +78,13 @@ void check_same_device(const char* arg, const at::Tensor& t, const at::Tensor& q
 
 }  // namespace
 
-Layout check_arguments(const at::Tensor& positions, const at::Tensor& query, const std::optional<at::Tensor>& key,
-                       int64_t head_size, const at::Tensor& cos_sin_cache, c10::DeviceType device) {
+Layout check_arguments(const Call& call) {
+  const at::Tensor& positions = call.positions;
+  const at::Tensor& query = call.query;
+  const std::optional<at::Tensor>& key = call.key;
+  const int64_t head_size = call.head_size;
+  const at::Tensor& cos_sin_cache = call.cos_sin_cache;
+  const c10::DeviceType device = call.device;
   TORCH_CHECK(positions.defined(), op_name(), ": positions must be a defined tensor, got an undefined one");
   TORCH_CHECK(positions.device().type() == device, op_name(), ": positions must be on ", c10::DeviceTypeName(device, true),
               " for this implementation, got ", positions.device());

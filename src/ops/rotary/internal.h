@@ -34,12 +34,25 @@ struct Layout {
   Heads key;
 };
 
-// Checks every argument of rotary_embedding for an implementation on `device`: dtypes, devices,
-// shapes, head counts, rot_dim, contiguous last dimensions, query and key not overlapping. Errors
-// name the operation, the argument, what was expected and what was given. Positions are not
+// One call's arguments as its bridge received them (the schema's) and the implementation's device:
+// what check_arguments checks and kernel_params reads (is_neox only the latter).
+//   const Call call{.positions = positions, .query = query, .key = key, .head_size = head_size,
+//                   .cos_sin_cache = cos_sin_cache, .is_neox = is_neox, .device = kDevice};
+struct Call {
+  const at::Tensor& positions;
+  const at::Tensor& query;  // written in place (through its data pointer)
+  const std::optional<at::Tensor>& key;
+  int64_t head_size = 0;
+  const at::Tensor& cos_sin_cache;
+  bool is_neox = false;
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Checks every argument of rotary_embedding for an implementation on `call.device`: dtypes,
+// devices, shapes, head counts, rot_dim, contiguous last dimensions, query and key not overlapping.
+// Errors name the operation, the argument, what was expected and what was given. Positions are not
 // read here (see check_positions_in_range).
-Layout check_arguments(const at::Tensor& positions, const at::Tensor& query, const std::optional<at::Tensor>& key,
-                       int64_t head_size, const at::Tensor& cos_sin_cache, c10::DeviceType device);
+Layout check_arguments(const Call& call);
 
 // CPU positions only: every position in [0, max_position), else an error naming the first bad one.
 void check_positions_in_range(const at::Tensor& positions, int64_t max_position);
@@ -49,16 +62,17 @@ void check_positions_in_range(const at::Tensor& positions, int64_t max_position)
 at::Tensor as_heads(const at::Tensor& t, const Layout& layout, const Heads& heads);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike.
-inline kernels::RotaryParams kernel_params(const Layout& l, const at::Tensor& positions, const at::Tensor& query,
-                                           const std::optional<at::Tensor>& key, const at::Tensor& cos_sin_cache,
-                                           bool is_neox) {
+inline kernels::RotaryParams kernel_params(const Call& call, const Layout& l) {
+  const at::Tensor& positions = call.positions;
+  const at::Tensor& query = call.query;
+  const at::Tensor& cos_sin_cache = call.cos_sin_cache;
   kernels::RotaryParams p;
   p.dtype = bridge::kernel_dtype(query.scalar_type());
   p.cache_dtype = bridge::kernel_dtype(cos_sin_cache.scalar_type());
   p.tokens = l.tokens;
   p.head_size = l.head_size;
   p.rot_dim = l.rot_dim;
-  p.is_neox = is_neox;
+  p.is_neox = call.is_neox;
   p.positions = positions.const_data_ptr<int64_t>();
   p.position_stride = positions.stride(0);
   p.cos_sin_cache = cos_sin_cache.const_data_ptr();
@@ -69,7 +83,7 @@ inline kernels::RotaryParams kernel_params(const Layout& l, const at::Tensor& po
   p.query_token_stride = l.query.token_stride;
   p.query_head_stride = l.query.head_stride;
   if (l.key.heads > 0) {
-    p.key = key->mutable_data_ptr();
+    p.key = call.key->mutable_data_ptr();
     p.key_heads = l.key.heads;
     p.key_token_stride = l.key.token_stride;
     p.key_head_stride = l.key.head_stride;

@@ -15,10 +15,12 @@ namespace {
 void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
                    int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
   const char* op = op_name();
-  const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CPU);
+  const Call call{.positions = positions, .query = query, .key = key, .head_size = head_size,
+                  .cos_sin_cache = cos_sin_cache, .is_neox = is_neox, .device = c10::DeviceType::CPU};
+  const Layout l = check_arguments(call);
   if (l.tokens == 0) return;
   check_positions_in_range(positions, l.max_position);
-  const cpu::RotaryParams p = kernel_params(l, positions, query, key, cos_sin_cache, is_neox);
+  const cpu::RotaryParams p = kernel_params(call, l);
   bridge::run_rows(op, p, l.tokens, (l.query.heads + l.key.heads) * l.rot_dim, cpu::rotary_embedding);
 }
 

@@ -15,7 +15,8 @@ namespace {
 template <c10::DeviceType kDevice>
 void torch_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
                   int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
-  const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, kDevice);
+  const Layout l = check_arguments({.positions = positions, .query = query, .key = key, .head_size = head_size,
+                                    .cos_sin_cache = cos_sin_cache, .is_neox = is_neox, .device = kDevice});
   if (l.tokens == 0) return;
   at::Tensor rows_of = positions;
   at::Tensor valid;  // [tokens, 1, 1] on CUDA

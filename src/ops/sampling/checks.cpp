@@ -25,20 +25,19 @@ at::Tensor row_parameter(const char* arg, const at::Tensor& t, at::ScalarType dt
 
 }  // namespace
 
-RowParameters check_arguments(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
-                              const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seeds,
-                              const at::Tensor& offsets, c10::DeviceType device) {
-  bridge::check_floating_tensor(op_name(), "logits", logits, device);
+RowParameters check_arguments(const Call& call) {
+  const at::Tensor& logits = call.logits;
+  bridge::check_floating_tensor(op_name(), "logits", logits, call.device);
   TORCH_CHECK(logits.dim() == 2, op_name(), ": logits must be [batch, vocab], got shape ", logits.sizes());
   TORCH_CHECK(logits.size(1) >= 1 && logits.size(1) <= INT32_MAX - 1, op_name(),
               ": logits' vocab (last dimension) must be in [1, 2^31 - 1), got shape ", logits.sizes());
   RowParameters r;
-  r.temperature = row_parameter("temperature", temperature, at::kFloat, logits);
-  r.top_k = row_parameter("top_k", top_k, at::kInt, logits);
-  r.top_p = row_parameter("top_p", top_p, at::kFloat, logits);
-  r.min_p = row_parameter("min_p", min_p, at::kFloat, logits);
-  r.seeds = row_parameter("seeds", seeds, at::kLong, logits);
-  r.offsets = row_parameter("offsets", offsets, at::kLong, logits);
+  r.temperature = row_parameter("temperature", call.temperature, at::kFloat, logits);
+  r.top_k = row_parameter("top_k", call.top_k, at::kInt, logits);
+  r.top_p = row_parameter("top_p", call.top_p, at::kFloat, logits);
+  r.min_p = row_parameter("min_p", call.min_p, at::kFloat, logits);
+  r.seeds = row_parameter("seeds", call.seeds, at::kLong, logits);
+  r.offsets = row_parameter("offsets", call.offsets, at::kLong, logits);
   return r;
 }
 

@@ -20,12 +20,25 @@ struct RowParameters {
   at::Tensor temperature, top_k, top_p, min_p, seeds, offsets;
 };
 
-// Checks every argument of sample for an implementation on `device` (shapes, dtypes, devices,
+// One call's arguments as its bridge received them (the schema's tensors) and the implementation's
+// device: what check_arguments checks.
+//   check_arguments({.logits = logits, .temperature = temperature, .top_k = top_k, .top_p = top_p,
+//                    .min_p = min_p, .seeds = seeds, .offsets = offsets, .device = kDevice});
+struct Call {
+  const at::Tensor& logits;
+  const at::Tensor& temperature;
+  const at::Tensor& top_k;
+  const at::Tensor& top_p;
+  const at::Tensor& min_p;
+  const at::Tensor& seeds;
+  const at::Tensor& offsets;
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Checks every argument of sample for an implementation on `call.device` (shapes, dtypes, devices,
 // layouts; not values) and returns the per-row parameters contiguous. Errors name the operation,
 // the argument, what was expected and what was given.
-RowParameters check_arguments(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
-                              const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seeds,
-                              const at::Tensor& offsets, c10::DeviceType device);
+RowParameters check_arguments(const Call& call);
 
 // The CPU implementations' check of the parameters' values (host tensors), before any compute:
 // temperature >= 0 and finite, top_p in (0, 1], min_p in [0, 1). Errors name the row and the value.

@@ -23,7 +23,8 @@ at::Tensor native_sample(const at::Tensor& logits_in, const at::Tensor& temperat
                          const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seeds,
                          const at::Tensor& offsets) {
   const RowParameters r =
-      check_arguments(logits_in, temperature, top_k, top_p, min_p, seeds, offsets, c10::DeviceType::CPU);
+      check_arguments({.logits = logits_in, .temperature = temperature, .top_k = top_k, .top_p = top_p,
+                       .min_p = min_p, .seeds = seeds, .offsets = offsets, .device = c10::DeviceType::CPU});
   check_parameters_cpu(r);
   at::Tensor out = new_output(logits_in);
   if (logits_in.size(0) == 0) return out;

@@ -65,7 +65,9 @@ at::Tensor torch_sample(const at::Tensor& logits, const at::Tensor& temperature,
                         const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seeds,
                         const at::Tensor& offsets) {
   constexpr bool kCpu = kDevice == c10::DeviceType::CPU;
-  const RowParameters r = check_arguments(logits, temperature, top_k, top_p, min_p, seeds, offsets, kDevice);
+  const RowParameters r = check_arguments({.logits = logits, .temperature = temperature, .top_k = top_k,
+                                           .top_p = top_p, .min_p = min_p, .seeds = seeds, .offsets = offsets,
+                                           .device = kDevice});
   if constexpr (kCpu) check_parameters_cpu(r);
   const int64_t batch = logits.size(0), vocab = logits.size(1);
   if (batch == 0) return new_output(logits);

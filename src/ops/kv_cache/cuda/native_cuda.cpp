@@ -16,11 +16,13 @@ namespace {
 
 void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                               at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const CacheShape s = check_arguments(key, value, key_cache, value_cache, slot_mapping, c10::DeviceType::CUDA);
+  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
+                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CUDA};
+  const CacheShape s = check_arguments(call);
   bridge::check_capability(op_name(), key);
   if (s.tokens == 0 || s.slots == 0) return;
   const c10::cuda::CUDAGuard guard(key.device());
-  const cuda::KvCacheParams p = kernel_params(s, key, value, key_cache, value_cache, slot_mapping);
+  const cuda::KvCacheParams p = kernel_params(call, s);
   bridge::check_launch(op_name(), cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 

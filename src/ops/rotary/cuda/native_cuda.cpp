@@ -18,11 +18,13 @@ namespace {
 void native_rotary(const at::Tensor& positions, at::Tensor& query, const std::optional<at::Tensor>& key,
                    int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox) {
   const char* op = op_name();
-  const Layout l = check_arguments(positions, query, key, head_size, cos_sin_cache, c10::DeviceType::CUDA);
+  const Call call{.positions = positions, .query = query, .key = key, .head_size = head_size,
+                  .cos_sin_cache = cos_sin_cache, .is_neox = is_neox, .device = c10::DeviceType::CUDA};
+  const Layout l = check_arguments(call);
   bridge::check_capability(op, query);
   if (l.tokens == 0) return;
   const c10::cuda::CUDAGuard guard(query.device());
-  const cuda::RotaryParams p = kernel_params(l, positions, query, key, cos_sin_cache, is_neox);
+  const cuda::RotaryParams p = kernel_params(call, l);
   bridge::check_launch(op, cuda::rotary_embedding(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 

@@ -24,7 +24,8 @@ at::Tensor native_sample(const at::Tensor& logits_in, const at::Tensor& temperat
                          const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& seeds,
                          const at::Tensor& offsets) {
   const RowParameters r =
-      check_arguments(logits_in, temperature, top_k, top_p, min_p, seeds, offsets, c10::DeviceType::CUDA);
+      check_arguments({.logits = logits_in, .temperature = temperature, .top_k = top_k, .top_p = top_p,
+                       .min_p = min_p, .seeds = seeds, .offsets = offsets, .device = c10::DeviceType::CUDA});
   bridge::check_capability(op_name(), logits_in);
   const c10::cuda::CUDAGuard guard(logits_in.device());
   at::Tensor out = new_output(logits_in);

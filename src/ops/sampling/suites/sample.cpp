@@ -226,6 +226,9 @@ Example build(const json& p, at::Generator& gen) {
   return ex;
 }
 
+// Positional on purpose: callers pass pick() draws as arguments, which the compiler evaluates in its
+// own order (GCC: right to left); a braced initializer would draw them left to right and change the
+// validation grid's cases.
 json point(int64_t batch, int64_t vocab, const std::string& dtype, const std::string& dist, const std::string& shares,
            const std::string& sampling, const std::string& layout) {
   return {{"batch", batch},       {"vocab", vocab},       {"dtype", dtype},  {"dist", dist},
