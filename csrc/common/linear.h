@@ -113,25 +113,39 @@ constexpr LinearSizes linear_sizes(LinearScheme s, int64_t n, int64_t k, int64_t
   return z;
 }
 
+// What a header describes: the scheme, the layout, the fp8 scales, whether there are zeros, the
+// sizes and the implementation that packed it.
+//   make_linear_header({.scheme = s, .layout = layout, .fp8 = fp8, .zeros = zeros, .n = n, .k = k,
+//                       .group = group, .groups = groups, .packer = packer});
+struct LinearHeaderFields {
+  LinearScheme scheme = LinearScheme::kFloat32;
+  LinearLayout layout = LinearLayout::kRows;
+  Fp8Scales fp8 = Fp8Scales::kNone;
+  bool zeros = false;
+  int64_t n = 0, k = 0;
+  int64_t group = 0;   // K elements per scale group
+  int64_t groups = 0;  // ceil(K / group)
+  const char* packer = "";
+};
+
 // A header for these sizes; `packer` is cut to fit.
-inline LinearHeader make_linear_header(LinearScheme s, LinearLayout layout, Fp8Scales fp8, bool zeros, int64_t n,
-                                       int64_t k, int64_t group, int64_t groups, const char* packer) {
-  const LinearSizes z = linear_sizes(s, n, k, groups, zeros);
+inline LinearHeader make_linear_header(const LinearHeaderFields& f) {
+  const LinearSizes z = linear_sizes(f.scheme, f.n, f.k, f.groups, f.zeros);
   LinearHeader h{};
   std::memcpy(h.magic, kLinearMagic, sizeof(h.magic));
   h.version = kLinearVersion;
-  h.scheme = s;
-  h.layout = layout;
-  h.fp8_scales = fp8;
-  h.has_zeros = zeros ? 1 : 0;
-  h.n = n;
-  h.k = k;
-  h.group = group;
-  h.groups = groups;
+  h.scheme = f.scheme;
+  h.layout = f.layout;
+  h.fp8_scales = f.fp8;
+  h.has_zeros = f.zeros ? 1 : 0;
+  h.n = f.n;
+  h.k = f.k;
+  h.group = f.group;
+  h.groups = f.groups;
   h.weights_offset = z.weights_offset;
   h.scales_offset = z.scales_offset;
   h.zeros_offset = z.zeros_offset;
-  std::strncpy(h.packer, packer, sizeof(h.packer) - 1);
+  std::strncpy(h.packer, f.packer, sizeof(h.packer) - 1);
   return h;
 }
 

@@ -23,23 +23,38 @@ void reset_and_wait(const DeviceApi& api, int index, PreparedCase& c) {
   }
 }
 
-// One sample of `calls` (enqueued by `run`): host enqueue and device interval under the timer's
-// hold, the case's inputs reset before it (outside both); then the wall time. A case that resets
+// What every sample of one timing loop shares, filled once before the loop: the device, its timer,
+// the options and the samples appended to.
+//   const Sampler at{.api = api, .index = index, .timer = *timer, .options = o, .samples = s};
+struct Sampler {
+  const DeviceApi& api;
+  int index = 0;
+  DeviceTimer& timer;
+  const TimingOptions& options;
+  Samples& samples;
+};
+
+// One sample of `calls` (enqueued by `run`), appended to at.samples: host enqueue and device
+// interval under the timer's hold, the case's inputs reset before it (outside both); then the wall
+// time. A case that resets
 // (`reset` set) pays for its reset in the wall time: it is what a caller of the mutating path waits
 // for, and it is measured on its own as well (Samples::reset), so a reader can subtract it.
 //   device events: synchronize, [reset, synchronize], calls, synchronize, timed from the first
 //                  synchronize on (the same calls again, from an idle device);
 //   CPU:           the calls are synchronous, so the wall time is the device interval plus the
 //                  reset's own time, measured just before the sample.
-void sample(const DeviceApi& api, int index, DeviceTimer& timer, PreparedCase& c, const TimingOptions& o,
-            const std::function<void()>& run, int calls, Samples& s) {
+void sample(const Sampler& at, PreparedCase& c, const std::function<void()>& run, int calls) {
+  const DeviceApi& api = at.api;
+  const int index = at.index;
+  DeviceTimer& timer = at.timer;
+  Samples& s = at.samples;
   double reset = 0;
   if (c.reset) {
     const auto reset_start = std::chrono::steady_clock::now();
     reset_and_wait(api, index, c);
     reset = seconds_since(reset_start);
   }
-  if (o.before_sample) o.before_sample();
+  if (at.options.before_sample) at.options.before_sample();
   timer.start();
   const auto host_start = std::chrono::steady_clock::now();
   run();
@@ -78,9 +93,10 @@ Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& c
   const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
   s.warmup_calls = static_cast<int>(warmup);
+  const Sampler at{.api = api, .index = index, .timer = *timer, .options = o, .samples = s};
   for (int i = 0; i < o.iterations; ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
-    sample(api, index, *timer, c, o, c.function, 1, s);
+    sample(at, c, c.function, 1);
   }
   return s;
 }
@@ -106,8 +122,9 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   Samples s;
   s.calls_per_sample = calls;
   s.warmup_calls = o.warmup;
+  const Sampler at{.api = api, .index = index, .timer = *timer, .options = o, .samples = s};
   for (int i = 0; i < o.iterations; ++i) {
-    sample(api, index, *timer, c, o, [&] { graph->replay(); }, calls, s);
+    sample(at, c, [&] { graph->replay(); }, calls);
   }
   return s;
 }

@@ -114,13 +114,29 @@ std::string markdown(const json& report, size_t limit) {
   return md.str();
 }
 
+// What every implementation's run shares, filled once: the suite and its run, the seed, whether to
+// show progress, the counts the runs add to, and the distributed run (null: none).
+//   const TargetRun shared{.suite = *suite, .run = setup, .seed = common.seed, .progress = progress,
+//                          .total = total, .dist = dist.get()};
+struct TargetRun {
+  const OperationSuite& suite;
+  const SuiteRun& run;
+  uint64_t seed = 0;
+  bool progress = false;
+  Counts& total;
+  DistributedRun* dist = nullptr;
+};
+
 // One implementation's cases: its report entry ("implementation", "coverage", "results", ...);
-// adds its counts to `total`.
-json run_target(const OperationSuite& suite, const SuiteRun& run, const Target& target, uint64_t seed, bool progress,
-                Counts& total, DistributedRun* dist) {
+// adds its counts to `shared.total`.
+json run_target(const TargetRun& shared, const Target& target) {
+  const SuiteRun& run = shared.run;
+  const bool progress = shared.progress;
+  DistributedRun* dist = shared.dist;
+  Counts& total = shared.total;
   const auto& cases = run.cases;
-  Plan plan{run.device, run.index, run.mode, target.kernel, seed};
-  const std::optional<std::string> prepared_reason = prepare_suite(suite, plan, target);
+  Plan plan{run.device, run.index, run.mode, target.kernel, shared.seed};
+  const std::optional<std::string> prepared_reason = prepare_suite(shared.suite, plan, target);
   Counts counts;
   json results = json::array();
   double worst_headroom = 0, worst_ulp = 0;
@@ -204,9 +220,9 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
   const tools::OccupancyProbe occupancy(setup.device, setup.index);
   Counts total;
   const bool progress = isatty(STDERR_FILENO);
-  for (const Target& target : setup.targets) {
-    report["implementations"].push_back(run_target(*suite, setup, target, common.seed, progress, total, dist.get()));
-  }
+  const TargetRun shared{.suite = *suite, .run = setup, .seed = common.seed, .progress = progress,
+                         .total = total, .dist = dist.get()};
+  for (const Target& target : setup.targets) report["implementations"].push_back(run_target(shared, target));
   report["occupancy"] = occupancy.finish();
   report["summary"] = summary_json(total);
   return tools::publish({std::move(report), common.output, common.markdown, markdown, 20,

@@ -160,18 +160,30 @@ HWY_INLINE void Chain(const Src& src, const float* const* x, size_t k0, size_t k
   }
 }
 
+// One packed panel, filled by PanelsT for each panel: the source pointed at its weights
+// (select_panel), the call's parameters, and the panel's scales and zero points (null: none).
+//   const Panel<Src> view{.src = src, .p = p, .scales = sz.first, .zeros = sz.second};
+template <class Src>
+struct Panel {
+  Src& src;
+  const LinearParams& p;
+  const float* scales = nullptr;
+  const float* zeros = nullptr;
+};
+
 // The chain over [k0, k1) from a source in the packed panel, group by group.
 template <size_t kRows, class Src>
-HWY_INLINE void ChainGroups(Src& src, const LinearParams& p, const float* panel_scales, const float* panel_zeros,
-                            const float* const* x, size_t k0, size_t k1, VF (&acc)[kRows][kNV]) {
+HWY_INLINE void ChainGroups(const Panel<Src>& panel, const float* const* x, size_t k0, size_t k1,
+                            VF (&acc)[kRows][kNV]) {
+  Src& src = panel.src;
   if constexpr (!Src::kScaled) {
     Chain<kRows>(src, x, k0, k1, 0, acc);
   } else {
-    const size_t group = static_cast<size_t>(p.group);
+    const size_t group = static_cast<size_t>(panel.p.group);
     for (size_t k = k0; k < k1;) {
       const size_t g = k / group;
       const size_t end = std::min(k1, (g + 1) * group);
-      src.Group(panel_scales + g * kP, panel_zeros != nullptr ? panel_zeros + g * kP : nullptr);
+      src.Group(panel.scales + g * kP, panel.zeros != nullptr ? panel.zeros + g * kP : nullptr);
       Chain<kRows>(src, x, k, end, 0, acc);
       k = end;
     }
@@ -180,15 +192,15 @@ HWY_INLINE void ChainGroups(Src& src, const LinearParams& p, const float* panel_
 
 // W rows [k0, k1) of the panel formed in float32 into dst[(k - k0) * kP + lane].
 template <class Src>
-HWY_INLINE void FormBlock(Src& src, const LinearParams& p, const float* panel_scales, const float* panel_zeros,
-                          size_t k0, size_t k1, float* HWY_RESTRICT dst) {
+HWY_INLINE void FormBlock(const Panel<Src>& panel, size_t k0, size_t k1, float* HWY_RESTRICT dst) {
   const DF d;
-  const size_t group = Src::kScaled ? static_cast<size_t>(p.group) : static_cast<size_t>(p.k);
+  Src& src = panel.src;
+  const size_t group = Src::kScaled ? static_cast<size_t>(panel.p.group) : static_cast<size_t>(panel.p.k);
   for (size_t k = k0; k < k1;) {
     const size_t g = k / group;
     const size_t end = std::min(k1, (g + 1) * group);
     if constexpr (Src::kScaled) {
-      src.Group(panel_scales + g * kP, panel_zeros != nullptr ? panel_zeros + g * kP : nullptr);
+      src.Group(panel.scales + g * kP, panel.zeros != nullptr ? panel.zeros + g * kP : nullptr);
     }
     for (; k < end; ++k) {
       HWY_UNROLL(kNV)
@@ -268,7 +280,7 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
         constexpr size_t R = decltype(rows)::value;
         VF acc[R][kNV];
         ZeroAcc<R>(acc);
-        ChainGroups<R>(src, p, sp, zp, x, 0, k, acc);
+        ChainGroups<R>(Panel<Src>{.src = src, .p = p, .scales = sp, .zeros = zp}, x, 0, k, acc);
         Finish<T, R>(acc, p, 0, static_cast<size_t>(panel));
       });
     }
@@ -280,11 +292,10 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
   const DF d;
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
     const std::pair<const float*, const float*> sz = select_panel(panel);
-    const float* sp = sz.first;
-    const float* zp = sz.second;
+    const Panel<Src> view{.src = src, .p = p, .scales = sz.first, .zeros = sz.second};
     for (size_t k0 = 0; k0 < k; k0 += kBlockK) {
       const size_t k1 = std::min(k, k0 + kBlockK);
-      FormBlock(src, p, sp, zp, k0, k1, block.get());
+      FormBlock(view, k0, k1, block.get());
       const SrcF32 formed{block.get()};
       for (size_t m0 = 0; m0 < m; m0 += kMR) {
         WithRows<kMR>(std::min(kMR, m - m0), [&](auto rows) {

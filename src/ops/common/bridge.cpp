@@ -53,8 +53,27 @@ namespace {
 
 constexpr size_t kMaxRowTensors = 5;
 
-int describe_rows_of(const char* op, const at::Tensor& shape, const std::pair<const at::Tensor*, int64_t*>* tensors,
-                     size_t count, int max_dims, int64_t* row_sizes, int64_t& rows) {
+// One describe_rows call: `count` tensors (each with where its row strides go) laid out as `shape`;
+// the merged dimensions' sizes go to row_sizes (at most max_dims of them), their product to rows.
+//   describe_rows_of({.op = op, .shape = shape, .tensors = pairs, .count = n, .max_dims = kernels::kMaxRowDims,
+//                     .row_sizes = out.sizes, .rows = out.rows});
+struct RowsOf {
+  const char* op = "";
+  const at::Tensor& shape;
+  const std::pair<const at::Tensor*, int64_t*>* tensors = nullptr;
+  size_t count = 0;
+  int max_dims = 0;
+  int64_t* row_sizes = nullptr;
+  int64_t& rows;
+};
+
+// Returns the number of merged dimensions.
+int describe_rows_of(const RowsOf& call) {
+  const char* op = call.op;
+  const at::Tensor& shape = call.shape;
+  const std::pair<const at::Tensor*, int64_t*>* tensors = call.tensors;
+  const size_t count = call.count;
+  const int max_dims = call.max_dims;
   TORCH_CHECK(count >= 1 && count <= kMaxRowTensors, op, ": describe_rows takes 1 to ", kMaxRowTensors,
               " tensors, got ", count, "; this is a bug in the bridge");
   struct Dim {
@@ -81,9 +100,10 @@ int describe_rows_of(const char* op, const at::Tensor& shape, const std::pair<co
   if (dims.empty()) dims.push_back(Dim{1, {}});
   TORCH_CHECK(static_cast<int>(dims.size()) <= max_dims, op, ": input's leading dimensions must merge into at most ",
               max_dims, " strided dimensions, got ", dims.size(), " (shape ", shape.sizes(), ")");
+  int64_t& rows = call.rows;
   rows = shape.numel() == 0 ? 0 : 1;
   for (size_t d = 0; d < dims.size(); ++d) {
-    row_sizes[d] = dims[d].size;
+    call.row_sizes[d] = dims[d].size;
     rows *= dims[d].size;
     for (size_t i = 0; i < count; ++i) tensors[i].second[d] = dims[d].strides[i];
   }
@@ -95,7 +115,8 @@ int describe_rows_of(const char* op, const at::Tensor& shape, const std::pair<co
 int describe_rows(const char* op, const at::Tensor& shape,
                   std::initializer_list<std::pair<const at::Tensor*, int64_t*>> tensors, int max_dims,
                   int64_t* row_sizes, int64_t& rows) {
-  return describe_rows_of(op, shape, tensors.begin(), tensors.size(), max_dims, row_sizes, rows);
+  return describe_rows_of({.op = op, .shape = shape, .tensors = tensors.begin(), .count = tensors.size(),
+                           .max_dims = max_dims, .row_sizes = row_sizes, .rows = rows});
 }
 
 namespace {
@@ -160,7 +181,8 @@ void describe_rows(const char* op, const at::Tensor& shape,
     }
     pairs[n++] = {t, strides->s};
   }
-  out.ndim = describe_rows_of(op, shape, pairs, n, kernels::kMaxRowDims, out.sizes, out.rows);
+  out.ndim = describe_rows_of({.op = op, .shape = shape, .tensors = pairs, .count = n, .max_dims = kernels::kMaxRowDims,
+                               .row_sizes = out.sizes, .rows = out.rows});
 }
 
 ProbeResult probe_highway() { return ProbeResult::ok(cpu::simd_target()); }

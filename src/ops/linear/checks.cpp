@@ -171,8 +171,10 @@ NewPacked new_packed(const PackShape& shape, LinearLayout layout, const std::str
   NewPacked out;
   out.sizes = kernels::linear_sizes(shape.scheme, shape.n, shape.k, shape.groups, shape.zeros);
   out.packed = at::zeros({shape.n, out.sizes.row_bytes}, at::TensorOptions().dtype(at::kByte));
-  const LinearHeader h = kernels::make_linear_header(shape.scheme, layout, shape.fp8, shape.zeros, shape.n, shape.k,
-                                                     shape.group, shape.groups, packer.c_str());
+  const LinearHeader h =
+      kernels::make_linear_header({.scheme = shape.scheme, .layout = layout, .fp8 = shape.fp8, .zeros = shape.zeros,
+                                   .n = shape.n, .k = shape.k, .group = shape.group, .groups = shape.groups,
+                                   .packer = packer.c_str()});
   std::memcpy(out.packed.mutable_data_ptr<uint8_t>(), &h, sizeof(h));
   return out;
 }
