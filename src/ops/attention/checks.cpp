@@ -42,9 +42,15 @@ void check_cache(const char* arg, const at::Tensor& cache, const at::Tensor& que
 
 }  // namespace
 
-AttentionShape check_arguments(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                               const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                               const at::Tensor& seq_lens, double scale, double soft_cap, c10::DeviceType device) {
+AttentionShape check_arguments(const Call& call) {
+  const at::Tensor& query = call.query;
+  const at::Tensor& key_cache = call.key_cache;
+  const at::Tensor& value_cache = call.value_cache;
+  const at::Tensor& block_tables = call.block_tables;
+  const at::Tensor& query_start_loc = call.query_start_loc;
+  const at::Tensor& seq_lens = call.seq_lens;
+  const double scale = call.scale, soft_cap = call.soft_cap;
+  const c10::DeviceType device = call.device;
   bridge::check_floating_tensor(op_name(), "query", query, device);
   TORCH_CHECK(query.dim() == 3, op_name(), ": query must be [tokens, q_heads, head_size], got shape ", query.sizes());
   TORCH_CHECK(query.size(1) >= 1, op_name(), ": query must have at least one head, got shape ", query.sizes());

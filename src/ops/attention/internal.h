@@ -4,6 +4,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include <cstdint>
+
 #include "csrc/common/attention.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/family.h"
@@ -30,12 +32,28 @@ struct AttentionShape {
   int64_t max_blocks_per_seq = 0;
 };
 
-// Checks every argument of paged_attention for an implementation on `device` (shapes, dtypes,
+// One call's arguments as its bridge received them: what check_arguments checks and kernel_params
+// reads. `sliding_window` for kernel_params only (check_arguments accepts every value: <= 0 is off).
+//   const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+//                   .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+//                   .sliding_window = sliding_window, .device = kDevice};
+struct Call {
+  const at::Tensor& query;
+  const at::Tensor& key_cache;
+  const at::Tensor& value_cache;
+  const at::Tensor& block_tables;
+  const at::Tensor& query_start_loc;
+  const at::Tensor& seq_lens;
+  double scale = 0;
+  double soft_cap = 0;         // 0: off
+  int64_t sliding_window = 0;  // <= 0: off
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Checks every argument of paged_attention for an implementation on `call.device` (shapes, dtypes,
 // devices, layouts, the scalars; not the values of block_tables, query_start_loc and seq_lens);
 // errors name the operation, the argument, what was expected and what was given.
-AttentionShape check_arguments(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                               const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                               const at::Tensor& seq_lens, double scale, double soft_cap, c10::DeviceType device);
+AttentionShape check_arguments(const Call& call);
 
 // The CPU implementations' check of the values (host tensors), before any compute:
 // query_start_loc starts at 0, never decreases and ends at most at the query's rows (the rest is padding); 0 <= q_len <=
@@ -48,11 +66,11 @@ void check_values_cpu(const AttentionShape& shape, const at::Tensor& block_table
 at::Tensor new_output(const at::Tensor& query);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike.
-inline kernels::PagedAttentionParams kernel_params(const AttentionShape& s, const at::Tensor& query,
-                                                   const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                                   const at::Tensor& seq_lens, double scale, double soft_cap,
-                                                   int64_t sliding_window, at::Tensor& out) {
+inline kernels::PagedAttentionParams kernel_params(const Call& call, const AttentionShape& s, at::Tensor& out) {
+  const at::Tensor& query = call.query;
+  const at::Tensor& key_cache = call.key_cache;
+  const at::Tensor& value_cache = call.value_cache;
+  const at::Tensor& block_tables = call.block_tables;
   kernels::PagedAttentionParams p;
   p.dtype = bridge::kernel_dtype(query.scalar_type());
   p.num_seqs = s.num_seqs;
@@ -73,11 +91,11 @@ inline kernels::PagedAttentionParams kernel_params(const AttentionShape& s, cons
   p.out_strides = {out.stride(0), out.stride(1)};
   p.block_tables = block_tables.const_data_ptr<int32_t>();
   p.block_table_stride = block_tables.stride(0);
-  p.query_start_loc = query_start_loc.const_data_ptr<int32_t>();
-  p.seq_lens = seq_lens.const_data_ptr<int32_t>();
-  p.scale = static_cast<float>(scale);
-  p.soft_cap = static_cast<float>(soft_cap);
-  p.sliding_window = sliding_window;
+  p.query_start_loc = call.query_start_loc.const_data_ptr<int32_t>();
+  p.seq_lens = call.seq_lens.const_data_ptr<int32_t>();
+  p.scale = static_cast<float>(call.scale);
+  p.soft_cap = static_cast<float>(call.soft_cap);
+  p.sliding_window = call.sliding_window;
   return p;
 }
 

@@ -21,15 +21,16 @@ namespace {
 at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                   const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const AttentionShape s = check_arguments(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                                           scale, soft_cap, c10::DeviceType::CPU);
+  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                  .sliding_window = sliding_window, .device = c10::DeviceType::CPU};
+  const AttentionShape s = check_arguments(call);
   check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
   at::Tensor out = new_output(query);
   const int64_t rows = s.num_seqs == 0 ? 0 : query_start_loc.const_data_ptr<int32_t>()[s.num_seqs];
   if (rows < s.tokens) out.narrow(0, rows, s.tokens - rows).zero_();  // padding rows
   if (rows == 0) return out;
-  const cpu::PagedAttentionParams p = kernel_params(s, query, key_cache, value_cache, block_tables, query_start_loc,
-                                                    seq_lens, scale, soft_cap, sliding_window, out);
+  const cpu::PagedAttentionParams p = kernel_params(call, s, out);
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads);
   at::Tensor workspace;

@@ -98,8 +98,10 @@ template <c10::DeviceType kDevice>
 at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const AttentionShape s =
-      check_arguments(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale, soft_cap, kDevice);
+  const AttentionShape s = check_arguments({.query = query, .key_cache = key_cache, .value_cache = value_cache,
+                                            .block_tables = block_tables, .query_start_loc = query_start_loc,
+                                            .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                                            .device = kDevice});
   at::Tensor out = at::zeros(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
   if constexpr (kDevice == c10::DeviceType::CPU) check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
   if (s.tokens == 0 || s.num_seqs == 0) return out;

@@ -31,9 +31,14 @@ void check_parameter(const char* op, const char* name, const at::Tensor& param, 
 
 }  // namespace
 
-void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                     const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
-                     c10::DeviceType device) {
+void check_arguments(const Call& call) {
+  const char* op = call.op;
+  const at::Tensor& input = call.input;
+  const at::Tensor& weight = call.weight;
+  const std::optional<at::Tensor>* bias = call.bias;
+  const at::Tensor* residual = call.residual;
+  const double eps = call.eps;
+  const c10::DeviceType device = call.device;
   TORCH_CHECK(input.defined(), op, ": input must be a defined tensor, got an undefined one");
   TORCH_CHECK(input.device().type() == device, op, ": input must be on ", c10::DeviceTypeName(device, true),
               " for this implementation, got ", input.device());
@@ -46,10 +51,10 @@ void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& 
               ": input's last dimension must be contiguous (stride 1), got stride ", input.stride(-1));
   TORCH_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be finite and >= 0, got ", eps);
   check_parameter(op, "weight", weight, input, hidden);
-  if (bias.has_value() && bias->defined()) {
-    check_parameter(op, "bias", *bias, input, hidden);
-    TORCH_CHECK(bias->scalar_type() == weight.scalar_type(), op, ": bias must have weight's dtype ",
-                dtype_name(weight.scalar_type()), ", got ", dtype_name(bias->scalar_type()));
+  if (bias != nullptr && bias->has_value() && (*bias)->defined()) {
+    check_parameter(op, "bias", **bias, input, hidden);
+    TORCH_CHECK((*bias)->scalar_type() == weight.scalar_type(), op, ": bias must have weight's dtype ",
+                dtype_name(weight.scalar_type()), ", got ", dtype_name((*bias)->scalar_type()));
   }
   if (residual != nullptr) {
     TORCH_CHECK(residual->defined(), op, ": residual must be a defined tensor, got an undefined one");

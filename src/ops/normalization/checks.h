@@ -1,5 +1,6 @@
 // The normalization family's argument checks (checks.cpp): its own bridges' and the entry point for
-// a family that builds on it (the quantization family's rms_norm_*_quant check their input here).
+// a family that builds on it (the quantization family's rms_norm_*_quant check their input here,
+// with a Call of their input, weight, residual and eps).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,11 +10,23 @@
 
 namespace xllm_kernel::normalization {
 
-// Checks every argument of a normalization op (the error names the op, the argument, what was
-// expected and what was given). `residual` is set for fused_add_rms_norm, `bias` may be set for
-// layer_norm. `device` is the implementation's device.
-void check_arguments(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                     const std::optional<at::Tensor>& bias, const at::Tensor* residual, double eps,
-                     c10::DeviceType device);
+// One call's arguments as its bridge received them: what check_arguments checks and kernel_params
+// reads. `bias` may be set for layer_norm (None allowed), `residual` is set for fused_add_rms_norm;
+// null where the operation has none.
+//   check_arguments({.op = op, .input = input, .weight = weight, .residual = &residual, .eps = eps,
+//                    .device = kDevice});
+struct Call {
+  const char* op = "";
+  const at::Tensor& input;
+  const at::Tensor& weight;
+  const std::optional<at::Tensor>* bias = nullptr;
+  const at::Tensor* residual = nullptr;
+  double eps = 0;
+  c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+};
+
+// Checks every argument of a normalization op for an implementation on `call.device` (the error
+// names the op, the argument, what was expected and what was given).
+void check_arguments(const Call& call);
 
 }  // namespace xllm_kernel::normalization

@@ -15,12 +15,15 @@
 namespace xllm_kernel::normalization {
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernels alike. `out` is
-// set for rms_norm and layer_norm (written: the rows of input and out), `residual` for
-// fused_add_rms_norm (input and residual read, then written); `bias` may be set for layer_norm.
+// set for rms_norm and layer_norm (written: the rows of input and out), null for fused_add_rms_norm
+// (call.residual set: input and residual read, then written); call.bias may be set for layer_norm.
 // stream_out stays false: the CPU bridges decide it.
-inline kernels::NormParams kernel_params(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                         const std::optional<at::Tensor>& bias, double eps, const at::Tensor* out,
-                                         const at::Tensor* residual) {
+inline kernels::NormParams kernel_params(const Call& call, const at::Tensor* out) {
+  const char* op = call.op;
+  const at::Tensor& input = call.input;
+  const at::Tensor& weight = call.weight;
+  const std::optional<at::Tensor>* bias = call.bias;
+  const at::Tensor* residual = call.residual;
   kernels::NormParams p;
   p.dtype = bridge::kernel_dtype(input.scalar_type());
   p.weight_dtype = bridge::kernel_dtype(weight.scalar_type());
@@ -37,8 +40,8 @@ inline kernels::NormParams kernel_params(const char* op, const at::Tensor& input
     p.out = out->mutable_data_ptr();
   }
   p.weight = weight.const_data_ptr();
-  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
-  p.eps = eps;
+  p.bias = bias != nullptr && bias->has_value() && (*bias)->defined() ? (*bias)->const_data_ptr() : nullptr;
+  p.eps = call.eps;
   return p;
 }
 

@@ -24,28 +24,35 @@ void run_rows(const char* op, const cpu::NormParams& p, Kernel kernel) {
 bool stream_output(const at::Tensor& out) { return detail::stream_cpu_output(static_cast<int64_t>(out.nbytes())); }
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CPU);
+  const char* op = rms_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .eps = eps, .device = c10::DeviceType::CPU};
+  check_arguments(call);
   at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
-  cpu::NormParams p = kernel_params(rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, &out, nullptr);
+  cpu::NormParams p = kernel_params(call, &out);
   p.stream_out = stream_output(out);
-  run_rows(rms_norm_operation().name().c_str(), p, cpu::rms_norm);
+  run_rows(op, p, cpu::rms_norm);
   return out;
 }
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, c10::DeviceType::CPU);
-  const cpu::NormParams p =
-      kernel_params(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, nullptr, &residual);
-  run_rows(fused_add_rms_norm_operation().name().c_str(), p, cpu::fused_add_rms_norm);
+  const char* op = fused_add_rms_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .residual = &residual, .eps = eps,
+                  .device = c10::DeviceType::CPU};
+  check_arguments(call);
+  const cpu::NormParams p = kernel_params(call, nullptr);
+  run_rows(op, p, cpu::fused_add_rms_norm);
 }
 
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
-  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, c10::DeviceType::CPU);
+  const char* op = layer_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .bias = &bias, .eps = eps,
+                  .device = c10::DeviceType::CPU};
+  check_arguments(call);
   at::Tensor out = detail::empty_cpu_cached(input.sizes(), input.scalar_type());
-  cpu::NormParams p = kernel_params(layer_norm_operation().name().c_str(), input, weight, bias, eps, &out, nullptr);
+  cpu::NormParams p = kernel_params(call, &out);
   p.stream_out = stream_output(out);
-  run_rows(layer_norm_operation().name().c_str(), p, cpu::layer_norm);
+  run_rows(op, p, cpu::layer_norm);
   return out;
 }
 

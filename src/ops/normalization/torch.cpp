@@ -26,13 +26,15 @@ at::Tensor rms_norm_float(const at::Tensor& x, const at::Tensor& weight, double 
 
 template <c10::DeviceType kDevice>
 at::Tensor torch_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, kDevice);
+  check_arguments({.op = rms_norm_operation().name().c_str(), .input = input, .weight = weight, .eps = eps,
+                   .device = kDevice});
   return rms_norm_float(input, weight, eps).to(input.scalar_type());
 }
 
 template <c10::DeviceType kDevice>
 void torch_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, kDevice);
+  check_arguments({.op = fused_add_rms_norm_operation().name().c_str(), .input = input, .weight = weight,
+                   .residual = &residual, .eps = eps, .device = kDevice});
   residual.add_(input);  // float32 add, rounded to residual's dtype
   input.copy_(rms_norm_float(residual, weight, eps));
 }
@@ -40,7 +42,8 @@ void torch_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at:
 template <c10::DeviceType kDevice>
 at::Tensor torch_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                             double eps) {
-  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, kDevice);
+  check_arguments({.op = layer_norm_operation().name().c_str(), .input = input, .weight = weight, .bias = &bias,
+                   .eps = eps, .device = kDevice});
   std::optional<at::Tensor> bias_float;
   if (bias.has_value() && bias->defined()) bias_float = bias->to(at::kFloat);
   return at::layer_norm(as_float(input), {input.size(-1)}, weight.to(at::kFloat), bias_float, eps)

@@ -68,7 +68,8 @@ Arguments check_arguments(const Call& call) {
       break;
     case Producer::kRmsNorm:
     case Producer::kFusedAddRmsNorm:
-      normalization::check_arguments(op, input, *call.weight, std::nullopt, call.residual, call.eps, device);
+      normalization::check_arguments({.op = op, .input = input, .weight = *call.weight, .residual = call.residual,
+                                      .eps = call.eps, .device = device});
       a.hidden = input.size(-1);
       break;
     case Producer::kSiluAndMul:

@@ -21,14 +21,15 @@ namespace {
 at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                   const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const AttentionShape s = check_arguments(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                                           scale, soft_cap, c10::DeviceType::CUDA);
+  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                  .sliding_window = sliding_window, .device = c10::DeviceType::CUDA};
+  const AttentionShape s = check_arguments(call);
   bridge::check_capability(op_name(), query);
   const c10::cuda::CUDAGuard guard(query.device());
   if (s.tokens == 0 || s.num_seqs == 0) return at::zeros(query.sizes(), query.options());  // padding rows only
   at::Tensor out = new_output(query);  // every row written: the padding rows (from query_start_loc[seqs] on) zero
-  const cuda::PagedAttentionParams p = kernel_params(s, query, key_cache, value_cache, block_tables, query_start_loc,
-                                                     seq_lens, scale, soft_cap, sliding_window, out);
+  const cuda::PagedAttentionParams p = kernel_params(call, s, out);
   int sm_count = 0;
   bridge::check_launch(op_name(), cuda::cuda_status(cuda::current_sm_count(&sm_count), "cudaDeviceGetAttribute"));
   const int64_t bytes = cuda::paged_attention_workspace_bytes(p, sm_count);

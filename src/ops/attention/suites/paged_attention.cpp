@@ -181,6 +181,24 @@ int64_t cache_bytes(const json& p) {
   return 2 * blocks * block * h.kv * p.at("head_size").get<int64_t>() * es;
 }
 
+// What plant_nonfinite writes into and where its sequences lie: the batch, its block table
+// (`width` columns a row, blocks of `block` positions), its query_start_loc, and build's float32
+// query and caches (written in place).
+//   plant_nonfinite({.batch = batch, .table = table_v, .width = width, .qsl = qsl_v, .block = block, .h = h,
+//                    .full_precision = dtype == at::kFloat, .q = q32, .k = k32, .v = v32});
+struct Plants {
+  const Batch& batch;
+  const std::vector<int32_t>& table;
+  int64_t width = 0;
+  const std::vector<int32_t>& qsl;
+  int64_t block = 0;
+  const Heads& h;
+  bool full_precision = false;  // float32: kind 6 too
+  const at::Tensor& q;
+  const at::Tensor& k;
+  const at::Tensor& v;
+};
+
 // The "nonfinite" cases (decode batches of 7 sequences, so that every query row reads every
 // position of its sequence): NaN and +-inf planted at positions the rows read, one kind a
 // sequence, with the rows each must reach by the contract's IEEE rules (checked against the
@@ -195,9 +213,12 @@ int64_t cache_bytes(const json& p) {
 //   6: float32 only, +inf in a key element (position 2, KV head 1) against positive query elements
 //      -> logits of +inf: that group's rows NaN (+-soft_cap with a cap: finite). torch's bfloat16
 //      and float16 SDPA give 0 there instead, the deviation the contract states.
-void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int64_t width,
-                     const std::vector<int32_t>& qsl, int64_t block, const Heads& h, bool full_precision,
-                     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+void plant_nonfinite(const Plants& in) {
+  const std::vector<int32_t>& table = in.table;
+  const std::vector<int32_t>& qsl = in.qsl;
+  const int64_t width = in.width, block = in.block;
+  const Heads& h = in.h;
+  const at::Tensor &q = in.q, &k = in.k, &v = in.v;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // The cache row of position pos of sequence s, KV head kv.
   auto row = [&](const at::Tensor& cache, int64_t s, int64_t pos, int64_t kv) {
@@ -210,8 +231,8 @@ void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int6
     e.copy_(e.abs().mul_(sign).clamp_(sign > 0 ? 0.5 : -1e30, sign > 0 ? 1e30 : -0.5));
   };
   // A case whose shape cannot hold the plants is a suite error, never a case that checks nothing.
-  bool fits = static_cast<int64_t>(batch.seqs.size()) >= 7 && h.kv >= 2;
-  for (const Sequence& sq : batch.seqs) fits = fits && sq.q_len == 1 && sq.len >= 5;
+  bool fits = static_cast<int64_t>(in.batch.seqs.size()) >= 7 && h.kv >= 2;
+  for (const Sequence& sq : in.batch.seqs) fits = fits && sq.q_len == 1 && sq.len >= 5;
   TORCH_CHECK(fits, "paged_attention suite: a nonfinite case needs a decode batch of >= 7 sequences of >= 5 "
               "positions and >= 2 KV heads");
   q[qsl[0]][0][0] = nan;
@@ -222,7 +243,7 @@ void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int6
   row(v, 4, 3, 0)[7] = inf;
   row(v, 4, 4, 0)[7] = -inf;
   row(v, 5, 0, h.kv - 1)[0] = nan;
-  if (full_precision) {
+  if (in.full_precision) {
     row(k, 6, 2, 1)[5] = inf;
     sign_query(6, 1, 1);
   }
@@ -280,7 +301,8 @@ Example build(const json& p, at::Generator& g) {
   at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
   if (soft_cap > 0) q32.mul_(8);
   if (p.value("values", "finite") == "nonfinite") {
-    plant_nonfinite(batch, table_v, width, qsl_v, block, h, dtype == at::kFloat, q32, k32, v32);
+    plant_nonfinite({.batch = batch, .table = table_v, .width = width, .qsl = qsl_v, .block = block, .h = h,
+                     .full_precision = dtype == at::kFloat, .q = q32, .k = k32, .v = v32});
   }
 
   at::Tensor query, key_cache, value_cache;
@@ -341,12 +363,28 @@ Example build(const json& p, at::Generator& g) {
   return ex;
 }
 
-json point(const std::string& mode, int64_t seqs, int64_t context, const std::string& heads, int64_t head_size,
-           int64_t block, int64_t soft_cap, int64_t window, const std::string& dtype, const std::string& layout,
-           const std::string& lengths, int64_t chunk = 0) {
-  return {{"batch", mode},         {"seqs", seqs},         {"context", context}, {"heads", heads},
-          {"head_size", head_size}, {"block_size", block}, {"soft_cap", soft_cap}, {"window", window},
-          {"dtype", dtype},       {"layout", layout},     {"lengths", lengths},  {"chunk", chunk}};
+// A case's values on the suite's axes: the keys of its json point.
+//   point({.batch = "decode", .seqs = 7, .context = 97, .heads = "32x8", .head_size = 128, .block_size = 16,
+//          .dtype = "bfloat16", .layout = "contiguous", .lengths = "equal"})
+struct Axes {
+  std::string batch;  // decode, prefill, chunked or mixed
+  int64_t seqs = 0;
+  int64_t context = 0;
+  std::string heads;  // QxKV
+  int64_t head_size = 0;
+  int64_t block_size = 0;
+  int64_t soft_cap = 0;  // 0: off
+  int64_t window = 0;    // 0: off
+  std::string dtype;
+  std::string layout;   // contiguous or strided
+  std::string lengths;  // equal or varied
+  int64_t chunk = 0;    // 0: half the context
+};
+
+json point(const Axes& a) {
+  return {{"batch", a.batch},         {"seqs", a.seqs},             {"context", a.context},   {"heads", a.heads},
+          {"head_size", a.head_size}, {"block_size", a.block_size}, {"soft_cap", a.soft_cap}, {"window", a.window},
+          {"dtype", a.dtype},         {"layout", a.layout},         {"lengths", a.lengths},   {"chunk", a.chunk}};
 }
 
 // The timing cases: decode, prefill and a mixed batch at the sizes engines see.
@@ -354,12 +392,16 @@ std::vector<json> benchmark_points() {
   std::vector<json> out;
   for (const int64_t seqs : {1, 16, 64}) {
     for (const int64_t context : {1024, 4096, 16384}) {
-      json p = point("decode", seqs, context, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal");
+      json p = point({.batch = "decode", .seqs = seqs, .context = context, .heads = "32x8", .head_size = 128,
+                      .block_size = 16, .dtype = "bfloat16", .layout = "contiguous", .lengths = "equal"});
       if (cache_bytes(p) <= kMaxCacheBytes) out.push_back(p);
     }
   }
-  out.push_back(point("prefill", 1, 2048, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal"));
-  out.push_back(point("mixed", 16, 4096, "32x8", 128, 16, 0, 0, "bfloat16", "contiguous", "equal", 512));
+  out.push_back(point({.batch = "prefill", .seqs = 1, .context = 2048, .heads = "32x8", .head_size = 128,
+                       .block_size = 16, .dtype = "bfloat16", .layout = "contiguous", .lengths = "equal"}));
+  out.push_back(point({.batch = "mixed", .seqs = 16, .context = 4096, .heads = "32x8", .head_size = 128,
+                       .block_size = 16, .dtype = "bfloat16", .layout = "contiguous", .lengths = "equal",
+                       .chunk = 512}));
   return out;
 }
 
@@ -424,7 +466,8 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       // three sequences.
       if (!options::given(o, "batch") && !options::given(o, "dtype") && !options::given(o, "heads") &&
           !options::given(o, "head_size")) {
-        points.push_back(point("mixed", 3, 17, "9x3", 64, 16, 0, 0, "float32", "contiguous", "varied"));
+        points.push_back(point({.batch = "mixed", .seqs = 3, .context = 17, .heads = "9x3", .head_size = 64,
+                                .block_size = 16, .dtype = "float32", .layout = "contiguous", .lengths = "varied"}));
       }
       std::mt19937 rng(20261201);
       auto pick = [&](const std::vector<json>& values) { return values[rng() % values.size()]; };
@@ -445,9 +488,11 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       for (const auto& mode : dims[0].values) {
         for (const auto& context : contexts) {
           for (const auto& window : windows) {
-            json p = point(mode, 7, context, "8x8", 64, blocks[i % blocks.size()].get<int64_t>(),
-                           caps[i % caps.size()].get<int64_t>(), window, dims[1].values[i % dims[1].values.size()],
-                           layouts[i % layouts.size()], "varied");
+            json p = point({.batch = mode, .seqs = 7, .context = context, .heads = "8x8", .head_size = 64,
+                            .block_size = blocks[i % blocks.size()].get<int64_t>(),
+                            .soft_cap = caps[i % caps.size()].get<int64_t>(), .window = window,
+                            .dtype = dims[1].values[i % dims[1].values.size()], .layout = layouts[i % layouts.size()],
+                            .lengths = "varied"});
             ++i;
             fit(p);
             points.push_back(p);
@@ -457,7 +502,9 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       if (!options::given(o, "head_size")) {
         for (const auto& dtype : dims[1].values) {
           for (const int64_t head_size : {33, 67}) {
-            points.push_back(point("mixed", 7, 97, "9x3", head_size, 16, 30, 0, dtype, "strided", "varied"));
+            points.push_back(point({.batch = "mixed", .seqs = 7, .context = 97, .heads = "9x3", .head_size = head_size,
+                                    .block_size = 16, .soft_cap = 30, .dtype = dtype, .layout = "strided",
+                                    .lengths = "varied"}));
           }
         }
       }
@@ -465,7 +512,9 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       if (!options::given(o, "batch") && !options::given(o, "heads") && !options::given(o, "head_size")) {
         for (const auto& dtype : dims[1].values) {
           for (const int64_t cap : {0, 30}) {
-            json p = point("decode", 7, 97, "32x8", 128, 16, cap, 0, dtype, "contiguous", "equal");
+            json p = point({.batch = "decode", .seqs = 7, .context = 97, .heads = "32x8", .head_size = 128,
+                            .block_size = 16, .soft_cap = cap, .dtype = dtype, .layout = "contiguous",
+                            .lengths = "equal"});
             p["values"] = "nonfinite";
             points.push_back(p);
           }
@@ -473,7 +522,8 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       }
       // An empty batch: one padding sequence, no query rows.
       for (const auto& dtype : dims[1].values) {
-        json p = point("decode", 1, 16, "8x8", 64, 16, 0, 0, dtype, "contiguous", "equal");
+        json p = point({.batch = "decode", .seqs = 1, .context = 16, .heads = "8x8", .head_size = 64,
+                        .block_size = 16, .dtype = dtype, .layout = "contiguous", .lengths = "equal"});
         p["empty"] = true;
         points.push_back(p);
       }

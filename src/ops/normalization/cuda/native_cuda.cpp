@@ -16,33 +16,39 @@ namespace xllm_kernel::normalization {
 namespace {
 
 at::Tensor native_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, c10::DeviceType::CUDA);
-  bridge::check_capability(rms_norm_operation().name().c_str(), input);
+  const char* op = rms_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .eps = eps, .device = c10::DeviceType::CUDA};
+  check_arguments(call);
+  bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
-  const cuda::NormParams p =
-      kernel_params(rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, &out, nullptr);
-  bridge::check_launch(rms_norm_operation().name().c_str(), cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  const cuda::NormParams p = kernel_params(call, &out);
+  bridge::check_launch(op, cuda::rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 
 void native_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, c10::DeviceType::CUDA);
-  bridge::check_capability(fused_add_rms_norm_operation().name().c_str(), input);
+  const char* op = fused_add_rms_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .residual = &residual, .eps = eps,
+                  .device = c10::DeviceType::CUDA};
+  check_arguments(call);
+  bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
-  const cuda::NormParams p =
-      kernel_params(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, eps, nullptr, &residual);
-  bridge::check_launch(fused_add_rms_norm_operation().name().c_str(), cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  const cuda::NormParams p = kernel_params(call, nullptr);
+  bridge::check_launch(op, cuda::fused_add_rms_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 at::Tensor native_layer_norm(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                              double eps) {
-  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, c10::DeviceType::CUDA);
-  bridge::check_capability(layer_norm_operation().name().c_str(), input);
+  const char* op = layer_norm_operation().name().c_str();
+  const Call call{.op = op, .input = input, .weight = weight, .bias = &bias, .eps = eps,
+                  .device = c10::DeviceType::CUDA};
+  check_arguments(call);
+  bridge::check_capability(op, input);
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options());
-  const cuda::NormParams p = kernel_params(layer_norm_operation().name().c_str(), input, weight, bias, eps, &out, nullptr);
-  bridge::check_launch(layer_norm_operation().name().c_str(), cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  const cuda::NormParams p = kernel_params(call, &out);
+  bridge::check_launch(op, cuda::layer_norm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
 

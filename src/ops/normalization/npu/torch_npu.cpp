@@ -49,7 +49,8 @@ const c10::TypedOperatorHandle<AddRmsNormVendor>& npu_add_rms_norm() {
 }
 
 at::Tensor torch_npu_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_arguments(rms_norm_operation().name().c_str(), input, weight, std::nullopt, nullptr, eps, kNpu);
+  check_arguments({.op = rms_norm_operation().name().c_str(), .input = input, .weight = weight, .eps = eps,
+                   .device = kNpu});
   if (input.numel() == 0) return at::empty(input.sizes(), input.options());
   if (weight.scalar_type() == input.scalar_type()) {
     return std::get<0>(npu_rms_norm().call(input, weight, eps)).contiguous();
@@ -58,7 +59,8 @@ at::Tensor torch_npu_rms_norm(const at::Tensor& input, const at::Tensor& weight,
 }
 
 void torch_npu_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
-  check_arguments(fused_add_rms_norm_operation().name().c_str(), input, weight, std::nullopt, &residual, eps, kNpu);
+  check_arguments({.op = fused_add_rms_norm_operation().name().c_str(), .input = input, .weight = weight,
+                   .residual = &residual, .eps = eps, .device = kNpu});
   if (input.numel() == 0) return;
   if (weight.scalar_type() == input.scalar_type()) {
     auto [y, rstd, x] = npu_add_rms_norm().call(input, residual, weight, eps);
@@ -74,7 +76,8 @@ void torch_npu_fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const
 
 at::Tensor torch_npu_layer_norm(const at::Tensor& input, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias, double eps) {
-  check_arguments(layer_norm_operation().name().c_str(), input, weight, bias, nullptr, eps, kNpu);
+  check_arguments({.op = layer_norm_operation().name().c_str(), .input = input, .weight = weight, .bias = &bias,
+                   .eps = eps, .device = kNpu});
   if (input.numel() == 0) return at::empty(input.sizes(), input.options());
   const int64_t hidden = input.size(-1);
   if (weight.scalar_type() == input.scalar_type()) {

@@ -119,13 +119,27 @@ std::vector<std::pair<std::string, std::string>> schemes_of(const Spec& s, const
   return out;
 }
 
-json point(const Spec& s, int64_t tokens, int64_t hidden, const std::string& dtype, const std::string& qdtype,
-           const std::string& bound, const std::string& layout, const std::string& values,
-           const std::string& weight_dtype, const std::string& composition) {
-  json p{{"tokens", tokens}, {"hidden", hidden}, {"dtype", dtype},   {"qdtype", qdtype},
-         {"bound", bound},   {"layout", layout}, {"values", values}};
-  if (s.norm()) p["weight_dtype"] = weight_dtype;
-  if (s.fused()) p["composition"] = composition;
+// A case's values on the suite's axes: the keys of its json point (weight_dtype for the
+// normalizations only, composition for the fused operations only).
+//   point(s, {.tokens = 7, .hidden = 37, .dtype = "bfloat16", .qdtype = q, .bound = b, .layout = "contiguous",
+//             .values = "normal"})
+struct Axes {
+  int64_t tokens = 0;
+  int64_t hidden = 0;
+  std::string dtype;
+  std::string qdtype;  // int8 or float8_e4m3fn
+  std::string bound;   // none, scale_ub or azp
+  std::string layout;  // contiguous, strided or 3d
+  std::string values;  // normal, zeros, ties, nonfinite or large
+  std::string weight_dtype = "input";
+  std::string composition = "fused";
+};
+
+json point(const Spec& s, const Axes& a) {
+  json p{{"tokens", a.tokens}, {"hidden", a.hidden}, {"dtype", a.dtype},   {"qdtype", a.qdtype},
+         {"bound", a.bound},   {"layout", a.layout}, {"values", a.values}};
+  if (s.norm()) p["weight_dtype"] = a.weight_dtype;
+  if (s.fused()) p["composition"] = a.composition;
   return p;
 }
 
@@ -160,7 +174,8 @@ std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
   if (!custom) {
     const std::string q = s.scheme == Scheme::kStatic ? "int8" : s.scheme == Scheme::kPerTokenAzp ? "int8" : "float8_e4m3fn";
     const std::string b = s.scheme == Scheme::kStatic ? "azp" : s.scheme == Scheme::kPerTokenAzp ? "none" : "scale_ub";
-    points.push_back(point(s, 7, 37, "bfloat16", q, b, "contiguous", "normal", "input", "fused"));
+    points.push_back(point(s, {.tokens = 7, .hidden = 37, .dtype = "bfloat16", .qdtype = q, .bound = b,
+                               .layout = "contiguous", .values = "normal"}));
   }
   for (const auto& c : compositions) {
     for (const auto& t : tokens) {
@@ -175,7 +190,10 @@ std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
           for (const auto& [q, b] : pairs) {
             for (const auto& l : layouts) {
               for (const auto& v : values) {
-                for (const auto& w : weights) points.push_back(point(s, t, h, d, q, b, l, v, w, c));
+                for (const auto& w : weights) {
+                  points.push_back(point(s, {.tokens = t, .hidden = h, .dtype = d, .qdtype = q, .bound = b, .layout = l,
+                                             .values = v, .weight_dtype = w, .composition = c}));
+                }
               }
             }
           }
@@ -188,12 +206,22 @@ std::vector<json> grid(const Spec& s, const SuiteOptions& o) {
   std::vector<std::string> all_values = value_kinds;
   for (const auto& d : dtypes) {
     for (const auto& [q, b] : pairs) {
-      for (const std::string l : {"strided", "3d"}) points.push_back(point(s, 7, 1025, d, q, b, l, "normal", "input", "fused"));
-      for (const auto& v : all_values) {
-        if (v != "normal") points.push_back(point(s, 9, 1026, d, q, b, "contiguous", v, "input", "fused"));
+      for (const std::string l : {"strided", "3d"}) {
+        points.push_back(point(s, {.tokens = 7, .hidden = 1025, .dtype = d, .qdtype = q, .bound = b, .layout = l,
+                                   .values = "normal"}));
       }
-      if (s.norm()) points.push_back(point(s, 7, 1025, d, q, b, "strided", "normal", "float32", "fused"));
-      points.push_back(point(s, 0, 64, d, q, b, "contiguous", "normal", "input", "fused"));
+      for (const auto& v : all_values) {
+        if (v != "normal") {
+          points.push_back(point(s, {.tokens = 9, .hidden = 1026, .dtype = d, .qdtype = q, .bound = b,
+                                     .layout = "contiguous", .values = v}));
+        }
+      }
+      if (s.norm()) {
+        points.push_back(point(s, {.tokens = 7, .hidden = 1025, .dtype = d, .qdtype = q, .bound = b,
+                                   .layout = "strided", .values = "normal", .weight_dtype = "float32"}));
+      }
+      points.push_back(point(s, {.tokens = 0, .hidden = 64, .dtype = d, .qdtype = q, .bound = b, .layout = "contiguous",
+                                 .values = "normal"}));
     }
   }
   return points;
@@ -503,11 +531,25 @@ SchemeArgs scheme_args(const Spec& s, const Point& pt, const Inputs& in) {
   return args;
 }
 
-// Checks the returned outputs (q; scale; azp) against the reference rows' interval [lo, hi]:
-// their dtypes, shapes and layout, then every row (quantization::check_rows).
-void check_quantized(const Spec& s, const SchemeArgs& args, const at::Tensor& lo, const at::Tensor& hi,
-                     at::ScalarType qdtype, const std::vector<int64_t>& out_sizes, Validation& v,
-                     const std::vector<at::Tensor>& returned) {
+// What a call must return: the outputs of `s` with `args`, q of `qdtype` and `out_sizes` (scale and
+// azp [..., 1]), every row's values within the reference rows' interval [lo, hi].
+//   check_quantized({.s = s, .args = args, .lo = lo, .hi = hi, .qdtype = qdtype, .out_sizes = out_sizes}, v,
+//                   returned);
+struct Quantized {
+  const Spec& s;
+  const SchemeArgs& args;
+  const at::Tensor& lo;
+  const at::Tensor& hi;
+  at::ScalarType qdtype = at::kChar;
+  const std::vector<int64_t>& out_sizes;
+};
+
+// Checks the returned outputs (q; scale; azp) against `want`: their dtypes, shapes and layout, then
+// every row (quantization::check_rows).
+void check_quantized(const Quantized& want, Validation& v, const std::vector<at::Tensor>& returned) {
+  const Spec& s = want.s;
+  const at::ScalarType qdtype = want.qdtype;
+  const std::vector<int64_t>& out_sizes = want.out_sizes;
   const size_t want_n = s.scheme == Scheme::kStatic ? 1 : s.scheme == Scheme::kPerTokenAzp ? 3 : 2;
   auto fail = [&](const std::string& what) {
     v.passed = false;
@@ -536,7 +578,7 @@ void check_quantized(const Spec& s, const SchemeArgs& args, const at::Tensor& lo
     azp = azp.to(at::kCPU).reshape({-1}).contiguous();
   }
   const at::Tensor bits = q.to(at::kCPU).view(at::kByte).reshape({-1, out_sizes.back()}).contiguous();
-  const quantization::RowCheck r = quantization::check_rows(args, lo, hi, bits, scale, azp);
+  const quantization::RowCheck r = quantization::check_rows(want.args, want.lo, want.hi, bits, scale, azp);
   v.mismatches += r.mismatches + r.round_trip_failures;
   for (const auto& f : r.failures) v.failures.push_back(f);
   if (r.mismatches + r.round_trip_failures > 0) v.passed = false;
@@ -580,7 +622,8 @@ std::function<Expected(const std::vector<at::Tensor>&)> make_reference(const Spe
     std::vector<int64_t> out_sizes(t[0].sizes().begin(), t[0].sizes().end());
     out_sizes.back() = hidden;
     e.check_outputs = [s, args, lo, hi, qdtype, out_sizes](Validation& v, const std::vector<at::Tensor>& returned) {
-      check_quantized(s, args, lo, hi, qdtype, out_sizes, v, returned);
+      check_quantized({.s = s, .args = args, .lo = lo, .hi = hi, .qdtype = qdtype, .out_sizes = out_sizes}, v,
+                      returned);
     };
     return e;
   };
