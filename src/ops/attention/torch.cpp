@@ -20,10 +20,21 @@
 namespace xllm_kernel::attention {
 namespace {
 
-// The rows of one sequence [begin, begin + q_len) at positions len - q_len + i, over its pages.
-void attend(const AttentionShape& s, const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-            const int32_t* ids, int64_t begin, int64_t q_len, int64_t len, double scale, double soft_cap,
-            int64_t window, at::Tensor& out) {
+// One sequence of the call: its rows [begin, begin + q_len) of the query, at positions len - q_len + i,
+// and its row of the block table.
+struct Sequence {
+  const int32_t* ids = nullptr;
+  int64_t begin = 0;
+  int64_t q_len = 0;
+  int64_t len = 0;
+};
+
+// The rows of one sequence, over its pages.
+void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::Tensor& out) {
+  const at::Tensor &query = call.query, &key_cache = call.key_cache, &value_cache = call.value_cache;
+  const int32_t* ids = seq.ids;
+  const int64_t begin = seq.begin, q_len = seq.q_len, len = seq.len, window = call.sliding_window;
+  const double scale = call.scale, soft_cap = call.soft_cap;
   const int64_t first = len - q_len;
   const int64_t lo = window > 0 ? std::max<int64_t>(0, first - window + 1) : 0;  // the first position read
   const int64_t block_lo = lo / s.block_size, block_hi = (len - 1) / s.block_size + 1;
@@ -98,10 +109,10 @@ template <c10::DeviceType kDevice>
 at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const AttentionShape s = check_arguments({.query = query, .key_cache = key_cache, .value_cache = value_cache,
-                                            .block_tables = block_tables, .query_start_loc = query_start_loc,
-                                            .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                                            .device = kDevice});
+  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                  .sliding_window = sliding_window, .device = kDevice};
+  const AttentionShape s = check_arguments(call);
   at::Tensor out = at::zeros(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
   if constexpr (kDevice == c10::DeviceType::CPU) check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
   if (s.tokens == 0 || s.num_seqs == 0) return out;
@@ -124,8 +135,7 @@ at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_
       }
     }
     if (q_len == 0) continue;
-    attend(s, query, key_cache, value_cache, table + q * table_host.stride(0), begin, q_len, len, scale, soft_cap,
-           sliding_window, out);
+    attend(s, call, {.ids = table + q * table_host.stride(0), .begin = begin, .q_len = q_len, .len = len}, out);
   }
   return out;
 }
