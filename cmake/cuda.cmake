@@ -92,6 +92,7 @@ target_compile_options(xllm_kernel_cuda_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUD
 # The plugin: bridges (C++20, torch headers) + kernels. Not exported: engines link
 # xllm_kernel::xllm_kernel and the runtime loads this at initialize("cuda").
 add_library(xllm_kernel_cuda SHARED ${XK_CUDA_BRIDGE_SOURCES} $<TARGET_OBJECTS:xllm_kernel_cuda_kernels>)
+xllm_kernel_torch_pch(xllm_kernel_cuda)
 target_include_directories(xllm_kernel_cuda PRIVATE "${PROJECT_SOURCE_DIR}")
 target_include_directories(xllm_kernel_cuda SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(xllm_kernel_cuda PRIVATE

@@ -87,7 +87,12 @@ namespace {
 std::string describe_overrides(const std::map<std::string, ResolvedOverride>& overrides) {
   std::vector<std::string> parts;
   for (const auto& [op, o] : overrides) parts.push_back(op + "=" + o.target + " (" + o.source + ")");
-  return "{" + join(parts, ", ") + "}";
+  // Appended, not "{" + join(...): g++ 12 -O3 warns (-Wstringop-overflow, a false positive) on the
+  // inlined operator+(const char*, string&&) once ATen's precompiled header is in front.
+  std::string text = "{";
+  text += join(parts, ", ");
+  text += "}";
+  return text;
 }
 
 // Empty when equal; otherwise what differs, for the error message.
