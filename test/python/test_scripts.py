@@ -89,6 +89,28 @@ def test_compile_guard_catches_both_slips(tree):
     assert re.search(r"^FAILED transitive\.cpp \(torch 2\.11\.0.*: error: .*c10", r.stdout, re.M)
     assert "of 4 translation units compile" in r.stdout and "1 .cu left to nvcc" in r.stdout
     assert "npu_bridge.cpp" not in r.stdout
+    # good.cpp and transitive.cpp begin with ATen.h: checked with the guard's precompiled one (of
+    # the old headers), with the same verdicts as without it.
+    assert "[compile-guard] 2 with a precompiled <ATen/ATen.h>" in r.stdout
+    plain = guard(tree, "--no-pch")
+    assert plain.returncode == 1 and failed_files(plain.stdout) == failed_files(r.stdout)
+    assert "[compile-guard] 0 with a precompiled <ATen/ATen.h>" in plain.stdout
+
+
+@pytest.mark.skipif(clang_major() is None, reason="clang++ is not installed (scripts/install-clang.sh)")
+def test_compile_guard_drops_the_builds_precompiled_header(tree):
+    # The build's precompiled header (CMake's cmake_pch.hxx, here one that brings in the new torch's
+    # c10/Guard.h) would hide transitive.cpp's missing include: the guard replays the command without it.
+    pch = os.path.join(tree["build"], "CMakeFiles", "t.dir", "cmake_pch.hxx")
+    write(pch, "#include <c10/Guard.h>\n")
+    database = os.path.join(tree["build"], "compile_commands.json")
+    entries = json.load(open(database))
+    for e in entries:
+        e["command"] = e["command"].replace("-DX=1", "-DX=1 -Winvalid-pch -include " + pch)
+    write(database, json.dumps(entries))
+    r = guard(tree)
+    expected = ["transitive.cpp"] + (["binding.cpp"] if clang_major() < 16 else [])
+    assert r.returncode == 1 and failed_files(r.stdout) == sorted(expected), r.stdout + r.stderr
 
 
 @pytest.mark.skipif(clang_major() is None, reason="clang++ is not installed (scripts/install-clang.sh)")
