@@ -35,8 +35,10 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
   "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" >&2
 fi
-"$VENV/bin/python" -c "import numpy, pytest, jsonschema, matplotlib" 2>/dev/null ||
-  "$VENV/bin/python" -m pip install -q "numpy" "pytest" "jsonschema" "matplotlib" >&2
+# pytest-xdist: scripts/test.sh runs the package's tests in one worker per core (most of them wait
+# on a child process that imports torch: on 2 cores 744 s in one process, 368 s in two).
+"$VENV/bin/python" -c "import numpy, pytest, jsonschema, matplotlib, xdist" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q "numpy" "pytest" "jsonschema" "matplotlib" "pytest-xdist" >&2
 # Test dependency of the end-to-end tool's tests (test/python/test_e2e.py compares the runner with
 # transformers' LlamaForCausalLM / Qwen2ForCausalLM). Pinned; its dependencies are small wheels
 # (huggingface_hub, tokenizers, safetensors, ...) and do not include torch, so nothing here

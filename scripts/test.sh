@@ -22,20 +22,31 @@ echo "[test] compile guard done at $(( $(date +%s) - start )) s (exit $guard)" >
 # Parallel test processes each run torch's OpenMP threads: with OpenMP's default spin-waiting, the
 # idle threads of one process spin on the cores another needs (two real-suite tests under -j2 on
 # 2 cores: 132 s, against 65 s with passive waiting).
+# A CTest failure does not stop pytest: one run shows every failure.
+ctest_rc=0
 OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}" \
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-}
-echo "[test] ctest done at $(( $(date +%s) - start )) s" >&2
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-} || ctest_rc=$?
+echo "[test] ctest done at $(( $(date +%s) - start )) s (exit $ctest_rc)" >&2
 
 # The Python the build used (scripts/setup.sh's virtual environment), on the build tree's package.
 PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"
 rc=0
-PYTHONPATH="$(cd "$BUILD_DIR" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
-  "$PYTHON" -m pytest -q test --ignore=test/npu -m "slow or not slow" ${PYTEST_ARGS:-} || rc=$?
+# One pytest worker per core (pytest-xdist, from scripts/setup.sh; PYTEST_WORKERS=0 runs them in
+# this process).
+workers="${PYTEST_WORKERS:-${JOBS:-$(nproc)}}"
+xdist=()
+[ "$workers" -gt 0 ] && "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n "$workers")
+OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}" PYTHONPATH="$(cd "$BUILD_DIR" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PYTHON" -m pytest -q test --ignore=test/npu -m "slow or not slow" "${xdist[@]}" ${PYTEST_ARGS:-} || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] pytest collected no tests: test/ and test/python must hold the package's tests" >&2
   exit 1
 fi
 echo "[test] total $(( $(date +%s) - start )) s" >&2
+if [ "$ctest_rc" -ne 0 ]; then
+  echo "[test] CTest failed (exit $ctest_rc): see 'The following tests FAILED' above" >&2
+  [ "$rc" -ne 0 ] || rc=1
+fi
 if [ "$guard" -ne 0 ]; then
   echo "[test] the compile guard failed (exit $guard): see its FAILED lines above" >&2
   [ "$rc" -ne 0 ] || rc=1

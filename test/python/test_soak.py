@@ -16,11 +16,12 @@ from conftest import ROOT, python_env
 def test_python_soak_small(cpu):
     if not hasattr(_C, "soak_cases"):
         pytest.skip("this build has no tools")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "soak.py"), "--calls", "20000"],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "soak.py"), "--calls", "5000"],
                             env=python_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "| 20000 |" in result.stdout
-    # Every operation of the catalog was called.
+    assert "| 5000 |" in result.stdout
+    # Every operation of the catalog was called (the warm-up calls every case twice: 5000 calls do;
+    # 20000 took 46 s and covered no more).
     for operation in cpu:
         assert f"| {operation} |" in result.stdout, operation
 
