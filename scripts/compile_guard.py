@@ -249,6 +249,8 @@ def main():
         if path.endswith(".cu"):
             skipped_cu += 1
             continue
+        if os.path.basename(path).startswith("cmake_pch"):
+            continue  # CMake's source that makes a precompiled header: ATen.h alone, nothing of ours
         args = command_of(e)
         torch_include = next((a[len("-I"):] if a.startswith("-I") else a for a in args
                               if re.search(r"/torch/include$", a) and "torch_npu" not in a), None)
