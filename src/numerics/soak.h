@@ -49,7 +49,7 @@ struct Entry {
 std::vector<int64_t> token_ladder(int64_t max_tokens);
 
 // For every catalog operation, one case per token count of the ladder (the suite's --tokens
-// option; a suite without it gives its default cases), the values of its suite's "dtype" parameter
+// option; a suite without it gives as many of its default cases, drawn at random), the values of its suite's "dtype" parameter
 // taken in turn, each case a random point of the suite's grid within the footprint bound. The CPU must be initialized (every operation). Throws std::runtime_error for an
 // operation without a suite or without a binding on the CPU.
 std::vector<Entry> build_pool(const PoolOptions& options);
