@@ -37,6 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -195,12 +196,12 @@ class AtenPch:
 
     def __init__(self, folder, compiler):
         self.folder, self.compiler = folder, compiler
-        self.made, self.locks, self.lock = {}, {}, __import__("threading").Lock()
+        self.made, self.locks, self.lock = {}, {}, threading.Lock()
 
     def get(self, directory, flags):
         key = hashlib.sha256(("\0".join([directory] + flags)).encode()).hexdigest()[:24]
         with self.lock:
-            lock = self.locks.setdefault(key, __import__("threading").Lock())
+            lock = self.locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self.made:
                 os.makedirs(self.folder, exist_ok=True)
