@@ -41,7 +41,8 @@
 # ALLOW_NO_GPU (0: without a GPU the check exits 3), VERIFY_BUNDLE (0: 1 fails unless CMake found
 # every bundled package in the bundle), CHECK_DEVICE (cuda; cpu runs the numerics and benchmark
 # phases on the CPU, to try the check's logic on a machine without a GPU), OPERATIONS (every
-# operation; a comma list narrows the numerics and benchmark phases to those), CPU_TARGETS (native: the
+# operation; a comma list narrows the numerics and benchmark phases to those), NUMERICS_JOBS (numerics
+# runs side by side: 4 on the GPU, 1 on the CPU), CPU_TARGETS (native: the
 # CPU kernels for this machine's best Highway target; portable: every target CI builds).
 # Exit: 0 passed, 1 a phase failed, 2 usage, 3 no GPU (unless ALLOW_NO_GPU=1).
 set -uo pipefail
@@ -343,23 +344,46 @@ no_device() { [ "$GPUS" -eq 0 ] && [ "$CHECK_DEVICE" = cuda ]; }
 phase_numerics() {
   if no_device; then NOTE="no GPU"; return 4; fi
   built || return 1
-  local op mode rc bad=0 ops
+  local op mode rc bad=0 ops out_of_time=0 pid pids=() alive
   ops="$(operations)" || { NOTE="bad OPERATIONS"; return 1; }
   rm -f "$REPORTS"/numerics-*  # a rerun of the phase replaces the reports of the one before
+  # NUMERICS_JOBS runs side by side (default 4 on the GPU, 1 on the CPU): a run spends most of its
+  # time in the float64 references and its CUDA start-up, not on the GPU, and one at a time the
+  # catalog's 46 runs did not fit a lease (2026-12-04: 18 of them in 297 s).
+  local jobs="${NUMERICS_JOBS:-}"
+  [ -n "$jobs" ] || { [ "$CHECK_DEVICE" = cuda ] && jobs=4 || jobs=1; }
   for op in $ops; do
     for mode in eager graph; do
       local args=(--operation "$op" --device "$CHECK_DEVICE" --mode "$mode" --implementation all --revision "$REVISION"
                   --output "$REPORTS/numerics-$op-$mode.json" --markdown "$REPORTS/numerics-$op-$mode.md")
       # The row families' layouts (an operation whose --layout has no 3d keeps its own defaults).
       help_has numerics "$op" "--layout.*3d" && args+=(--layout contiguous,strided,3d)
-      limited "$BUILD_DIR/xllm-kernel-numerics" "${args[@]}" >"$REPORTS/numerics-$op-$mode.log" 2>&1
-      rc=$?
+      # Waits on its own runs by pid (a bare wait would also wait on the log's tee).
+      while [ "${#pids[@]}" -ge "$jobs" ]; do
+        wait -n "${pids[@]}"
+        alive=()
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+        pids=("${alive[@]}")
+      done
+      (
+        limited "$BUILD_DIR/xllm-kernel-numerics" "${args[@]}" >"$REPORTS/numerics-$op-$mode.log" 2>&1
+        echo "$?" >"$REPORTS/numerics-$op-$mode.rc"
+      ) &
+      pids+=("$!")
+    done
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  for op in $ops; do
+    for mode in eager graph; do
+      rc="$(cat "$REPORTS/numerics-$op-$mode.rc" 2>/dev/null || echo 124)"
+      rm -f "$REPORTS/numerics-$op-$mode.rc"
       echo "  $op $mode: exit $rc"
       uncapturable "$mode" "$rc" && continue
       [ "$rc" -eq 0 ] || { bad=1; tail -n 5 "$REPORTS/numerics-$op-$mode.log"; }
-      [ "$rc" -ne 124 ] || return 124
+      [ "$rc" -ne 124 ] || out_of_time=1
     done
   done
+  [ "$out_of_time" -eq 0 ] || return 124
   [ "$bad" -eq 0 ] || NOTE="a numerics run did not pass"
   return "$bad"
 }

@@ -115,6 +115,10 @@ def verdict(reports, seconds, failed, no_gpu_exit, scope):
                 text = "%s %d/%d" % (r["mode"], c.get("passed", 0), c.get("cases", 0))
                 if c.get("failed"):
                     text += " (%d FAILED)" % c["failed"]
+                if c.get("unsupported") and not c.get("passed") and not c.get("failed"):
+                    text = "%s unsupported" % r["mode"]  # e.g. an eager-only implementation in graph mode
+                elif c.get("unsupported"):
+                    text += " (%d unsupported)" % c["unsupported"]
                 if impl.get("excluded_reason"):
                     text += " (excluded: %s)" % impl["excluded_reason"]
                 per_impl.setdefault(name, []).append(text)

@@ -2,6 +2,8 @@
 
 #include "src/core/strings.h"
 #include "src/tools/cli.h"
+#include "xllm_kernel/catalog.h"
+#include "xllm_kernel/device_api.h"
 #include "xllm_kernel/runtime.h"
 
 namespace xllm_kernel::tools {
@@ -12,6 +14,18 @@ std::vector<Target> resolve_targets(const std::string& operation, Device device,
   options.operations = {operation};
   options.mode = mode;
   const Explanation ex = runtime().explain(device, operation, options);
+  if (device != Device::kCpu && device_api(device) == nullptr) {
+    // The tools time and capture through the device's runtime support, which comes with its
+    // plugin; explain() loads only the modules of this operation, and an operation without a
+    // native implementation there (linear on CUDA: cuda.torch only) does not load the plugin.
+    // The other operations' modules do, where it is installed and the device usable.
+    for (const Operation* other : builtin_operations()) {
+      if (device_api(device) != nullptr) break;
+      InitializeOptions one;
+      one.operations = {other->name()};
+      (void)runtime().explain(device, other->name(), one);
+    }
+  }
   auto make = [&](const Candidate& c) {
     Target t{c.name, nullptr, ""};
     if (c.verdict == Verdict::kExcluded) {

@@ -230,6 +230,24 @@ def test_verdict_over_phases_run_in_several_commands(tmp_path):
     assert summary["rows"][-1]["result"] == "passed without a GPU (the GPU phases did not run)"
 
 
+def test_verdict_names_unsupported_modes_apart_from_passes(tmp_path):
+    reports = str(tmp_path)
+    phases_file(reports, [("environment", 1, "ok"), ("numerics", 20, "ok")])
+
+    def report(mode, impls):
+        with open(os.path.join(reports, "numerics-op-%s.json" % mode), "w") as f:
+            json.dump({"mode": mode, "implementations": [
+                {"implementation": {"name": n}, "coverage": dict(zip(("cases", "passed", "failed", "unsupported"), c))}
+                for n, c in impls]}, f)
+
+    report("eager", [("cuda.torch.op", (10, 10, 0, 0)), ("cuda.native.op", (10, 8, 0, 2))])
+    report("graph", [("cuda.torch.op", (10, 0, 0, 10)), ("cuda.native.op", (10, 9, 1, 0))])
+    gpu_check_verdict.verdict(reports, 21, 0, 0, "CUDA tests")
+    table = open(os.path.join(reports, "verdict.md")).read()
+    assert "| numerics cuda.torch.op " in table and "eager 10/10, graph unsupported |" in table
+    assert "eager 8/10 (2 unsupported), graph 9/10 (1 FAILED) |" in table
+
+
 def fake_cmake(bin_dir, build_error):
     path = os.path.join(bin_dir, "cmake")
     write(path, """#!/bin/sh

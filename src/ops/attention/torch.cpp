@@ -29,6 +29,15 @@ struct Sequence {
   int64_t len = 0;
 };
 
+// torch's memory-efficient SDPA kernel on CUDA chooses its 16-byte-aligned variant from the
+// strides alone; a view whose data starts off a 16-byte boundary (a row offset into the query, or
+// into the gathered pages) then faults with "misaligned address" (pytorch/pytorch#183484, seen
+// with torch 2.11 on an H200). Such a view is copied first; an aligned one is passed as it is.
+at::Tensor aligned_for_sdpa(const at::Tensor& t) {
+  if (!t.is_cuda() || reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 == 0) return t;
+  return t.clone(at::MemoryFormat::Contiguous);
+}
+
 // The rows of one sequence, over its pages.
 void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::Tensor& out) {
   const at::Tensor &query = call.query, &key_cache = call.key_cache, &value_cache = call.value_cache;
@@ -74,7 +83,8 @@ void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::
   const int64_t group = s.q_heads / s.kv_heads;
   if (soft_cap == 0) {
     const std::optional<at::Tensor> m = need_mask ? std::optional<at::Tensor>(mask) : std::nullopt;
-    result = at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), m, 0.0,
+    result = at::scaled_dot_product_attention(aligned_for_sdpa(q).unsqueeze(0), aligned_for_sdpa(k).unsqueeze(0),
+                                              aligned_for_sdpa(v).unsqueeze(0), m, 0.0,
                                               /*is_causal=*/false, scale, /*enable_gqa=*/group > 1)
                  .squeeze(0);
   } else {

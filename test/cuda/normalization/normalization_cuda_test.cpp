@@ -239,7 +239,7 @@ TEST_F(CudaSelection, InitializePicksNativeAndExplainShowsIt) {
   for (const char* mode : {"eager", "graph"}) {
     SCOPED_TRACE(mode);
     runtime().reset_for_testing();
-    auto b = initialize("cuda", {}, {}, mode);
+    auto b = initialize("cuda", {"rms_norm", "fused_add_rms_norm", "layer_norm"}, {}, mode);
     ASSERT_EQ(b->size(), 3u);
     for (const char* op : {"rms_norm", "fused_add_rms_norm", "layer_norm"}) {
       EXPECT_EQ(b->at(op).spec().name, std::string("cuda.native.") + op);
