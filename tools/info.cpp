@@ -258,6 +258,9 @@ int main(int argc, char** argv) {
   app.add_option("--write-docs", write_docs_root,
                  "Rewrite ROOT/docs/operators.md and the operators table of ROOT/README.md from the catalog");
   app.add_flag("--run", run, "Initialize and call each selected operation once");
+  bool batch_invariant = false;
+  app.add_flag("--batch-invariant", batch_invariant,
+               "Initialize with batch_invariant: only implementations whose row bits do not depend on the batch");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -281,7 +284,7 @@ int main(int argc, char** argv) {
       }
       override_map[o.substr(0, eq)] = o.substr(eq + 1);
     }
-    auto bindings = initialize(device, operations, override_map, mode);
+    auto bindings = initialize(device, operations, override_map, mode, batch_invariant);
     if (explain_all) {
       for (const auto& name : bindings->operations()) std::cout << explain(device, name).to_string() << "\n";
     }

@@ -56,6 +56,7 @@ struct Implementation {
   std::string variant;       // optional: the name's fourth part
   std::string input_domain;  // what the bridge accepts, for people
   int priority = 0;          // higher wins; ties broken by name
+  bool batch_invariant = false;  // KernelSpec::batch_invariant
   // Optional: whether this implementation can run here (an ISA, a compute capability), checked
   // once when its module loads, after the module's own probe. Unavailable excludes it with
   // the reason (Rejection::kUnsupported).

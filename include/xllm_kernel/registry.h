@@ -48,6 +48,10 @@ struct KernelSpec {
   std::string variant;              // optional
   std::string binding;              // what it calls: "aten", "highway", "cuda", "torch_npu", ...
   int priority = 0;                 // higher wins; ties broken by name
+  // A row's output bits do not depend on the other rows of the call, their number, the row's
+  // position or the thread count (docs/batch-invariance.md). initialize(batch_invariant) selects
+  // only such implementations; test/ops/batch_invariance_test.cpp checks every one that says so.
+  bool batch_invariant = false;
   // The module that declares it (its dependency probe applies), or null for implementations
   // registered outside a module (Python, tests).
   const BackendModule* module = nullptr;

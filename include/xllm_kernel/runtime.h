@@ -29,6 +29,9 @@ struct InitializeOptions {
   std::vector<std::string> operations;          // empty: the whole catalog
   std::map<std::string, std::string> overrides;  // operation -> implementation name or solution
   ExecutionMode mode = ExecutionMode::kEager;
+  // Only implementations that declare KernelSpec::batch_invariant; an operation without one on the
+  // device fails initialize. The environment variable XLLM_KERNEL_BATCH_INVARIANT=1 turns it on too.
+  bool batch_invariant = false;
 };
 
 // Read-only mapping operation -> prepared kernel for one device.
@@ -62,6 +65,7 @@ enum class Rejection {
   kContractMismatch,   // implements another version of the contract
   kUnsupportedMode,    // does not run in the requested execution mode
   kNotRegistered,      // declared by its module, but nothing registered it
+  kNotBatchInvariant,  // batch invariance was asked for and it does not declare it
 };
 const char* to_string(Rejection rejection);  // "missing_dependency", ...
 
@@ -72,6 +76,7 @@ struct Candidate {
   std::string binding;
   std::string detail;  // module probe detail (e.g. SIMD target) when available
   int priority = 0;
+  bool batch_invariant = false;  // KernelSpec::batch_invariant (of its declaration when not registered)
   Verdict verdict = Verdict::kExcluded;
   std::string reason;  // why excluded / not chosen; empty when selected
   Rejection rejection = Rejection::kNone;  // set when verdict is kExcluded
@@ -81,6 +86,7 @@ struct Explanation {
   Device device = Device::kCpu;
   std::string operation;
   ExecutionMode mode = ExecutionMode::kEager;
+  bool batch_invariant = false;  // asked for (InitializeOptions or the environment)
   std::string override_target;  // empty when none
   std::string override_source;  // "environment XLLM_KERNEL_OVERRIDE_RMS_NORM" | "argument"
   std::vector<Candidate> candidates;  // selected first, then in selection order
@@ -126,7 +132,7 @@ Runtime& runtime();
 std::shared_ptr<const Bindings> initialize(const std::string& device,
                                            std::vector<std::string> operations = {},
                                            std::map<std::string, std::string> overrides = {},
-                                           const std::string& mode = "eager");
+                                           const std::string& mode = "eager", bool batch_invariant = false);
 std::shared_ptr<const Bindings> initialize(Device device, const InitializeOptions& options = {});
 Explanation explain(const std::string& device, const std::string& operation);
 

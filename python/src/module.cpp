@@ -57,6 +57,7 @@ py::dict spec_dict(const KernelSpec& spec) {
   d["variant"] = spec.variant;
   d["binding"] = spec.binding;
   d["priority"] = spec.priority;
+  d["batch_invariant"] = spec.batch_invariant;
   return d;
 }
 
@@ -107,6 +108,7 @@ py::dict explanation_dict(const Explanation& ex) {
   d["device"] = to_string(ex.device);
   d["operation"] = ex.operation;
   d["mode"] = to_string(ex.mode);
+  d["batch_invariant"] = ex.batch_invariant;
   d["override_target"] = ex.override_target;
   d["override_source"] = ex.override_source;
   py::list candidates;
@@ -118,6 +120,7 @@ py::dict explanation_dict(const Explanation& ex) {
     cd["binding"] = c.binding;
     cd["detail"] = c.detail;
     cd["priority"] = c.priority;
+    cd["batch_invariant"] = c.batch_invariant;
     cd["verdict"] = to_string(c.verdict);
     cd["reason"] = c.reason;
     cd["rejection"] = to_string(c.rejection);
@@ -209,10 +212,11 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("initialize",
         [](const std::string& device, std::vector<std::string> operations, std::map<std::string, std::string> overrides,
-           const std::string& mode) {
-          return BindingsHandle{initialize(device, std::move(operations), std::move(overrides), mode)};
+           const std::string& mode, bool batch_invariant) {
+          return BindingsHandle{initialize(device, std::move(operations), std::move(overrides), mode, batch_invariant)};
         },
         py::arg("device"), py::arg("operations"), py::arg("overrides"), py::arg("mode"),
+        py::arg("batch_invariant") = false,
         py::call_guard<py::gil_scoped_release>());
   m.def("bindings", [](const std::string& device) -> std::optional<BindingsHandle> {
     auto b = runtime().bindings(parse_device(device));

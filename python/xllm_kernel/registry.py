@@ -134,6 +134,9 @@ class KernelSpec:
     variant: str
     binding: str
     priority: int
+    # A row's output bits do not depend on the other rows, their number, its position or the thread
+    # count (docs/batch-invariance.md); declared by the library's C++ modules.
+    batch_invariant: bool = False
 
     @property
     def operation(self) -> str:

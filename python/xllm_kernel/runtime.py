@@ -81,6 +81,7 @@ def initialize(
     operations: Iterable[str] | None = None,
     overrides: Mapping[str, str] | None = None,
     mode: str = "eager",
+    batch_invariant: bool = False,
 ) -> Bindings:
     """Selects one implementation per operation for `device`, once per process, and publishes it.
 
@@ -88,6 +89,9 @@ def initialize(
     operations: the process's complete set; None or empty means the whole catalog.
     overrides: operation -> implementation name or solution; XLLM_KERNEL_OVERRIDE_<OPERATION>
     beats it. mode: 'eager' or 'graph' ('aclgraph', 'cudagraph' name the same mode).
+    batch_invariant: select only implementations whose row results do not depend on the batch
+    (docs/batch-invariance.md); an operation without one on the device raises, naming every such
+    operation with its reasons. XLLM_KERNEL_BATCH_INVARIANT=1 turns it on as well.
 
     The same configuration returns the same Bindings; a different one for an initialized device
     raises (restart the worker). Every requested operation prepares, or nothing is published.
@@ -100,7 +104,9 @@ def initialize(
     # and publishes.
     catalog.load()
     _import_front_doors(device_)
-    handle = _C.initialize(device_, list(operations or ()), dict(overrides or {}), execution_mode(mode))
+    handle = _C.initialize(
+        device_, list(operations or ()), dict(overrides or {}), execution_mode(mode), bool(batch_invariant)
+    )
     return _wrap(handle)
 
 
@@ -194,8 +200,9 @@ class Candidate:
     verdict: str  # 'selected' | 'lower priority' | 'overridden' | 'excluded'
     reason: str
     # Why excluded, as a code: 'none' | 'missing_dependency' | 'unsupported' | 'contract_mismatch'
-    # | 'unsupported_mode' | 'not_registered'
+    # | 'unsupported_mode' | 'not_registered' | 'not_batch_invariant'
     rejection: str = "none"
+    batch_invariant: bool = False  # the implementation declares it (KernelSpec.batch_invariant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +217,7 @@ class Explanation:
     candidates: tuple[Candidate, ...]
     error: str
     text: str = dataclasses.field(repr=False)
+    batch_invariant: bool = False  # asked for at initialize (or XLLM_KERNEL_BATCH_INVARIANT)
 
     @property
     def selected(self) -> Candidate | None:

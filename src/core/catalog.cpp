@@ -80,6 +80,7 @@ KernelSpec BackendModule::spec(const Implementation& implementation) const {
   s.variant = implementation.variant;
   s.binding = binding;
   s.priority = implementation.priority;
+  s.batch_invariant = implementation.batch_invariant;
   s.module = this;
   return s;
 }

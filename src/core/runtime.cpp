@@ -26,6 +26,7 @@ const char* to_string(Rejection rejection) {
     case Rejection::kContractMismatch: return "contract_mismatch";
     case Rejection::kUnsupportedMode: return "unsupported_mode";
     case Rejection::kNotRegistered: return "not_registered";
+    case Rejection::kNotBatchInvariant: return "not_batch_invariant";
   }
   return "unknown";
 }
@@ -64,7 +65,8 @@ const Candidate* Explanation::selected() const {
 
 std::string Explanation::to_string() const {
   std::ostringstream out;
-  out << operation << " on " << xllm_kernel::to_string(device) << " (" << xllm_kernel::to_string(mode) << ")";
+  out << operation << " on " << xllm_kernel::to_string(device) << " (" << xllm_kernel::to_string(mode)
+      << (batch_invariant ? ", batch-invariant" : "") << ")";
   if (!override_target.empty()) out << ", override '" << override_target << "' from " << override_source;
   out << "\n";
   size_t width = 4;
@@ -74,6 +76,7 @@ std::string Explanation::to_string() const {
     if (!c.reason.empty()) verdict += ": " + c.reason;
     std::string binding = c.binding;
     if (!c.detail.empty()) binding += " (" + c.detail + ")";
+    if (c.batch_invariant) binding += ", batch-invariant";
     out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << "priority " << c.priority
         << "  " << binding << "  " << verdict << "\n";
   }
@@ -113,6 +116,10 @@ std::string difference(const Config& before, const Config& now) {
   }
   if (before.mode != now.mode) {
     parts.push_back(std::string("mode ") + to_string(before.mode) + " then " + to_string(now.mode));
+  }
+  if (before.batch_invariant != now.batch_invariant) {
+    parts.push_back(std::string("batch_invariant ") + (before.batch_invariant ? "true" : "false") + " then " +
+                    (now.batch_invariant ? "true" : "false"));
   }
   return join(parts, "; ");
 }
@@ -186,6 +193,18 @@ std::vector<std::string> operation_names(const std::vector<const Operation*>& op
                               " (catalog: " + join(operation_names(operations), ", ") + ")");
 }
 
+// XLLM_KERNEL_BATCH_INVARIANT: 1, true, yes or on asks for batch invariance; unset, empty, 0, false,
+// no or off leaves it to the argument; anything else is an error naming the variable.
+bool batch_invariant_from_environment(const std::string& who) {
+  const char* value = std::getenv("XLLM_KERNEL_BATCH_INVARIANT");
+  if (value == nullptr) return false;
+  const std::string v = detail::lower(value);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw std::invalid_argument(who + ": XLLM_KERNEL_BATCH_INVARIANT must be 1, true, yes, on, 0, false, no or off, got '" +
+                              std::string(value) + "'");
+}
+
 Config resolve(Device device, const InitializeOptions& options, const std::vector<const Operation*>& catalog) {
   const std::string who = std::string("initialize(") + to_string(device) + ")";
   Config config;
@@ -209,6 +228,7 @@ Config resolve(Device device, const InitializeOptions& options, const std::vecto
     if (target.empty()) throw std::invalid_argument(who + ": override for '" + op + "' is empty");
     config.overrides[op] = {target, "argument"};
   }
+  config.batch_invariant = options.batch_invariant || batch_invariant_from_environment(who);
   // The environment beats the argument.
   for (const auto& op : config.operations) {
     const std::string variable = "XLLM_KERNEL_OVERRIDE_" + detail::upper(op);
@@ -250,17 +270,25 @@ std::shared_ptr<const Bindings> Runtime::initialize(Device device, const Initial
   std::map<std::string, std::shared_ptr<const PreparedKernel>> kernels;
   std::vector<std::pair<const Operation*, Explanation>> chosen;
   const auto registered = registry_.kernels();
+  std::string failures;  // every operation that cannot be bound, each with its explanation
+  int failed = 0;
   for (const auto& name : config.operations) {
     const Operation* op = find_operation(catalog, name);
     detail::Selection selection = detail::select(device, *op, config, registered, groups, state_->modules);
     if (!selection.kernel) {
-      throw std::runtime_error(who + ": " + selection.explanation.error + "\n" + selection.explanation.to_string());
+      failures += (failed++ == 0 ? "" : "\n") + selection.explanation.error + "\n" + selection.explanation.to_string();
+      continue;
     }
     const Candidate* selected = selection.explanation.selected();
     kernels[name] = std::make_shared<PreparedKernel>(selection.kernel->spec, selection.kernel->function, selected->detail);
     chosen.emplace_back(op, std::move(selection.explanation));
   }
 
+  if (failed == 1) throw std::runtime_error(who + ": " + failures);
+  if (failed > 1) {
+    throw std::runtime_error(who + ": " + std::to_string(failed) + " operations have no eligible implementation" +
+                             (config.batch_invariant ? " (batch invariance was asked for)" : "") + ":\n" + failures);
+  }
   auto bindings = std::make_shared<const Bindings>(device, config.mode, std::move(kernels));
   state_->configs[index] = config;
   state_->bindings[index] = bindings;
@@ -286,6 +314,7 @@ Explanation Runtime::explain(Device device, const std::string& operation) {
     if (config) {
       options.operations = config->operations;
       options.mode = config->mode;
+      options.batch_invariant = config->batch_invariant;
       for (const auto& [op, o] : config->overrides) {
         if (o.source == "argument") options.overrides[op] = o.target;
       }
@@ -335,8 +364,9 @@ Runtime& runtime() {
 }
 
 std::shared_ptr<const Bindings> initialize(const std::string& device, std::vector<std::string> operations,
-                                           std::map<std::string, std::string> overrides, const std::string& mode) {
-  InitializeOptions options{std::move(operations), std::move(overrides), parse_execution_mode(mode)};
+                                           std::map<std::string, std::string> overrides, const std::string& mode,
+                                           bool batch_invariant) {
+  InitializeOptions options{std::move(operations), std::move(overrides), parse_execution_mode(mode), batch_invariant};
   return runtime().initialize(parse_device(device), options);
 }
 

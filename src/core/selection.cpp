@@ -34,7 +34,7 @@ std::vector<CandidateEntry> gather(Device device, const Operation& operation,
     CandidateEntry e;
     e.kernel = kernel;
     e.candidate = {.name = spec.name, .solution = spec.solution, .variant = spec.variant, .binding = spec.binding,
-                   .priority = spec.priority};
+                   .priority = spec.priority, .batch_invariant = spec.batch_invariant};
     e.module = spec.module;
     auto where = declared.find(spec.name);
     e.implementation = where == declared.end() ? nullptr : where->second.implementation;
@@ -46,7 +46,8 @@ std::vector<CandidateEntry> gather(Device device, const Operation& operation,
     if (std::find(registered_here.begin(), registered_here.end(), name) != registered_here.end()) continue;
     CandidateEntry e;
     e.candidate = {.name = name, .solution = where.module->solution, .variant = where.implementation->variant,
-                   .binding = where.module->binding, .priority = where.implementation->priority};
+                   .binding = where.module->binding, .priority = where.implementation->priority,
+                   .batch_invariant = where.implementation->batch_invariant};
     e.module = where.module;
     e.implementation = where.implementation;
     entries.push_back(std::move(e));
@@ -74,7 +75,7 @@ bool check_availability(const ModuleLoader& modules, const BackendModule* module
 }
 
 void filter(std::vector<CandidateEntry>& entries, const Operation& operation, ExecutionMode mode,
-            const ModuleLoader& modules) {
+            const ModuleLoader& modules, bool batch_invariant) {
   for (CandidateEntry& e : entries) {
     if (e.kernel == nullptr) {
       if (check_availability(modules, e.module, e.implementation, e.candidate)) {
@@ -99,6 +100,9 @@ void filter(std::vector<CandidateEntry>& entries, const Operation& operation, Ex
       for (ExecutionMode m : spec.execution_modes) modes.push_back(to_string(m));
       e.candidate.rejection = Rejection::kUnsupportedMode;
       e.candidate.reason = std::string("unsupported mode ") + to_string(mode) + " (supports " + join(modes, ", ") + ")";
+    } else if (batch_invariant && !spec.batch_invariant) {
+      e.candidate.rejection = Rejection::kNotBatchInvariant;
+      e.candidate.reason = "not batch-invariant (batch_invariant was asked for: a row's bits may depend on the batch)";
     } else {
       e.eligible = true;
     }
@@ -163,8 +167,10 @@ Choice choose(std::vector<CandidateEntry>& entries, const Operation& operation, 
   for (const CandidateEntry& e : entries) {
     if (e.eligible) return Choice{.chosen = &e};
   }
+  bool invariance_excluded = false;
+  for (const CandidateEntry& e : entries) invariance_excluded |= e.candidate.rejection == Rejection::kNotBatchInvariant;
   return failed(operation.name() + ": no eligible implementation on " + to_string(device) + " in " + to_string(mode) +
-                " mode");
+                " mode" + (invariance_excluded ? " that is batch-invariant" : ""));
 }
 
 void label(const std::vector<CandidateEntry>& entries, const Choice& choice, const ResolvedOverride* override_target,
@@ -210,7 +216,8 @@ Selection select(Device device, const Operation& operation, const Config& config
     ex.override_source = it->second.source;
   }
   std::vector<CandidateEntry> entries = gather(device, operation, kernels, groups);
-  filter(entries, operation, config.mode, modules);
+  ex.batch_invariant = config.batch_invariant;
+  filter(entries, operation, config.mode, modules, config.batch_invariant);
   const Choice choice = choose(entries, operation, device, config.mode, override_target, kernels);
   label(entries, choice, override_target, ex);
   if (choice.chosen != nullptr) result.kernel = choice.chosen->kernel;

@@ -37,6 +37,7 @@ struct Config {
   std::vector<std::string> operations;  // sorted
   std::map<std::string, ResolvedOverride> overrides;
   ExecutionMode mode = ExecutionMode::kEager;
+  bool batch_invariant = false;  // only implementations that declare it are eligible
 };
 
 // One candidate while selection runs: what explain() shows of it, and where it comes from.
@@ -64,7 +65,7 @@ bool check_availability(const ModuleLoader& modules, const BackendModule* module
 // Marks each entry eligible, or sets its rejection and reason: availability, then contract, then
 // execution mode for a registered kernel; availability, else "not registered", for one only declared.
 void filter(std::vector<CandidateEntry>& entries, const Operation& operation, ExecutionMode mode,
-            const ModuleLoader& modules);
+            const ModuleLoader& modules, bool batch_invariant = false);
 
 // What choose() picked: an entry of the vector it was given, or the error.
 struct Choice {

@@ -79,6 +79,20 @@ class KernelCase {
   virtual PreparedCase prepare(const Plan& plan) const = 0;
 };
 
+// How test/ops/batch_invariance_test.cpp checks an implementation that declares batch invariance
+// (KernelSpec::batch_invariant) with this suite's arguments.
+enum class BatchRows {
+  // The batch's rows are the leading dimension of every tensor argument whose first dimension is
+  // the first tensor argument's: each row called alone (the calls one after the other, on the same
+  // state) must give the bits of the whole call, on 1, 2 and 3 threads.
+  kLeadingDimension,
+  // No batch rows (a weight packer): only the thread count must not change the bits.
+  kNone,
+  // Rows that the leading dimension does not describe (sequences over a shared cache): the family's
+  // own test checks them, named in OperationSuite::batch_invariance_test.
+  kFamilyTest,
+};
+
 // Values of a suite's own options after parsing.
 using SuiteOptions = std::map<std::string, std::vector<std::string>>;
 
@@ -158,6 +172,10 @@ struct OperationSuite {
   // its own: a weight packed by that implementation's packer in place of the suite's stand-in, say.
   // The generic tests call it before they call an implementation with a suite's arguments.
   std::function<void(const KernelSpec& implementation, std::vector<c10::IValue>& stack)> bind_arguments{};
+  // Batch invariance: how the generic test treats the operation's rows, and with kFamilyTest the
+  // test (file and name) that checks the implementations declaring it.
+  BatchRows batch_rows = BatchRows::kLeadingDimension;
+  std::string batch_invariance_test{};
 };
 
 // Suite discovery: metadata only; nothing touches a device. C++ suites register themselves while

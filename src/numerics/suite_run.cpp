@@ -11,17 +11,18 @@ namespace xllm_kernel::numerics {
 using tools::distributed::DistributedRun;
 
 std::vector<tools::Target> suite_targets(const OperationSuite& suite, Device device, ExecutionMode mode,
-                                         const std::string& which, bool which_given) {
+                                         const std::string& which, bool which_given, bool batch_invariant) {
   if (!which_given && !suite.implementations.empty()) {
     InitializeOptions options;
     options.operations = {suite.operation};
     options.mode = mode;
+    options.batch_invariant = batch_invariant;
     const Explanation ex = runtime().explain(device, suite.operation, options);
     std::vector<tools::Target> targets;
     for (const std::string& name : suite.implementations) {
       for (const auto& c : ex.candidates) {
         if (c.name == name) {
-          auto found = tools::resolve_targets(suite.operation, device, mode, name);
+          auto found = tools::resolve_targets(suite.operation, device, mode, name, batch_invariant);
           targets.insert(targets.end(), found.begin(), found.end());
           break;
         }
@@ -29,7 +30,7 @@ std::vector<tools::Target> suite_targets(const OperationSuite& suite, Device dev
     }
     if (!targets.empty()) return targets;
   }
-  return tools::resolve_targets(suite.operation, device, mode, which);
+  return tools::resolve_targets(suite.operation, device, mode, which, batch_invariant);
 }
 
 std::string list_text() {
@@ -78,7 +79,8 @@ SuiteRun start_suite_run(const tools::CommonOptions& common, const OperationSuit
   } catch (const CLI::ValidationError& e) {
     throw tools::UsageError(e.what());
   }
-  run.targets = suite_targets(suite, run.device, run.mode, common.implementation, implementation_given);
+  run.targets =
+      suite_targets(suite, run.device, run.mode, common.implementation, implementation_given, common.batch_invariant);
   return run;
 }
 

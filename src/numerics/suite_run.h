@@ -29,7 +29,7 @@ namespace xllm_kernel::numerics {
 // that declares its implementations, those of them that are candidates on the device, in the
 // suite's order (none there: the selected one); otherwise tools::resolve_targets(which).
 std::vector<tools::Target> suite_targets(const OperationSuite& suite, Device device, ExecutionMode mode,
-                                         const std::string& which, bool which_given);
+                                         const std::string& which, bool which_given, bool batch_invariant = false);
 
 // --list: every suite's operation, its implementations per device and their availability here.
 std::string list_text();

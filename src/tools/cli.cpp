@@ -19,6 +19,9 @@ void add_common_arguments(CLI::App& app, CommonOptions& c) {
   app.add_option("--implementation", c.implementation,
                  "An implementation name, 'selected' (what initialize picks) or 'all'")
       ->capture_default_str();
+  app.add_flag("--batch-invariant", c.batch_invariant,
+               "Only implementations that declare batch invariance (as initialize(batch_invariant=true)): "
+               "'selected' is what that selects; with 'all', the others are listed as excluded");
   app.add_option("--revision", c.revision, "Source revision recorded in the report")->capture_default_str();
   app.add_option("--output", c.output, "JSON report path (written atomically)");
   app.add_option("--markdown", c.markdown, "Markdown report path (written atomically)");

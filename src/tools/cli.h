@@ -38,6 +38,7 @@ struct CommonOptions {
   std::string output;
   std::string markdown;
   uint64_t seed = 0;
+  bool batch_invariant = false;      // --batch-invariant: as initialize(batch_invariant=true)
   bool distributed = false;          // under torchrun: see src/tools/distributed/run.h
   double distributed_timeout = 300;  // seconds any rank waits for the others
 };

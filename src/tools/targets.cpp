@@ -9,10 +9,11 @@
 namespace xllm_kernel::tools {
 
 std::vector<Target> resolve_targets(const std::string& operation, Device device, ExecutionMode mode,
-                                    const std::string& which) {
+                                    const std::string& which, bool batch_invariant) {
   InitializeOptions options;
   options.operations = {operation};
   options.mode = mode;
+  options.batch_invariant = batch_invariant;
   const Explanation ex = runtime().explain(device, operation, options);
   if (device != Device::kCpu && device_api(device) == nullptr) {
     // The tools time and capture through the device's runtime support, which comes with its
@@ -54,11 +55,12 @@ std::vector<Target> resolve_targets(const std::string& operation, Device device,
     const Candidate* s = ex.selected();
     if (s == nullptr && mode == ExecutionMode::kGraph) {
       // Nothing captures on this device: run the eager selection so its cases report why.
-      return resolve_targets(operation, device, ExecutionMode::kEager, which);
+      return resolve_targets(operation, device, ExecutionMode::kEager, which, batch_invariant);
     }
     if (s == nullptr) {
       throw UsageError(operation + ": no implementation would be selected on " + std::string(to_string(device)) +
-                       " in " + to_string(mode) + " mode (" + ex.error + "); name one with --implementation or use all");
+                       " in " + to_string(mode) + " mode" + (batch_invariant ? " with --batch-invariant" : "") + " (" +
+                       ex.error + "); name one with --implementation or use all");
     }
     return {make(*s)};
   }

@@ -22,7 +22,8 @@ struct Target {
 
 // "selected" (what initialize would pick), "all" (every candidate on the device), or a name.
 // Throws UsageError for an unknown name (with the closest ones).
+// batch_invariant: as InitializeOptions::batch_invariant (the others are excluded, with the reason).
 std::vector<Target> resolve_targets(const std::string& operation, Device device, ExecutionMode mode,
-                                    const std::string& which);
+                                    const std::string& which, bool batch_invariant = false);
 
 }  // namespace xllm_kernel::tools

@@ -266,6 +266,72 @@ TEST_F(RuntimeTest, AllOrNothing) {
   EXPECT_EQ(init({{"alpha", "beta"}})->size(), 2u);
 }
 
+// Batch invariance: only implementations that declare it are eligible; the others are excluded
+// with their own code and reason; explain shows the property and the request.
+TEST_F(RuntimeTest, BatchInvariantSelectsOnlyImplementationsThatDeclareIt) {
+  KernelSpec invariant = spec("cpu.invariant.alpha", alpha_contract(), Device::kCpu, "invariant", 1);
+  invariant.batch_invariant = true;
+  registry_.add(alpha(), invariant, KernelFunction<UnaryFn>::of<&plus3>());
+  InitializeOptions options{{"alpha"}};
+  options.batch_invariant = true;
+  auto b = init(options);
+  EXPECT_EQ(b->at("alpha").spec().name, "cpu.invariant.alpha");
+  EXPECT_TRUE(b->at("alpha").spec().batch_invariant);
+  const Explanation ex = runtime_->explain(Device::kCpu, "alpha");
+  EXPECT_TRUE(ex.batch_invariant);
+  ASSERT_TRUE(ex.selected());
+  EXPECT_TRUE(ex.selected()->batch_invariant);
+  int excluded = 0;
+  for (const auto& c : ex.candidates) {
+    if (c.name == "cpu.native.alpha" || c.name == "cpu.torch.alpha") {
+      EXPECT_EQ(c.rejection, Rejection::kNotBatchInvariant) << c.name;
+      EXPECT_NE(c.reason.find("not batch-invariant"), std::string::npos) << c.reason;
+      EXPECT_FALSE(c.batch_invariant);
+      ++excluded;
+    }
+  }
+  EXPECT_EQ(excluded, 2);
+  EXPECT_NE(ex.to_string().find("(eager, batch-invariant)"), std::string::npos) << ex.to_string();
+  EXPECT_NE(ex.to_string().find("test, batch-invariant  selected"), std::string::npos) << ex.to_string();
+  EXPECT_STREQ(to_string(Rejection::kNotBatchInvariant), "not_batch_invariant");
+  // Asking again without it is another configuration.
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}}), "batch_invariant true then false");
+  // Without the request the default selection is unchanged.
+  runtime_->reset_for_testing();
+  EXPECT_EQ(init({{"alpha"}})->at("alpha").spec().name, "cpu.native.alpha");
+}
+
+// Every operation without a batch-invariant implementation is named, each with its candidates.
+TEST_F(RuntimeTest, BatchInvariantFailureNamesEveryOperationWithItsReasons) {
+  InitializeOptions options;
+  options.batch_invariant = true;
+  std::string e = "<no error>";
+  try {
+    init(options);
+  } catch (const std::exception& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("2 operations have no eligible implementation (batch invariance was asked for)"), std::string::npos) << e;
+  EXPECT_NE(e.find("alpha: no eligible implementation on cpu in eager mode that is batch-invariant"), std::string::npos) << e;
+  EXPECT_NE(e.find("beta: no eligible implementation on cpu in eager mode that is batch-invariant"), std::string::npos) << e;
+  EXPECT_NE(e.find("cpu.torch.beta"), std::string::npos) << e;
+  EXPECT_EQ(runtime_->bindings(Device::kCpu), nullptr);
+}
+
+TEST_F(RuntimeTest, BatchInvariantFromTheEnvironment) {
+  {
+    ScopedEnv env("XLLM_KERNEL_BATCH_INVARIANT", "maybe");
+    EXPECT_ERROR_CONTAINS(init({{"alpha"}}), "XLLM_KERNEL_BATCH_INVARIANT must be 1, true, yes, on, 0, false, no or off, got 'maybe'");
+  }
+  {
+    ScopedEnv env("XLLM_KERNEL_BATCH_INVARIANT", "0");
+    EXPECT_EQ(init({{"alpha"}})->at("alpha").spec().name, "cpu.native.alpha");
+  }
+  runtime_->reset_for_testing();
+  ScopedEnv env("XLLM_KERNEL_BATCH_INVARIANT", "True");
+  EXPECT_ERROR_CONTAINS(init({{"alpha"}}), "alpha: no eligible implementation on cpu in eager mode that is batch-invariant");
+}
+
 TEST_F(RuntimeTest, FreezesTheDeviceOnInitialize) {
   init({{"alpha"}});
   EXPECT_ERROR_CONTAINS(add(alpha(), "cpu.late.alpha", alpha_contract(), Device::kCpu, "late", 1, &plus1), "frozen");

@@ -641,13 +641,16 @@ int64_t AmxTileRows(const PagedAttentionParams& p, int64_t threads, int64_t tile
 
 }  // namespace
 
-PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads) {
+PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads, bool batch_invariant) {
   PagedAttentionPlan plan;
   if (InvalidParams(p) != nullptr) return plan;
   threads = std::max<int64_t>(threads, 1);
   const int64_t G = kernels::query_heads_per_kv(p);
   int64_t tile_rows = std::max<int64_t>(1, kTileQueryFloats / StateRowStride(p.head_size) / G);
-  if (AmxTilesAllowed(p)) tile_rows = AmxTileRows(p, threads, tile_rows);
+  if (AmxTilesAllowed(p)) {
+    // Batch-invariant: the AMX kernel's own tile, not one sized from the call's rows and threads.
+    tile_rows = batch_invariant ? std::max(tile_rows, kAmxTileVectors / G) : AmxTileRows(p, threads, tile_rows);
+  }
 
   struct Candidate {
     AttentionItem item;
@@ -684,15 +687,22 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t t
   for (const Candidate& c : candidates) {
     const int64_t keys = c.item.key_end - c.item.key_begin;
     int64_t splits = 1;
-    if (c.cost > target) {
-      splits = std::min({(c.cost + target - 1) / target, keys / kMinSplitKeys, kMaxSplits});
+    int64_t chunk = 0;
+    if (batch_invariant) {
+      // Fixed chunks from the item's own keys, whatever the threads and the other sequences.
+      chunk = std::max(kInvariantSplitKeys, RoundUp((keys + kMaxSplits - 1) / kMaxSplits, kTileKeys));
+      splits = (keys + chunk - 1) / chunk;
+    } else {
+      if (c.cost > target) {
+        splits = std::min({(c.cost + target - 1) / target, keys / kMinSplitKeys, kMaxSplits});
+      }
+      if (splits > 1) chunk = RoundUp((keys + splits - 1) / splits, kTileKeys);
     }
     if (splits <= 1) {
       pieces.push_back(c);
       continue;
     }
     const int64_t m = (c.item.kv_head_end - c.item.kv_head) * (c.item.query_end - c.item.query_begin) * G;
-    const int64_t chunk = RoundUp((keys + splits - 1) / splits, kTileKeys);
     AttentionMerge mg{c.item.seq, c.item.kv_head, c.item.kv_head_end, c.item.query_begin, c.item.query_end, 0, floats};
     for (int64_t kb = c.item.key_begin; kb < c.item.key_end; kb += chunk) {
       AttentionItem it = c.item;

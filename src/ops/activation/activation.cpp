@@ -142,7 +142,8 @@ const family::StandardModules& modules() {
       {.family = "activation",
        .operations = {&silu_and_mul_operation(), &gelu_and_mul_operation(), &gelu_tanh_and_mul_operation(),
                       &gelu_operation(), &gelu_tanh_operation(), &quick_gelu_operation()},
-       .domain = "float32/bfloat16/float16 [..., 2d] (gated) or [..., d], contiguous last dim, any leading strides"});
+       .domain = "float32/bfloat16/float16 [..., 2d] (gated) or [..., d], contiguous last dim, any leading strides",
+       .batch_invariant = {.native_cpu = true}});
   return modules;
 }
 

@@ -82,14 +82,24 @@ const family::DeclaredOperation<PagedAttentionFn>& declared() {
 }  // namespace
 
 const family::StandardModules& modules() {
-  static const family::StandardModules modules = family::standard_modules(
-      {.family = "attention",
-       .operations = {&paged_attention_operation()},
-       .domain = "float32/bfloat16/float16 query [tokens, q_heads, head_size] (any token/head strides, head_size <= "
-                 "512), caches [num_blocks, block_size, kv_heads, head_size] (any block/row/head strides), int32 "
-                 "block_tables, query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
-       .torch_cuda_modes = {ExecutionMode::kEager},
-       .torch_cuda_note = "eager: copies the lengths to the host (one synchronization)"});
+  static const family::StandardModules modules = [] {
+    family::StandardModules m = family::standard_modules(
+        {.family = "attention",
+         .operations = {&paged_attention_operation()},
+         .domain = "float32/bfloat16/float16 query [tokens, q_heads, head_size] (any token/head strides, head_size <= "
+                   "512), caches [num_blocks, block_size, kv_heads, head_size] (any block/row/head strides), int32 "
+                   "block_tables, query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
+         .torch_cuda_modes = {ExecutionMode::kEager},
+         .torch_cuda_note = "eager: copies the lengths to the host (one synchronization)"});
+    // The default plan sizes its tiles and key splits from the whole call and the thread count;
+    // the batch-invariant variant plans each sequence alone (src/ops/attention/native_cpu.cpp).
+    Implementation invariant = m.native_cpu.implementations.front();
+    invariant.variant = "batch_invariant";
+    invariant.priority = family::kNativePriority - 5;  // above torch's, below the default's
+    invariant.batch_invariant = true;
+    m.native_cpu.implementations.push_back(invariant);
+    return m;
+  }();
   return modules;
 }
 

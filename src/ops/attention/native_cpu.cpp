@@ -3,6 +3,11 @@
 // any compute. The kernel's plan splits the call into items (a sequence's KV head over a range of
 // its query rows and keys) and merges; threads take the next unstarted item until none is left, so
 // that items of unequal cost (a prefill chunk beside decodes) balance.
+//
+// cpu.native.paged_attention.batch_invariant: the same kernels on a plan that depends on each
+// sequence alone (fixed query tiles and key chunks, cpu::plan_paged_attention's batch_invariant),
+// so that a sequence's rows have the same bits in any batch and on any thread count. Below the
+// default's priority: initialize(batch_invariant=true) selects it.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -18,6 +23,7 @@
 namespace xllm_kernel::attention {
 namespace {
 
+template <bool kBatchInvariant>
 at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                   const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
@@ -32,7 +38,7 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
   if (rows == 0) return out;
   const cpu::PagedAttentionParams p = kernel_params(call, s, out);
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads);
+  const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads, kBatchInvariant);
   at::Tensor workspace;
   void* ws = nullptr;
   if (plan.workspace_bytes > 0) {
@@ -50,6 +56,8 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
 }  // namespace
 
 XLLM_REGISTER_NAMED("cpu.native.paged_attention", modules().native_cpu, paged_attention_operation(),
-                    native_paged_attention);
+                    native_paged_attention<false>);
+XLLM_REGISTER_NAMED("cpu.native.paged_attention.batch_invariant", modules().native_cpu, paged_attention_operation(),
+                    native_paged_attention<true>);
 
 }  // namespace xllm_kernel::attention

@@ -6,10 +6,11 @@ namespace xllm_kernel::family {
 
 namespace {
 
-std::vector<Implementation> every_operation(const ModuleTable& table, const std::string& domain, int priority) {
+std::vector<Implementation> every_operation(const ModuleTable& table, const std::string& domain, int priority,
+                                            bool batch_invariant) {
   std::vector<Implementation> out;
   for (const Operation* op : table.operations) {
-    out.push_back({.operation = op, .input_domain = domain, .priority = priority});
+    out.push_back({.operation = op, .input_domain = domain, .priority = priority, .batch_invariant = batch_invariant});
   }
   return out;
 }
@@ -27,19 +28,22 @@ StandardModules standard_modules(ModuleTable table) {
                     .device = Device::kCpu,
                     .solution = "torch",
                     .binding = "aten",
-                    .implementations = every_operation(table, "cpu tensors, " + table.domain, kTorchPriority)},
+                    .implementations = every_operation(table, "cpu tensors, " + table.domain, kTorchPriority,
+                                                      table.batch_invariant.torch_cpu)},
       .native_cpu = {.name = f + ".native_cpu",
                      .device = Device::kCpu,
                      .solution = "native",
                      .binding = "highway",
-                     .implementations = every_operation(table, "cpu tensors, " + table.domain, kNativePriority),
+                     .implementations = every_operation(table, "cpu tensors, " + table.domain, kNativePriority,
+                                                       table.batch_invariant.native_cpu),
                      .probe = &bridge::probe_highway},
       .torch_cuda = {.name = f + ".torch_cuda",
                      .device = Device::kCuda,
                      .solution = "torch",
                      .binding = "aten",
                      .execution_modes = table.torch_cuda_modes,
-                     .implementations = every_operation(table, cuda_torch_words + table.domain, kTorchPriority),
+                     .implementations = every_operation(table, cuda_torch_words + table.domain, kTorchPriority,
+                                                       table.batch_invariant.torch_cuda),
                      .probe = &bridge::probe_torch_cuda},
       .native_cuda = {.name = f + ".native_cuda",
                       .device = Device::kCuda,
@@ -47,7 +51,8 @@ StandardModules standard_modules(ModuleTable table) {
                       .binding = "cuda",
                       .execution_modes = {ExecutionMode::kEager, ExecutionMode::kGraph},
                       .implementations =
-                          every_operation(table, "cuda tensors (sm_80+), " + table.domain, kNativePriority),
+                          every_operation(table, "cuda tensors (sm_80+), " + table.domain, kNativePriority,
+                                                          table.batch_invariant.native_cuda),
                       .probe = &bridge::probe_cuda_plugin,
                       .plugin = kCudaPlugin},
       .torch_npu = std::nullopt};

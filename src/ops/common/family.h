@@ -126,6 +126,17 @@ struct ModuleTable {
   std::string torch_cuda_note;
   // The torch_npu module's implementations (vendor operators differ per operation), or none.
   std::vector<Implementation> npu_implementations;
+  // The standard modules whose implementations declare batch invariance (KernelSpec::
+  // batch_invariant): a row's bits do not depend on the other rows, their number, its position or
+  // the thread count. Declared only where the family's kernels guarantee it, and checked for every
+  // such implementation by test/ops/batch_invariance_test.cpp.
+  struct BatchInvariant {
+    bool torch_cpu = false;
+    bool native_cpu = false;
+    bool torch_cuda = false;
+    bool native_cuda = false;
+  };
+  BatchInvariant batch_invariant{};
 };
 
 // The standard modules built from a table:

@@ -68,7 +68,8 @@ const family::StandardModules& modules() {
                  "[num_blocks, block_size, kv_heads, head_size] (blocks contiguous, any block stride), int64 "
                  "slot_mapping",
        .torch_cuda_modes = {ExecutionMode::kEager},
-       .torch_cuda_note = "eager: synchronizes once"});
+       .torch_cuda_note = "eager: synchronizes once",
+       .batch_invariant = {.native_cpu = true}});
   return modules;
 }
 

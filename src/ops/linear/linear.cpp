@@ -98,7 +98,8 @@ const family::StandardModules& modules() {
                    "input float32/bfloat16/float16 [..., K], contiguous last dim, any leading strides",
          // The header is read on the host: a copy and a synchronization per call, no graph capture.
          .torch_cuda_modes = {ExecutionMode::kEager},
-         .torch_cuda_note = "eager only: the packed header is read on the host"});
+         .torch_cuda_note = "eager only: the packed header is read on the host",
+         .batch_invariant = {.native_cpu = true}});
     m.native_cuda.implementations.clear();  // no CUDA kernel yet
     return m;
   }();

@@ -134,7 +134,8 @@ const family::StandardModules& modules() {
                {.operation = &layer_norm_operation(),
                 .input_domain = "npu tensors, ATen layer_norm on npu (torch_npu's kernel); weight/bias of another dtype "
                                 "than the input: computed on float32 copies",
-                .priority = family::kNativePriority}}});
+                .priority = family::kNativePriority}},
+         .batch_invariant = {.native_cpu = true}});
   return modules;
 }
 

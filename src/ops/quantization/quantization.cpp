@@ -269,7 +269,8 @@ const family::StandardModules& modules() {
                       &rms_norm_static_quant_operation(), &fused_add_rms_norm_static_quant_operation(),
                       &silu_and_mul_per_token_quant_operation()},
        .domain = "float32/bfloat16/float16 input (contiguous last dim, any leading strides), int8 or float8_e4m3fn "
-                 "out, weight in the input's dtype or float32"});
+                 "out, weight in the input's dtype or float32",
+       .batch_invariant = {.native_cpu = true}});
   return modules;
 }
 

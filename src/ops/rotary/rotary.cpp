@@ -61,7 +61,8 @@ const family::StandardModules& modules() {
       {.family = "rotary",
        .operations = {&rotary_embedding_operation()},
        .domain = "query/key float32/bfloat16/float16 [tokens, heads(*)head_size], cache float32 or query's dtype, "
-                 "contiguous last dim, any token and head strides, NeoX and GPT-J, partial rotary"});
+                 "contiguous last dim, any token and head strides, NeoX and GPT-J, partial rotary",
+       .batch_invariant = {.native_cpu = true}});
   return modules;
 }
 

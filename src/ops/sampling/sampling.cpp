@@ -75,7 +75,8 @@ const family::StandardModules& modules() {
       {.family = "sampling",
        .operations = {&sample_operation()},
        .domain = "float32/bfloat16/float16 logits [batch, vocab] (any row stride, vocab < 2^31), per-row float32 "
-                 "temperature/top_p/min_p, int32 top_k, int64 seeds/offsets"});
+                 "temperature/top_p/min_p, int32 top_k, int64 seeds/offsets",
+         .batch_invariant = {.torch_cpu = true, .native_cpu = true, .torch_cuda = true, .native_cuda = true}});
   return modules;
 }
 

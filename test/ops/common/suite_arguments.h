@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,9 +73,10 @@ inline bool small_and_general(const torch::jit::Stack& stack, int64_t max_elemen
   return true;
 }
 
-// The stack of the first case of the operation's suite (default options) that is small and
-// general; nothing when the operation has no suite or no such case.
-inline std::optional<SuiteArguments> find_suite_arguments(const Operation& operation, int64_t max_elements) {
+// The stack of the first case of the operation's suite (default options) that `fits`; nothing when
+// the operation has no suite or no such case.
+inline std::optional<SuiteArguments> find_suite_arguments_where(const Operation& operation,
+                                                                const std::function<bool(const torch::jit::Stack&)>& fits) {
   const numerics::OperationSuite* suite = numerics::find_suite(operation.name());
   if (suite == nullptr || operation.boxer() == nullptr) return std::nullopt;
   CLI::App app;
@@ -99,11 +101,15 @@ inline std::optional<SuiteArguments> find_suite_arguments(const Operation& opera
       prepared.function();
     } catch (const detail::Recorded&) {
     }
-    if (!recorded->empty() && small_and_general(*recorded, max_elements)) {
-      return SuiteArguments{c->case_id(), copy_stack(*recorded)};
-    }
+    if (!recorded->empty() && fits(*recorded)) return SuiteArguments{c->case_id(), copy_stack(*recorded)};
   }
   return std::nullopt;
+}
+
+// The first case that is small and general (small_and_general).
+inline std::optional<SuiteArguments> find_suite_arguments(const Operation& operation, int64_t max_elements) {
+  return find_suite_arguments_where(operation,
+                                    [max_elements](const torch::jit::Stack& s) { return small_and_general(s, max_elements); });
 }
 
 // find_suite_arguments, searched once per operation and process (the search prepares cases until

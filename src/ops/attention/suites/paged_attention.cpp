@@ -580,7 +580,9 @@ const OperationSuite& paged_attention_suite() {
            .why = "on CUDA the values of query_start_loc are not checked (a synchronization): its rows past "
                   "query's are never written",
            .devices = {Device::kCuda}},
-      }};
+      },
+      .batch_rows = BatchRows::kFamilyTest,
+      .batch_invariance_test = "test/ops/attention/attention_test.cpp: CpuAttention.BatchInvariantRowsAreTheSameAloneAndInAnyBatch"};
   return suite;
 }
 

@@ -470,7 +470,8 @@ const OperationSuite& linear_pack_suite() {
           {"scales", "non-contiguous last dimension", AcceptedAs::kSameResults, "the values are what is packed"},
           {"zeros", "non-contiguous last dimension", AcceptedAs::kSameResults, "the values are what is packed"},
           {"zeros", "dtype float64", AcceptedAs::kSameResults, "zeros of any dtype holding integers in [0, 15]"},
-      }};
+      },
+      .batch_rows = BatchRows::kNone};
   return suite;
 }
 
