@@ -73,3 +73,47 @@ def test_calls_before_initialize_fail_saying_so():
                 raise AssertionError("no error")
         """
     )
+
+
+def test_batch_invariant_initialize_binds_only_implementations_that_declare_it():
+    run_python(
+        """
+        import os
+        import pytest
+        import xllm_kernel
+        from xllm_kernel import runtime
+
+        b = xllm_kernel.initialize("cpu", batch_invariant=True)
+        assert b["paged_attention"].spec.name == "cpu.native.paged_attention.batch_invariant"
+        assert len(b) == len(xllm_kernel.catalog.operations()) and all(b[op].spec.batch_invariant for op in b)
+        ex = runtime.explain("cpu", "paged_attention")
+        assert ex.batch_invariant and ex.selected.batch_invariant
+        default = next(c for c in ex.candidates if c.name == "cpu.native.paged_attention")
+        assert default.rejection == "not_batch_invariant" and "not batch-invariant" in default.reason
+        assert "batch-invariant" in str(ex)
+        # Another setting in the same process is another configuration.
+        with pytest.raises(RuntimeError, match="batch_invariant true then false"):
+            xllm_kernel.initialize("cpu")
+        """
+    )
+
+
+def test_batch_invariant_from_the_environment_and_its_bad_value():
+    run_python(
+        """
+        import xllm_kernel
+        b = xllm_kernel.initialize("cpu", operations=["paged_attention"])
+        assert b["paged_attention"].spec.name == "cpu.native.paged_attention.batch_invariant"
+        """,
+        env={"XLLM_KERNEL_BATCH_INVARIANT": "1"},
+    )
+    r = run_python(
+        """
+        import xllm_kernel
+        xllm_kernel.initialize("cpu", operations=["rms_norm"])
+        """,
+        env={"XLLM_KERNEL_BATCH_INVARIANT": "sometimes"},
+        check=False,
+    )
+    assert r.returncode != 0
+    assert "XLLM_KERNEL_BATCH_INVARIANT must be 1, true, yes, on, 0, false, no or off, got 'sometimes'" in r.stderr

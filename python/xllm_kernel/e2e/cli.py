@@ -3,6 +3,7 @@
     python -m xllm_kernel.e2e --preset llama-3-8b --layers 2 --batch 16 --prompt-len 2048 --output-len 8 \
         --output e2e.json --markdown e2e.md --plot e2e.png
     torchrun --nproc-per-node 2 -m xllm_kernel.e2e --distributed --preset tiny --output e2e.json
+    python -m xllm_kernel.e2e --preset tiny --batch 4 --prompt-len 5,9,13,17 --batch-invariant --sides selected
 
 Each side runs in a process of its own (initialize() selects once per process): `selected` (what
 initialize picks), `torch` (every operation overridden to the torch solution), `compile`
@@ -10,9 +11,12 @@ initialize picks), `torch` (every operation overridden to the torch solution), `
 `attn-torch=paged_attention:torch`). GEMMs are torch's F.linear unless --weights SCHEME: then every
 linear (qkv, o_proj, gate_up, down, LM head) is the library's `linear` on weights quantized from the
 random ones and packed once at load by the side's own `linear_pack` (the torch and compile sides:
-the torch solution's). Exit codes: 0 every side validated and timed (a side whose
-torch.compile failed is reported with the error and does not fail the run), 1 a side failed
-validation or raised, 2 usage error.
+the torch solution's). --batch-invariant adds the side `invariant` after `selected`:
+initialize(batch_invariant=True), timed like the others (the report gives its tokens/s over
+selected's), then every sequence of the workload rerun alone (greedy) and compared bit for bit with
+its run in the batch, tokens and the logits of every step. Exit codes: 0 every side validated and
+timed (a side whose torch.compile failed is reported with the error and does not fail the run), 1 a
+side failed validation, differed alone from the batch, or raised, 2 usage error.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and
               "silu_and_mul", "sample")  # model.OPERATIONS, without importing torch for --help
 LINEAR_OPERATIONS = ("linear_pack", "linear")  # model.LINEAR_OPERATIONS: with --weights
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+INVARIANT = "invariant"  # --batch-invariant's side
+BATCH_INVARIANT_VARIABLE = "XLLM_KERNEL_BATCH_INVARIANT"  # not passed to the sides: --batch-invariant asks
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,6 +91,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--markdown", help="Markdown report (also printed)")
     r.add_argument("--plot", help="PNG of the time share per step per side (needs matplotlib)")
     r.add_argument("--revision", default="", help="recorded in the report's environment")
+    r.add_argument("--batch-invariant", action="store_true",
+                   help=f"add the side {INVARIANT!r} (initialize(batch_invariant=True)) after 'selected', and check "
+                        "that every sequence gets the same greedy tokens and logits bit for bit alone as in the "
+                        "batch (a difference exits 1)")
     r.add_argument("--distributed", action="store_true", help="tensor parallel over the ranks of a torchrun launch")
     r.add_argument("--distributed-timeout", type=float, default=600, help="seconds any collective waits")
     return p
@@ -136,6 +146,28 @@ def sides(text: str, linear: bool = False) -> list[dict]:
     return out
 
 
+def with_invariant_side(side_list: list[dict], work: Workload, distributed: bool) -> list[dict]:
+    """--batch-invariant: the side `invariant` right after `selected` (its tokens/s are reported
+    over selected's), or a usage error naming what cannot be combined with it."""
+    names = [s["name"] for s in side_list]
+    if "selected" not in names:
+        raise UsageError(f"--batch-invariant compares the side {INVARIANT!r} with 'selected': include selected in "
+                         f"--sides (got {','.join(names)})")
+    if INVARIANT in names:
+        raise UsageError(f"--batch-invariant adds the side {INVARIANT!r}: give another name to the side of --sides "
+                         f"called {INVARIANT!r}")
+    if distributed:
+        raise UsageError("--batch-invariant runs on one rank: under --distributed the all-reduces are "
+                         "torch.distributed's, whose summation order is the backend's (it may change with the "
+                         "message size, that is with the batch), outside what the library's selection guarantees")
+    if work.synthetic_prefill and work.output_len < 2:
+        raise UsageError("--batch-invariant with --synthetic-prefill compares the decode steps (the first token is "
+                         "drawn, not computed): give --output-len 2 or more")
+    i = names.index("selected") + 1
+    return side_list[:i] + [{"name": INVARIANT, "kind": "selected", "overrides": {}, "batch_invariant": True}] \
+        + side_list[i:]
+
+
 def _paired_target(target: str, op: str, other: str) -> str:
     """linear_pack's override for linear's (or the reverse): a solution names both; a full name
     (cpu.native.linear) the same implementation of the other operation."""
@@ -154,8 +186,10 @@ def _run_side(spec: dict, threads: int) -> dict:
         spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
+        # Each side is what --sides and --batch-invariant say: no override, and no batch invariance,
+        # from the environment (the invariant side passes batch_invariant=True to initialize).
         env = {k: v for k, v in os.environ.items() if not k.startswith("XLLM_KERNEL_OVERRIDE_")
-               and k not in ("TORCHELASTIC_USE_AGENT_STORE",)}
+               and k not in ("TORCHELASTIC_USE_AGENT_STORE", BATCH_INVARIANT_VARIABLE)}
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         proc = subprocess.Popen([sys.executable, "-m", "xllm_kernel.e2e.worker", spec_path, result_path], env=env)
@@ -295,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                          output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
         wspec = weight_spec(args.weights, args.lm_head_weights, args.group_size)
         side_list = sides(args.sides, linear=wspec is not None)
+        if args.batch_invariant:
+            side_list = with_invariant_side(side_list, work, args.distributed)
         if args.warmup < 0 or args.repeats < 1:
             raise UsageError(f"--warmup must be >= 0 and --repeats >= 1, got {args.warmup} and {args.repeats}")
         world, rank, local = 1, None, 0
@@ -319,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+
+    if os.environ.get(BATCH_INVARIANT_VARIABLE):
+        print(f"{PROG}: {BATCH_INVARIANT_VARIABLE} is not passed to the sides (each side is what --sides says); "
+              "--batch-invariant adds a side that asks for it", file=sys.stderr)
 
     import torch  # noqa: F401 - after the usage checks, so that --help and bad flags stay fast
 
@@ -369,6 +409,8 @@ def _finish(results, args, model, work, vwork, device, world, rank, local, group
               "weights": weights, "workload": work.to_json(), "validation_workload": vwork.to_json(),
               "repeats": args.repeats, "warmup": args.warmup, "world_size": world,
               "environment": rep.environment(device, args.revision), "sides": results}
+    if args.batch_invariant:
+        report["batch_invariance"] = rep.batch_invariance(results, INVARIANT, "selected")
     codes = [_side_exit(s) for s in results]
     report["summary"] = {"sides": len(results), "timed": sum(s.get("status") == "timed" for s in results),
                          "failed": sum(codes), "exit_code": max(codes, default=0)}

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -290,13 +290,32 @@ class Generation:
     decode_seconds: float
 
 
+def _rows(rows: Sequence[int] | None, batch: int) -> tuple[int, ...]:
+    if rows is None:
+        return tuple(range(batch))
+    out = tuple(int(i) for i in rows)
+    if not out or len(set(out)) != len(out) or not all(0 <= i < batch for i in out):
+        raise ValueError(f"Runner: rows must be distinct sequences of the batch of {batch}, got {list(rows)}")
+    return out
+
+
 class Runner:
     """Prefill then decode steps of a static batch into a paged cache with shuffled blocks."""
 
     def __init__(self, m: ModelConfig, weights: dict[str, torch.Tensor] | Loaded, work: Workload, *, ops: Ops,
-                 device: torch.device, dtype: torch.dtype, rank: int = 0, world_size: int = 1):
+                 device: torch.device, dtype: torch.dtype, rank: int = 0, world_size: int = 1,
+                 rows: Sequence[int] | None = None):
         """`weights`: the Hugging Face tensors (loaded here for F.linear), or what load() made
-        (shared by runners of several workloads; packed linears need it)."""
+        (shared by runners of several workloads; packed linears need it). `rows`: run only these
+        sequences of `work` (the batch invariance check runs each alone): their prompts, sampling
+        seeds and cache blocks are the ones they get in the whole batch (the cache keeps the whole
+        batch's size, so that a sequence reads and writes the same block ids), and the batch's
+        sequence i is this runner's row i."""
+        self.rows = _rows(rows, len(work.prompt_lens))
+        self.whole = work
+        if rows is not None:
+            work = dataclasses.replace(work, prompt_lens=tuple(work.prompt_lens[i] for i in self.rows),
+                                       num_blocks=work.cache_blocks())
         self.m, self.work, self.ops, self.device, self.dtype = m, work, ops, device, dtype
         self.rank, self.world = rank, world_size
         self.q_heads = m.num_heads // world_size
@@ -318,11 +337,12 @@ class Runner:
         self.value_caches = [torch.zeros(shape, **to) for _ in range(m.num_layers)]
         free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(_seed(work.seed, "blocks")))
         width = -(-longest // work.block_size)
-        tables, taken = [], 0
-        for p in work.prompt_lens:
+        owned, taken = [], 0  # every sequence of the whole batch takes its blocks in turn
+        for p in self.whole.prompt_lens:
             n = -(-(p + work.output_len) // work.block_size)
-            tables.append(free[taken:taken + n].tolist() + [0] * (width - n))
+            owned.append(free[taken:taken + n].tolist())
             taken += n
+        tables = [owned[i] + [0] * (width - len(owned[i])) for i in self.rows]
         self.block_tables = torch.tensor(tables, dtype=torch.int32)
         self._tables_dev = self.block_tables.to(device)
         s = len(work.prompt_lens)
@@ -331,7 +351,7 @@ class Runner:
             "top_k": torch.zeros(s, dtype=torch.int32, device=device),
             "top_p": torch.ones(s, dtype=torch.float32, device=device),
             "min_p": torch.zeros(s, dtype=torch.float32, device=device),
-            "seeds": torch.arange(s, dtype=torch.int64, device=device) + work.seed,
+            "seeds": torch.tensor(self.rows, dtype=torch.int64, device=device) + work.seed,
         }
         self.forward_fn: Callable = self.forward
 
@@ -402,9 +422,11 @@ class Runner:
         return tokens, logits
 
     def prompts(self) -> list[torch.Tensor]:
+        """The prompts of this runner's rows: those of the whole batch, drawn in turn from one generator."""
         g = torch.Generator().manual_seed(_seed(self.work.seed, "prompts"))
-        return [torch.randint(0, self.m.vocab_size, (p,), generator=g, dtype=torch.int64)
-                for p in self.work.prompt_lens]
+        every = [torch.randint(0, self.m.vocab_size, (p,), generator=g, dtype=torch.int64)
+                 for p in self.whole.prompt_lens]
+        return [every[i] for i in self.rows]
 
     def _sync(self):
         if self.device.type == "cuda":
@@ -415,12 +437,16 @@ class Runner:
         prompt position of every layer's cache, and random first tokens [S]."""
         g = torch.Generator().manual_seed(_seed(self.work.seed, "synthetic-cache"))
         hd = self.m.head_dim
-        for s, p in enumerate(self.work.prompt_lens):
-            slots = self._slots(s, torch.arange(p, dtype=torch.int64)).to(self.device)
+        row = {seq: i for i, seq in enumerate(self.rows)}
+        for seq, p in enumerate(self.whole.prompt_lens):  # drawn for the whole batch, written for the rows
+            slots = self._slots(row[seq], torch.arange(p, dtype=torch.int64)).to(self.device) if seq in row else None
             for cache in (*self.key_caches, *self.value_caches):
-                rows = torch.randn((p, self.kv_heads, hd), generator=g).to(device=self.device, dtype=self.dtype)
-                cache.view(-1, self.kv_heads, hd).index_copy_(0, slots, rows)
-        return torch.randint(0, self.m.vocab_size, (len(self.work.prompt_lens),), generator=g).to(self.device)
+                rows = torch.randn((p, self.kv_heads, hd), generator=g)
+                if slots is not None:
+                    cache.view(-1, self.kv_heads, hd).index_copy_(0, slots, rows.to(device=self.device,
+                                                                                    dtype=self.dtype))
+        first = torch.randint(0, self.m.vocab_size, (len(self.whole.prompt_lens),), generator=g)
+        return first[list(self.rows)].to(self.device)
 
     def prefill(self, ops: Ops | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Every prompt in one forward (its K/V into the cache) and the first output token:

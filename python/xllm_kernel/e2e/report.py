@@ -74,6 +74,71 @@ def _weights_line(w: dict | None) -> str:
             f"÷ time per output token.")
 
 
+def batch_invariance(sides: list[dict], side: str, against: str) -> dict:
+    """The report's `batch_invariance`: the check of `side` (moved here from its row: each sequence
+    alone against the batch), its tokens/s over `against`'s, and the operations whose
+    implementation the property changed."""
+    inv = next((s for s in sides if s["name"] == side), {})
+    base = next((s for s in sides if s["name"] == against), {})
+    check = inv.pop("invariance", None)
+    out: dict = {"side": side, "against": against}
+    if check is None:
+        out.update(status="not_run", reason=inv.get("reason") or "the side ended before the check")
+    else:
+        out.update(check)
+    ti, tb = inv.get("timing") or {}, base.get("timing") or {}
+    out["tokens_per_s_ratio"] = {
+        k: ti[f"{k}_tokens_per_s"] / tb[f"{k}_tokens_per_s"]
+        if ti.get(f"{k}_tokens_per_s") and tb.get(f"{k}_tokens_per_s") else None for k in ("prefill", "decode")}
+    mine, theirs = inv.get("implementations") or {}, base.get("implementations") or {}
+    out["implementations_changed"] = {op: {against: theirs.get(op), side: name} for op, name in mine.items()
+                                      if theirs.get(op) != name}
+    return out
+
+
+def _ratio(x) -> str:
+    return "—" if x is None else f"{x:.3g}×"
+
+
+def _invariance_lines(b: dict) -> list[str]:
+    side, against = b["side"], b["against"]
+    r = b.get("tokens_per_s_ratio") or {}
+    ratio = f"tokens/s {side} / {against}: prefill {_ratio(r.get('prefill'))}, decode {_ratio(r.get('decode'))}."
+    changed = b.get("implementations_changed") or {}
+    swaps = "; ".join(f"{op} {names[against]} → {names[side]}" for op, names in changed.items())
+    lines = ["", f"Batch invariance (side {side}: initialize(batch_invariant=True)). "
+             f"Implementations changed: {swaps or 'none'}. {ratio}"]
+    if b.get("status") == "not_run":
+        reason = (b.get("reason") or "?").splitlines()[0][:200]
+        return lines + [f"The check did not run: {reason}"]
+    seqs = b.get("sequences") or []
+    verdict = "every sequence identical" if b["status"] == "identical" else \
+        f"**{len(seqs) - b['identical_sequences']} of {len(seqs)} sequences differ**"
+    lines += [f"Each sequence rerun alone (same prompt, seed and cache blocks, greedy) and compared with its run in "
+              f"the batch, tokens and logits bit for bit at every step from step {b['first_logit_step']}: "
+              f"{verdict} ({b['logits_compared']} logits compared).", "",
+              "| sequence | prompt tokens | steps | alone vs batched | first difference (step, position) "
+              "| max abs difference (all steps) |", "|---|---|---|---|---|---|"]
+    for q in seqs:
+        d = q.get("first_difference")
+        first = "—" if d is None else f"step {d['step']}, position {d['position']}" + \
+            (" (token)" if d.get("kind") == "token" else "")
+        worst = "—" if d is None else ("non-finite" if q.get("max_abs_difference") is None else
+                                       _fmt(q["max_abs_difference"], 3))
+        lines.append(f"| {q['sequence']} | {q['prompt_len']} | {q['steps_compared']} | "
+                     f"{'identical' if q['identical'] else 'differs'} | {first} | {worst} |")
+    where = (b.get("first_difference") or {}).get("operation") or {}
+    if where.get("status") == "found":
+        owner = "a library operation" if where["library_operation"] else "torch's, not a library operation"
+        lines += ["", f"First difference (sequence {b['first_difference']['sequence']}, step {where['step']}): "
+                  f"{where['operation']} ({owner}) {where['tensor']}, {where['where']}: "
+                  f"{where['differing_elements']} of {where['elements']} elements differ, max abs difference "
+                  f"{_fmt(where['max_abs_difference'], 3)}; every step before it in the forward had the same bits."]
+    elif where:
+        lines += ["", f"First difference not located: {where.get('reason')}"]
+    return lines
+
+
 def markdown(report: dict) -> str:
     m, w = report["model"], report["workload"]
     env = report.get("environment", {})
@@ -121,6 +186,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| {op} | " + " | ".join(f"{100 * shares[n].get(op, 0):.1f}%" for n in measured) + " |")
         totals = [next(s for s in report["sides"] if s["name"] == n)["profile"]["total_seconds"] for n in measured]
         lines.append("| profiled total | " + " | ".join(f"{t:.4g} s" for t in totals) + " |")
+    if report.get("batch_invariance"):
+        lines += _invariance_lines(report["batch_invariance"])
     for s in report["sides"]:
         impl = s.get("implementations")
         if impl:

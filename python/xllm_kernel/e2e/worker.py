@@ -6,8 +6,9 @@ torch.compile each get a fresh interpreter. The parent (xllm_kernel.e2e.cli) sta
 
 and reads the result. Order: initialize, random weights (with --weights: quantized and packed once
 by the side's linear_pack), validation against the float64 reference (a short greedy workload),
-warm-up, the timed pass (uninstrumented), then a separate profiling pass (each call timed).
-Progress goes to stderr.
+warm-up, the timed pass (uninstrumented), then a separate profiling pass (each call timed), and
+for a side that asks for batch invariance (--batch-invariant's `invariant`) the check that every
+sequence gets the same bits alone as in the batch (e2e.invariance). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import resource
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from xllm_kernel.e2e import invariance
 from xllm_kernel.e2e.config import ModelConfig, WeightSpec, Workload, weight_report
 from xllm_kernel.e2e.model import LINEAR_OPERATIONS, OPERATIONS, Profiler, Runner, library_ops, load, make_weights
 from xllm_kernel.e2e.quantize import quantize_shards, reference_weights
@@ -136,9 +138,9 @@ class _Side:
     def log(self, message: str) -> None:
         _log(self.name, self.rank, self.world, message)
 
-    def runner_for(self, work: Workload) -> Runner:
+    def runner_for(self, work: Workload, rows: tuple[int, ...] | None = None) -> Runner:
         r = Runner(self.m, self.loaded, work, ops=self.ops, device=self.device, dtype=self.dtype, rank=self.rank,
-                   world_size=self.world)
+                   world_size=self.world, rows=rows)
         if self.kind == "compile":
             r.forward_fn = torch.compile(r.forward, dynamic=False, fullgraph=self.spec.get("fullgraph", False))
         return r
@@ -171,9 +173,16 @@ def _select(w: _Side) -> None:
     spec = w.spec
     w.wspec = WeightSpec(**spec["weights"]) if spec.get("weights") else None
     operations = OPERATIONS + (LINEAR_OPERATIONS if w.wspec else ())
+    options = {"batch_invariant": True} if spec["side"].get("batch_invariant") else {}
     w.bindings = xllm_kernel.initialize(device=w.device.type, operations=operations,
-                                        overrides=spec["side"].get("overrides") or {})
+                                        overrides=spec["side"].get("overrides") or {}, **options)
     w.result["implementations"] = {op: w.bindings[op].spec.name for op in operations}
+    if options:
+        w.result["batch_invariant"] = True
+    # What each selected implementation declares (absent from a library without the property).
+    declared = {op: getattr(w.bindings[op].spec, "batch_invariant", None) for op in operations}
+    if any(v is not None for v in declared.values()):
+        w.result["implementations_batch_invariant"] = declared
     w.result["threads"] = torch.get_num_threads()
     w.log("selected " + ", ".join(f"{op}={w.bindings[op].spec.name}" for op in operations))
     all_reduce = None
@@ -331,12 +340,30 @@ def run(spec: dict) -> dict:
     _timed_pass(w, runner, work)
     w.result["profile"] = _profile(w, runner)
     w.result["status"] = "timed"
+    if spec["side"].get("batch_invariant"):
+        del runner  # the check's runners hold caches of their own
+        _check_invariance(w, work)
     if w.dist:
         import torch.distributed as td
 
         td.barrier()
         td.destroy_process_group()
     return w.result
+
+
+def _check_invariance(w: _Side, work: Workload) -> None:
+    """Every sequence of the workload alone against the batch, greedy, bit for bit (after the
+    timed and profiling passes, so that a side that differs still reports its figures); a
+    difference fails the side."""
+    greedy = replace(work, temperature=0.0)
+    t0 = time.perf_counter()
+    result = invariance.check(lambda rows: w.runner_for(greedy, rows), greedy, log=w.log)
+    result["seconds"] = time.perf_counter() - t0
+    result["temperature"] = 0.0
+    w.result["invariance"] = result
+    w.log(f"batch invariance {result['status']}: {invariance.describe(result)}")
+    if result["status"] != "identical":
+        w.result.update(status="failed", reason="batch invariance: " + invariance.describe(result))
 
 
 def hash_tokens(tokens: torch.Tensor) -> str:
