@@ -29,7 +29,10 @@ constexpr int64_t kBlocksPerSm = kernels::kAttentionMinBlocksPerSm;
 constexpr int64_t kSharedPerSm = 163 * 1024;
 // A split has at least this many keys: fewer would cost more in partial results than it gains.
 constexpr int64_t kMinKeysPerSplit = 2 * kernels::kAttentionTile;
-constexpr int64_t kMaxSplits = 32;
+constexpr int64_t kMaxSplits = kernels::kAttentionMaxSplits;
+static_assert(kInvariantSplitKeys == kernels::kAttentionInvariantSplitKeys &&
+                  kInvariantSplitKeys % kernels::kAttentionTile == 0,
+              "the batch-invariant range: one value, a multiple of the key tile");
 constexpr int64_t kWorkspaceAlign = 256;
 // Element offsets times the element size (and float32 workspace offsets) stay inside int64.
 constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max() / 8;
@@ -162,6 +165,10 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int sm_co
   const int64_t units = p.query_tokens * p.kv_heads * plan.head_chunks;
   const int64_t most = std::min(kMaxSplits, std::max<int64_t>(1, ceil_div(max_context(p), kMinKeysPerSplit)));
   plan.splits = units >= resident ? 1 : std::clamp<int64_t>(resident / units, 1, most);
+  if (p.batch_invariant) {
+    // From the table's width only: every row's ranges fit, and the merge always runs.
+    plan.splits = std::clamp<int64_t>(ceil_div(max_context(p), kInvariantSplitKeys), 2, kMaxSplits);
+  }
   plan.items = units * plan.splits;
   plan.blocks = std::min(plan.items, resident * kMaxWaves);
   if (plan.splits > 1) {

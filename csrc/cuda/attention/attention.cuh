@@ -43,6 +43,8 @@ inline constexpr int kAttentionTile = 128;          // keys per tile: one per th
 inline constexpr int kAttentionMaxHeads = 8;        // query heads per item
 inline constexpr int kAttentionMaxHeadSize = 512;   // head_size the kernels take
 inline constexpr int kAttentionMergeThreads = 128;  // per block of the merge kernel
+inline constexpr int64_t kAttentionMaxSplits = 32;   // key ranges of a row, at most
+inline constexpr int64_t kAttentionInvariantSplitKeys = 1024;  // a batch-invariant plan's range
 // Blocks per SM the attention kernel is compiled for (registers: at most 65536 / (4 * 128) = 128).
 inline constexpr int kAttentionMinBlocksPerSm = 4;
 
@@ -161,8 +163,14 @@ XLLM_CUDA_HD AttentionItem attention_item(const AttentionArgs& a, int64_t item) 
   const int64_t pos = seq_len - (q_end - q_begin) + (w.row - q_begin);
   const int64_t first = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
   const int64_t count = pos + 1 - first;
-  const int64_t per_split =
+  int64_t per_split =
       ((count + plan.splits - 1) / plan.splits + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+  if (p.batch_invariant) {
+    // From this row's keys alone (attention.h: PagedAttentionPlan).
+    const int64_t spread = ((count + kAttentionMaxSplits - 1) / kAttentionMaxSplits + kAttentionTile - 1) /
+                           kAttentionTile * kAttentionTile;
+    per_split = spread > kAttentionInvariantSplitKeys ? spread : kAttentionInvariantSplitKeys;
+  }
   w.key_begin = first + w.split * per_split;
   w.key_end = w.key_begin + per_split < pos + 1 ? w.key_begin + per_split : pos + 1;
   return w;

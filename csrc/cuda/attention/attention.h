@@ -72,6 +72,12 @@ Status paged_attention(const PagedAttentionParams& p, void* workspace, int64_t w
 // result (running maximum, sum and unnormalized float32 output) to the workspace and the merge
 // kernel (merge_blocks x merge_threads threads over merge_pieces = query_tokens * q_heads * pieces
 // pieces) writes the output.
+//
+// p.batch_invariant: a row's key ranges come from that row alone: ranges of kInvariantSplitKeys
+// keys from its first key (more where the row would need over kMaxSplits of them: ceil(count / 32)
+// rounded up to 128), always through the merge (splits >= 2, ceil(max_context / 1024) up to 32;
+// a row's empty ranges add nothing and the merge adds the rest in key order). Neither the SM count
+// nor the other rows change a row's ranges or its order of additions.
 struct PagedAttentionPlan {
   bool vector = false;        // 16-byte accesses of query, caches and out (kVec elements); else elements
   int vec = 0;                // elements per access: 16 / element size, or 1
@@ -93,6 +99,9 @@ struct PagedAttentionPlan {
   int64_t sum_offset = 0;
   int64_t workspace_bytes = 0;  // 0 when splits == 1
 };
+
+// The key range of a batch-invariant plan's split (a multiple of the kernels' 128-key tile).
+inline constexpr int64_t kInvariantSplitKeys = 1024;
 
 // What paged_attention checks before it launches on a GPU with `sm_count` SMs: its rejections
 // (kInvalidArgument with the reason, the workspace included), else ok. Host code (tests).

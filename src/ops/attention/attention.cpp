@@ -91,13 +91,15 @@ const family::StandardModules& modules() {
                    "block_tables, query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
          .torch_cuda_modes = {ExecutionMode::kEager},
          .torch_cuda_note = "eager: copies the lengths to the host (one synchronization)"});
-    // The default plan sizes its tiles and key splits from the whole call and the thread count;
-    // the batch-invariant variant plans each sequence alone (src/ops/attention/native_cpu.cpp).
-    Implementation invariant = m.native_cpu.implementations.front();
-    invariant.variant = "batch_invariant";
-    invariant.priority = family::kNativePriority - 5;  // above torch's, below the default's
-    invariant.batch_invariant = true;
-    m.native_cpu.implementations.push_back(invariant);
+    // The default plans size their tiles and key splits from the whole call and the threads (SMs);
+    // the batch-invariant variants plan each sequence (row) alone (native_cpu.cpp, cuda/native_cuda.cpp).
+    for (BackendModule* module : {&m.native_cpu, &m.native_cuda}) {
+      Implementation invariant = module->implementations.front();
+      invariant.variant = "batch_invariant";
+      invariant.priority = family::kNativePriority - 5;  // above torch's, below the default's
+      invariant.batch_invariant = true;
+      module->implementations.push_back(invariant);
+    }
     return m;
   }();
   return modules;

@@ -2,7 +2,8 @@
 // cuda.torch) on a GPU: the bridge checks the CPU tests run (test/ops/attention/bridge_checks.h,
 // where bad values give NaN rows on CUDA instead of raising), CUDA-graph capture of cuda.native
 // replaying to the bits of an eager call with other lengths between capture and replay (the
-// workspace comes from the shapes), and selection through initialize("cuda"). Every test skips,
+// workspace comes from the shapes), batch invariance of the implementations that declare it, and
+// selection through initialize("cuda"). Every test skips,
 // saying why, where no usable GPU is.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -65,6 +66,19 @@ TEST_P(CudaAttentionImpl, CapturedCallEqualsEager) {
                               c.scale, 0, 0);
   EXPECT_TRUE(at::equal(out, eager));
   expect_close(out, reference(c), at::kBFloat16);
+}
+
+// The CUDA implementations that declare batch invariance (cuda.native.paged_attention.batch_invariant):
+// every sequence of a mixed batch alone and in the reversed batch gives the same bits.
+TEST(CudaAttention, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  int checked = 0;
+  for (const auto& name : cuda_implementations_of(kOperation)) {
+    if (!registry().find(name)->spec.batch_invariant) continue;
+    check_batch_invariance(name, kGpu);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no CUDA paged_attention implementation declares batch invariance";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaAttentionImpl, ::testing::ValuesIn(cuda_implementations_of(kOperation)),

@@ -517,6 +517,63 @@ TEST(AttentionHost, SplitAndUnsplitPlansAgree) {
   expect_matches(in, reference(in), many.got);
 }
 
+// A batch-invariant plan (PagedAttentionParams::batch_invariant): every row gets the same bits on
+// any SM count, and alone (its sequence as a call of its own over the same memory) as in the
+// batch; the default plan, whose splits follow the SM count and the rows, does not.
+TEST(AttentionHost, BatchInvariantPlanGivesARowTheSameBitsAloneAndOnAnyGpu) {
+  std::mt19937 rng(11);
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Case c;
+    c.dtype = dtype;
+    c.q_heads = 8;
+    c.kv_heads = 2;
+    c.head_size = 64;
+    c.seqs = {{1, 3000}, {1, 130}, {20, 700}, {1, 2100}, {3, 40}};
+    SCOPED_TRACE(c.describe());
+    Inputs in(c, rng);
+    // The output buffer's bytes after running plan_paged_attention(p, sms) on the host.
+    auto outputs = [&](const PagedAttentionParams& p, int sms) {
+      const PagedAttentionPlan plan = plan_paged_attention(p, sms);
+      EXPECT_GT(plan.blocks, 0);
+      GuardedBuffer workspace(std::max<int64_t>(plan.workspace_bytes, 1), 256);
+      std::memset(workspace.data(), 0xFF, workspace.bytes());
+      for (int64_t i = 0; i < in.out->n; ++i) in.out->set(i, 1234.0);
+      run_plan(p, plan, workspace.data());
+      const auto* bytes = static_cast<const unsigned char*>(in.out->base());
+      return std::vector<unsigned char>(bytes, bytes + in.out->n * Tensor::element_size(dtype));
+    };
+    const int64_t row_bytes = in.token_stride() * Tensor::element_size(dtype);
+    auto rows_of = [&](const std::vector<unsigned char>& b, int64_t first, int64_t count) {
+      return std::vector<unsigned char>(b.begin() + first * row_bytes, b.begin() + (first + count) * row_bytes);
+    };
+    in.p.batch_invariant = true;
+    for (const int sms : {1, 8, 132, 100000}) {
+      const PagedAttentionPlan plan = plan_paged_attention(in.p, sms);
+      EXPECT_EQ(plan.splits, 3) << sms;  // ceil(189 blocks x 16 / 1024): from the table's width, not the GPU
+    }
+    const std::vector<unsigned char> whole = outputs(in.p, 132);
+    for (const int sms : {1, 8, 100000}) EXPECT_TRUE(outputs(in.p, sms) == whole) << "sm_count " << sms;
+    const int64_t es = Tensor::element_size(dtype);
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      PagedAttentionParams one = in.p;
+      const int64_t first = in.qsl[s], rows = c.seqs[s].q_len;
+      one.num_seqs = 1;
+      one.query_tokens = rows;
+      one.query = static_cast<const unsigned char*>(in.p.query) + first * in.p.query_strides.token * es;
+      one.out = static_cast<unsigned char*>(in.p.out) + first * in.p.out_strides.token * es;
+      one.block_tables = in.p.block_tables + static_cast<int64_t>(s) * in.p.block_table_stride;
+      const int32_t starts[2] = {0, static_cast<int32_t>(rows)};
+      one.query_start_loc = starts;
+      one.seq_lens = in.p.seq_lens + s;
+      const std::vector<unsigned char> alone = outputs(one, 132);
+      EXPECT_TRUE(rows_of(alone, first, rows) == rows_of(whole, first, rows)) << "sequence " << s << " alone";
+    }
+    // The control: the default plan's splits follow the SM count, and so do the bits.
+    in.p.batch_invariant = false;
+    EXPECT_FALSE(outputs(in.p, 1) == outputs(in.p, 132)) << "the default plan gave the same bits on 1 and 132 SMs";
+  }
+}
+
 TEST(AttentionHost, OutOfRangeBlockIdsGiveNaNRowsOnly) {
   std::mt19937 rng(7);
   for (int64_t window : {0, 20}) {

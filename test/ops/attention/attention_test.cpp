@@ -47,71 +47,14 @@ TEST_P(AttentionImpl, SplitsOverThreadsGiveTheReference) {
 }
 
 // The implementations that declare batch invariance (KernelSpec::batch_invariant; the suite names
-// this test for them): every sequence of a mixed batch (long decodes split over keys, a chunk, a
-// prefill, short decodes) gives the same bits alone, in the reversed batch and on 1, 2, 3 and 8
-// threads, with a soft cap and a window too.
+// this test for them): check_batch_invariance (bridge_checks.h) on each.
 TEST(CpuAttention, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
   std::vector<std::string> invariant;
   for (const auto& name : registered_implementations(kOperation, Device::kCpu)) {
     if (registry().find(name)->spec.batch_invariant) invariant.push_back(name);
   }
   ASSERT_FALSE(invariant.empty()) << "no CPU paged_attention implementation declares batch invariance";
-  const int threads = at::get_num_threads();
-  const Batch batch{{2600, 37, 1500, 300, 9, 1100}, {1, 1, 40, 300, 9, 1}, 8, 2, 128};
-  const int64_t seqs = static_cast<int64_t>(batch.lengths.size());
-  for (const std::string& impl : invariant) {
-    for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-      for (const auto& [soft_cap, window] : {std::pair<double, int64_t>{0, 0}, {30, 0}, {0, 700}}) {
-        SCOPED_TRACE(impl + " " + c10::toString(dtype) + " soft_cap " + std::to_string(soft_cap) + " window " +
-                     std::to_string(window));
-        Call c = make_call(batch, dtype, kContiguous, kCpu, 7);
-        c.soft_cap = soft_cap;
-        c.window = window;
-        at::set_num_threads(2);
-        const at::Tensor whole = call(impl, c);
-        const at::Tensor starts = c.query_start_loc.to(at::kLong);
-        // On other thread counts.
-        for (const int n : {1, 3, 8}) {
-          at::set_num_threads(n);
-          EXPECT_TRUE(at::equal(call(impl, c), whole)) << "threads " << n;
-        }
-        at::set_num_threads(2);
-        // Each sequence alone, then the batch reversed.
-        std::vector<int32_t> reversed_starts = {0};
-        std::vector<int64_t> order;
-        for (int64_t s = seqs - 1; s >= 0; --s) order.push_back(s);
-        for (int64_t s = 0; s < seqs; ++s) {
-          const int64_t begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
-          Call alone = c;
-          alone.query = c.query.narrow(0, begin, rows).clone();
-          alone.block_tables = c.block_tables.narrow(0, s, 1).clone();
-          alone.query_start_loc = at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(rows)}, at::kInt);
-          alone.seq_lens = c.seq_lens.narrow(0, s, 1).clone();
-          EXPECT_TRUE(at::equal(call(impl, alone), whole.narrow(0, begin, rows))) << "sequence " << s << " alone";
-        }
-        std::vector<at::Tensor> queries, tables;
-        for (const int64_t s : order) {
-          const int64_t begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
-          queries.push_back(c.query.narrow(0, begin, rows));
-          tables.push_back(c.block_tables.narrow(0, s, 1));
-          reversed_starts.push_back(reversed_starts.back() + static_cast<int32_t>(rows));
-        }
-        Call reversed = c;
-        reversed.query = at::cat(queries);
-        reversed.block_tables = at::cat(tables);
-        reversed.query_start_loc = at::tensor(reversed_starts, at::kInt);
-        reversed.seq_lens = c.seq_lens.index_select(0, at::tensor(order, at::kLong)).contiguous();
-        const at::Tensor out = call(impl, reversed);
-        for (size_t i = 0; i < order.size(); ++i) {
-          const int64_t s = order[i], begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
-          EXPECT_TRUE(at::equal(out.narrow(0, reversed_starts[i], rows), whole.narrow(0, begin, rows)))
-              << "sequence " << s << " in the reversed batch";
-        }
-        expect_close(whole, reference(c), dtype);
-      }
-    }
-  }
-  at::set_num_threads(threads);
+  for (const std::string& impl : invariant) check_batch_invariance(impl, kCpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AttentionImpl, ::testing::ValuesIn(registered_implementations(kOperation, Device::kCpu)),

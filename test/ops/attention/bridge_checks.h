@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -266,6 +267,67 @@ inline void check_argument_errors(const std::string& impl, at::Device device) {
     const std::string e = error_message([&] { call(impl, x); });
     EXPECT_NE(e.find(std::string(kOperation) + ": " + bad.expected), std::string::npos) << impl << ": " << e;
   }
+}
+
+// Batch invariance (an implementation that declares it): every sequence of a mixed batch (long
+// decodes split over keys, a chunk, a prefill, short decodes), in bf16 and float32, with a soft cap
+// and a window, gives the same bits alone, in the reversed batch and on 1, 2, 3 and 8 CPU threads.
+inline void check_batch_invariance(const std::string& impl, at::Device device) {
+  const int threads = at::get_num_threads();
+  const Batch batch{{2600, 37, 1500, 300, 9, 1100}, {1, 1, 40, 300, 9, 1}, 8, 2, 128};
+  const int64_t seqs = static_cast<int64_t>(batch.lengths.size());
+  auto ints = [&](const std::vector<int32_t>& v) { return at::tensor(v, at::kInt).to(device); };
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (const auto& [soft_cap, window] : {std::pair<double, int64_t>{0, 0}, {30, 0}, {0, 700}}) {
+      SCOPED_TRACE(impl + " " + c10::toString(dtype) + " soft_cap " + std::to_string(soft_cap) + " window " +
+                   std::to_string(window));
+      Call c = make_call(batch, dtype, kContiguous, device, 7);
+      c.soft_cap = soft_cap;
+      c.window = window;
+      at::set_num_threads(2);
+      const at::Tensor whole = call(impl, c);
+      const at::Tensor starts = c.query_start_loc.to(at::kLong).cpu();
+      for (const int n : {1, 3, 8}) {
+        at::set_num_threads(n);
+        EXPECT_TRUE(at::equal(call(impl, c), whole)) << "threads " << n;
+      }
+      at::set_num_threads(2);
+      // Each sequence alone.
+      for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
+        Call alone = c;
+        alone.query = c.query.narrow(0, begin, rows).clone();
+        alone.block_tables = c.block_tables.narrow(0, s, 1).clone();
+        alone.query_start_loc = ints({0, static_cast<int32_t>(rows)});
+        alone.seq_lens = c.seq_lens.narrow(0, s, 1).clone();
+        EXPECT_TRUE(at::equal(call(impl, alone), whole.narrow(0, begin, rows))) << "sequence " << s << " alone";
+      }
+      // The batch reversed.
+      std::vector<int64_t> order;
+      for (int64_t s = seqs - 1; s >= 0; --s) order.push_back(s);
+      std::vector<at::Tensor> queries, tables;
+      std::vector<int32_t> reversed_starts = {0};
+      for (const int64_t s : order) {
+        const int64_t begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
+        queries.push_back(c.query.narrow(0, begin, rows));
+        tables.push_back(c.block_tables.narrow(0, s, 1));
+        reversed_starts.push_back(reversed_starts.back() + static_cast<int32_t>(rows));
+      }
+      Call reversed = c;
+      reversed.query = at::cat(queries);
+      reversed.block_tables = at::cat(tables);
+      reversed.query_start_loc = ints(reversed_starts);
+      reversed.seq_lens = c.seq_lens.index_select(0, at::tensor(order, at::kLong).to(device)).contiguous();
+      const at::Tensor out = call(impl, reversed);
+      for (size_t i = 0; i < order.size(); ++i) {
+        const int64_t s = order[i], begin = starts[s].item<int64_t>(), rows = starts[s + 1].item<int64_t>() - begin;
+        EXPECT_TRUE(at::equal(out.narrow(0, reversed_starts[i], rows), whole.narrow(0, begin, rows)))
+            << "sequence " << s << " in the reversed batch";
+      }
+      expect_close(whole, reference(c), dtype);
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 // Every check above for one implementation.

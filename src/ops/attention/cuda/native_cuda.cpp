@@ -4,6 +4,10 @@
 // of block_tables, query_start_loc and seq_lens are not checked here (that would synchronize): the
 // kernels handle them as csrc/cuda/attention/attention.h says. The workspace's size comes from the
 // shapes alone and the caching allocator provides it, so the call can be captured into a graph.
+//
+// cuda.native.paged_attention.batch_invariant: the same kernels with key ranges from each row alone
+// (PagedAttentionParams::batch_invariant), below the default's priority: initialize("cuda",
+// batch_invariant=true) selects it.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,6 +22,7 @@
 namespace xllm_kernel::attention {
 namespace {
 
+template <bool kBatchInvariant>
 at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                                   const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
@@ -29,7 +34,8 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
   const c10::cuda::CUDAGuard guard(query.device());
   if (s.tokens == 0 || s.num_seqs == 0) return at::zeros(query.sizes(), query.options());  // padding rows only
   at::Tensor out = new_output(query);  // every row written: the padding rows (from query_start_loc[seqs] on) zero
-  const cuda::PagedAttentionParams p = kernel_params(call, s, out);
+  cuda::PagedAttentionParams p = kernel_params(call, s, out);
+  p.batch_invariant = kBatchInvariant;
   int sm_count = 0;
   bridge::check_launch(op_name(), cuda::cuda_status(cuda::current_sm_count(&sm_count), "cudaDeviceGetAttribute"));
   const int64_t bytes = cuda::paged_attention_workspace_bytes(p, sm_count);
@@ -42,6 +48,8 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
 }  // namespace
 
 XLLM_REGISTER_NAMED("cuda.native.paged_attention", modules().native_cuda, paged_attention_operation(),
-                    native_paged_attention);
+                    native_paged_attention<false>);
+XLLM_REGISTER_NAMED("cuda.native.paged_attention.batch_invariant", modules().native_cuda, paged_attention_operation(),
+                    native_paged_attention<true>);
 
 }  // namespace xllm_kernel::attention
