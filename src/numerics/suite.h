@@ -116,7 +116,8 @@ enum class AcceptedAs {
   // kValidPrefix where the values may differ in the last bits: a GEMM whose blocking depends on the
   // row count (torch's: on an AMD Zen 5, float32 int4 linear of 3 and 4 rows) adds the same
   // products in another order. The leading part is within 1e-2 (relative and absolute, after
-  // float32) of the valid call's: a mixed-up row still fails.
+  // float32) of the valid call's: a mixed-up row still fails. An implementation that declares
+  // batch invariance (KernelSpec::batch_invariant) is held to kValidPrefix: the same bits.
   kValidPrefixClose,
   // Zero rows: every returned tensor has no elements, and every other argument is unchanged.
   kEmptyResults,
