@@ -208,6 +208,11 @@ def _invariant_report(tmp_path, *args: str) -> tuple[dict, str]:
     report = json.loads(out.read_text())
     if jsonschema is not None:
         jsonschema.validate(report, SCHEMA)
+        # The schema describes the block: a status it does not know is rejected.
+        broken = json.loads(json.dumps(report))
+        broken["batch_invariance"]["status"] = "mostly"
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)
     text = md.read_text()
     assert text in result.stdout
     return report, text
