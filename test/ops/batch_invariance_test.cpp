@@ -57,22 +57,11 @@ std::optional<SuiteArguments> batch_arguments(const Operation& op) {
   return found;
 }
 
-std::vector<at::Tensor> clones(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : tensors) out.push_back(t.defined() ? t.clone() : t);
-  return out;
-}
-
-// The tensors a boxed call returned (not the arguments it wrote).
-std::vector<at::Tensor> returned_tensors(const Operation& op, const RegisteredKernel& kernel, torch::jit::Stack stack) {
+// Copies of the tensors a boxed call on `stack` returned (not the arguments it wrote).
+std::vector<at::Tensor> call_returning(const Operation& op, const RegisteredKernel& kernel, torch::jit::Stack stack) {
   op.boxed_caller()(kernel.function, stack);
   std::vector<at::Tensor> out;
-  for (const auto& v : stack) {
-    if (v.isTensor()) out.push_back(v.toTensor().clone());
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorVector()) out.push_back(t.clone());
-    }
-  }
+  for (const at::Tensor& t : returned_tensors(stack)) out.push_back(t.clone());
   return out;
 }
 
@@ -118,11 +107,11 @@ std::vector<std::string> check_implementation(const Operation& op, const Registe
   // The whole call on 2 threads, then on 1 and 3: the same results and the same written state.
   at::set_num_threads(2);
   torch::jit::Stack whole_state = copy_stack(base);
-  const std::vector<at::Tensor> whole = returned_tensors(op, kernel, whole_state);
+  const std::vector<at::Tensor> whole = call_returning(op, kernel, whole_state);
   for (const int threads : {1, 3}) {
     at::set_num_threads(threads);
     torch::jit::Stack state = copy_stack(base);
-    const std::vector<at::Tensor> again = returned_tensors(op, kernel, state);
+    const std::vector<at::Tensor> again = call_returning(op, kernel, state);
     std::string wrong = compare(again, whole, from + ", " + std::to_string(threads) + " threads");
     if (wrong.empty()) {
       for (size_t i = 0; i < state.size() && wrong.empty(); ++i) {
@@ -152,7 +141,7 @@ std::vector<std::string> check_implementation(const Operation& op, const Registe
     }
     std::vector<at::Tensor> out;
     try {
-      out = returned_tensors(op, kernel, one);
+      out = call_returning(op, kernel, one);
     } catch (const std::exception& e) {
       failures.push_back(from + ": row " + std::to_string(r) + " alone failed: " + e.what());
       return failures;

@@ -55,6 +55,18 @@ def run_python(code: str, *, env: dict[str, str] | None = None, check: bool = Tr
     return result
 
 
+def run_e2e(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m xllm_kernel.e2e ARGS` on one intra-op thread, outside any torchrun launch."""
+    env = {k: v for k, v in python_env(OMP_NUM_THREADS="1").items() if k not in TORCHRUN_VARIABLES}
+    return subprocess.run([sys.executable, "-m", "xllm_kernel.e2e", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def explain_run(result: subprocess.CompletedProcess) -> str:
+    """A failed run's exit code and the tails of its output, for an assertion message."""
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-4000:]}"
+
+
 @pytest.fixture(scope="session")
 def cpu():
     """The CPU bindings of this process: the whole catalog, default selection."""

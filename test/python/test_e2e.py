@@ -18,6 +18,8 @@ import torch
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (the report schema checks need it)")
 
 from conftest import ROOT, TORCHRUN_VARIABLES, python_env
+from conftest import explain_run as _explain
+from conftest import run_e2e as e2e
 
 from xllm_kernel.e2e.config import (UsageError, Workload, check, check_weights, linear_bytes, model_config,
                                     weight_report, weight_spec)
@@ -100,16 +102,6 @@ def test_tiny_presets_match_transformers(cpu, preset):
         ours = torch.stack([step[s] for step in gen.logits]).to(torch.float64)
         assert (ours - theirs).abs().max().item() < 2e-3 * max(1.0, theirs.abs().max().item())
         assert torch.equal(theirs.argmax(-1), gen.tokens[s])  # greedy: their argmax is our token
-
-
-def e2e(*args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in python_env(OMP_NUM_THREADS="1").items() if k not in TORCHRUN_VARIABLES}
-    return subprocess.run([sys.executable, "-m", "xllm_kernel.e2e", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def _explain(result: subprocess.CompletedProcess) -> str:
-    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-4000:]}"
 
 
 SMALL = ["--preset", "tiny", "--batch", "3", "--prompt-len", "24,9", "--output-len", "6", "--block-size", "8"]

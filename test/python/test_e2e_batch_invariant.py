@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, TORCHRUN_VARIABLES, python_env
+from conftest import ROOT
+from conftest import explain_run as _explain
+from conftest import run_e2e as e2e
 
 from xllm_kernel.e2e import cli
 from xllm_kernel.e2e.config import Workload, model_config
@@ -27,7 +27,6 @@ except ImportError:  # pragma: no cover
     jsonschema = None
 
 SCHEMA = json.loads((ROOT / "docs" / "schemas" / "e2e-report.schema.json").read_text())
-TIMEOUT = 600
 
 
 # ---- the comparison ---------------------------------------------------------------------------------
@@ -183,16 +182,6 @@ def test_a_runner_of_some_rows_has_their_prompts_seeds_and_blocks(cpu):
 
 
 # ---- the command --------------------------------------------------------------------------------
-
-def e2e(*args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in python_env(OMP_NUM_THREADS="1").items() if k not in TORCHRUN_VARIABLES}
-    return subprocess.run([sys.executable, "-m", "xllm_kernel.e2e", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def _explain(result: subprocess.CompletedProcess) -> str:
-    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-4000:]}"
-
 
 # Short: two layers, four output tokens, one small validation, no warm-up. The prompts differ in
 # length and cross blocks of 8 (and tiny-mistral's window of 16).

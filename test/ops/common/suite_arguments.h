@@ -145,10 +145,8 @@ inline std::vector<std::shared_ptr<const RegisteredKernel>> library_implementati
   return out;
 }
 
-// The values a call leaves: the results on the stack, then every argument the contract mutates
-// (in schema order).
-inline std::vector<at::Tensor> call_results(const Operation& operation, const torch::jit::Stack& arguments,
-                                            const torch::jit::Stack& returned) {
+// The tensors a call returned (the stack after a boxed call), tensor lists flattened.
+inline std::vector<at::Tensor> returned_tensors(const torch::jit::Stack& returned) {
   std::vector<at::Tensor> out;
   for (const auto& v : returned) {
     if (v.isTensor()) out.push_back(v.toTensor());
@@ -156,6 +154,14 @@ inline std::vector<at::Tensor> call_results(const Operation& operation, const to
       for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
     }
   }
+  return out;
+}
+
+// The values a call leaves: the results on the stack, then every argument the contract mutates
+// (in schema order).
+inline std::vector<at::Tensor> call_results(const Operation& operation, const torch::jit::Stack& arguments,
+                                            const torch::jit::Stack& returned) {
+  std::vector<at::Tensor> out = returned_tensors(returned);
   const auto& mutates = operation.contract().mutates;
   const c10::FunctionSchema schema = parsed_schema(operation);
   for (size_t i = 0; i < schema.arguments().size() && i < arguments.size(); ++i) {
