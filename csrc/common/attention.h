@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "csrc/common/host_device.h"
+#include "csrc/common/kv_cache.h"
 #include "csrc/common/rows.h"
 
 namespace xllm_kernel::kernels {
@@ -51,7 +52,7 @@ struct CacheStrides {
 };
 
 struct PagedAttentionParams {
-  DType dtype = DType::kFloat32;  // query, both caches and out
+  DType dtype = DType::kFloat32;  // query, out and (cache_format kPlain) both caches
   int64_t num_seqs = 0;           // block_tables rows, seq_lens entries; query_start_loc has num_seqs + 1
   int64_t query_tokens = 0;       // query and out rows (query_start_loc[num_seqs] on a valid call)
   int64_t q_heads = 0;            // >= 1, a multiple of kv_heads
@@ -75,6 +76,18 @@ struct PagedAttentionParams {
   int64_t block_table_stride = 0;
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1], contiguous
   const int32_t* seq_lens = nullptr;         // [num_seqs], contiguous
+
+  // The caches' element format (csrc/common/kv_cache.h; paged_attention_quant). Quantized: the
+  // caches hold one byte per element (strides still in elements) and every key and value element
+  // read is dequantized first, x = float(q) * scale in float32, then used as a kPlain cache's:
+  //   kFp8E4M3: key_scale, value_scale point at one float32 each (device memory on CUDA);
+  //   kInt8:    key_scale, value_scale are [num_blocks, block_size, kv_heads] float32: the scale of
+  //             KV head g of row r of block b at element b * block + r * row + g * head.
+  KvCacheFormat cache_format = KvCacheFormat::kPlain;
+  const float* key_scale = nullptr;
+  CacheStrides key_scale_strides;
+  const float* value_scale = nullptr;
+  CacheStrides value_scale_strides;
 
   float scale = 1.0f;          // multiplies the logits
   float soft_cap = 0.0f;       // > 0: logit = soft_cap * tanh(logit / soft_cap); 0: off

@@ -139,6 +139,9 @@ struct QuantParams {
   // Pointers so that CUDA kernels read them from device memory without a synchronization.
   const float* static_scale = nullptr;
   const int32_t* static_azp = nullptr;
+  // kStatic with kFloat8E4M3 only: q = e4m3(x / scale), the true division of the fp8 KV cache
+  // (csrc/common/kv_cache.h, vLLM's cache write), instead of static_quant's x * (1 / scale).
+  bool static_divide = false;
 
   // The normalizations (rms_norm and fused_add_rms_norm, as csrc/common/normalization.h).
   const void* weight = nullptr;          // [hidden], contiguous

@@ -19,10 +19,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "csrc/cpu/attention/attention_internal.h"
 #include "csrc/cpu/attention/attention_prefill_amx.h"
+#include "csrc/common/quantization.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "csrc/cpu/attention/attention.cpp"
@@ -226,6 +228,52 @@ HWY_INLINE void TileValues(const float* HWY_RESTRICT pm, const uint8_t* seen, si
   }
 }
 
+// A quantized cache's element type (csrc/common/kv_cache.h): float8_e4m3fn bits or int8.
+struct Fp8E4M3 {
+  uint8_t bits;
+};
+
+// Widens n elements of a quantized cache row to float32 at dst, dequantized (x = float(q) * scale,
+// as kernels::float_from_float8_e4m3fn(q) * scale and float(q) * scale), and zeroes dst up to hp.
+// e4m3 goes through float16: its 7 magnitude bits shifted left by 7 are a float16 of the same
+// mantissa whose exponent bias (15) is 8 more than e4m3's (7), subnormals included, so the float16
+// value times 2^8 is the e4m3 value exactly; the 2^8 folds into the scale (one rounding either
+// way) unless that could overflow or lose bits. The NaN code 0x7F / 0xFF maps to a float16 NaN.
+HWY_INLINE void WidenQuantRow(const Fp8E4M3* HWY_RESTRICT src, size_t n, size_t hp, float scale, float* HWY_RESTRICT dst) {
+  const DF d;
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const size_t N = hn::Lanes(d);
+  const bool fold = scale > 0x1p-100f && scale < 0x1p100f;
+  const VF s = hn::Set(d, fold ? scale * 256.0f : scale), two8 = hn::Set(d, fold ? 1.0f : 256.0f);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(src);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto b = hn::PromoteTo(d16, hn::LoadU(d8, bytes + i));
+    const auto mag = hn::And(b, hn::Set(d16, uint16_t{0x7F}));
+    auto h = hn::Or(hn::ShiftLeft<7>(mag), hn::ShiftLeft<8>(hn::And(b, hn::Set(d16, uint16_t{0x80}))));
+    h = hn::IfThenElse(hn::Eq(mag, hn::Set(d16, uint16_t{0x7F})), hn::Set(d16, uint16_t{0x7E00}), h);
+    const VF x = hn::PromoteTo(d, hn::BitCast(dh, h));
+    hn::Store(hn::Mul(hn::Mul(x, two8), s), d, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = kernels::float_from_float8_e4m3fn(bytes[i]) * scale;
+  for (; i < hp; ++i) dst[i] = 0.0f;
+}
+
+HWY_INLINE void WidenQuantRow(const int8_t* HWY_RESTRICT src, size_t n, size_t hp, float scale, float* HWY_RESTRICT dst) {
+  const DF d;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t N = hn::Lanes(d);
+  const VF s = hn::Set(d, scale);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::Store(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(DI32(), hn::LoadU(d8, src + i))), s), d, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+  for (; i < hp; ++i) dst[i] = 0.0f;
+}
+
 // Walks the keys of one sequence through the block table in order: the addresses of the current
 // key's rows (head 0), or null for a key whose block id is out of range (never dereferenced). One
 // division at Seek, none per key. The table is read only below `blocks` (the blocks that hold the
@@ -239,6 +287,9 @@ struct KeyWalk {
   int64_t block = 0, row = 0;
   const T* k = nullptr;  // the current key's rows (null: bad block id, or past the item's keys)
   const T* v = nullptr;
+  // int8 caches: the current key's scales (KV head 0), else null.
+  const float* ks = nullptr;
+  const float* vs = nullptr;
 
   HWY_INLINE void Block() {
     if (block >= blocks) {
@@ -251,6 +302,10 @@ struct KeyWalk {
     } else {
       k = static_cast<const T*>(p->key_cache) + id * p->key_cache_strides.block + row * p->key_cache_strides.row;
       v = static_cast<const T*>(p->value_cache) + id * p->value_cache_strides.block + row * p->value_cache_strides.row;
+      if (p->cache_format == kernels::KvCacheFormat::kInt8) {
+        ks = p->key_scale + id * p->key_scale_strides.block + row * p->key_scale_strides.row;
+        vs = p->value_scale + id * p->value_scale_strides.block + row * p->value_scale_strides.row;
+      }
     }
   }
   HWY_INLINE void Seek(int64_t key) {
@@ -266,6 +321,10 @@ struct KeyWalk {
     } else if (k != nullptr) {
       k += p->key_cache_strides.row;
       v += p->value_cache_strides.row;
+      if (ks != nullptr) {
+        ks += p->key_scale_strides.row;
+        vs += p->value_scale_strides.row;
+      }
     }
   }
 };
@@ -384,8 +443,11 @@ HWY_INLINE VectorIndex IndexOf(int64_t v, int64_t rows, int64_t G, int64_t q_beg
   return {q_begin + r, (kv_head + hi) * G + (m - r * G)};
 }
 
-template <typename T>
+// T: the query's and the output's element type; TC: the caches' (T, or a quantized type whose rows
+// are dequantized as they are widened).
+template <typename T, typename TC = T>
 void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* HWY_RESTRICT workspace) {
+  constexpr bool kQuant = !std::is_same_v<T, TC>;
   const DF d;
   const size_t N = hn::Lanes(d);
   constexpr size_t kT = static_cast<size_t>(kTileKeys);
@@ -410,14 +472,20 @@ void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* HW
   std::fill(sc.row_max, sc.row_max + vectors, -std::numeric_limits<float>::infinity());
   std::fill(sc.row_sum, sc.row_sum + vectors, 0.0f);
 
-  KeyWalk<T> walk{&p, p.block_tables + item.seq * p.block_table_stride,
-                  (item.key_end + p.block_size - 1) / p.block_size};
+  KeyWalk<TC> walk{&p, p.block_tables + item.seq * p.block_table_stride,
+                   (item.key_end + p.block_size - 1) / p.block_size};
   walk.Seek(item.key_begin);
-  KeyWalk<T> ahead = walk;
+  KeyWalk<TC> ahead = walk;
   const int64_t kh = p.key_cache_strides.head, vh = p.value_cache_strides.head;
   const int64_t first_pos = PositionOf(span, item.query_begin);
-  const T* krow[kT];
-  const T* vrow[kT];
+  const TC* krow[kT];
+  const TC* vrow[kT];
+  // Quantized caches: each key's scales (int8: of KV head 0, heads key_scale_strides.head apart;
+  // fp8: the per-tensor scale).
+  const float* kscale[kT];
+  const float* vscale[kT];
+  const bool per_row = p.cache_format == kernels::KvCacheFormat::kInt8;
+  const int64_t ksh = p.key_scale_strides.head, vsh = p.value_scale_strides.head;
 
   int64_t prefetched = item.key_begin;  // keys whose rows were prefetched: [key_begin, prefetched)
   for (int64_t j0 = item.key_begin; j0 < item.key_end; j0 += kTileKeys) {
@@ -434,6 +502,10 @@ void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* HW
       if (j < n) {
         krow[j] = walk.k;
         vrow[j] = walk.v;
+        if constexpr (kQuant) {
+          kscale[j] = per_row ? walk.ks : p.key_scale;
+          vscale[j] = per_row ? walk.vs : p.value_scale;
+        }
         walk.Next();
       }
       sc.key_ok[j] = krow[j] != nullptr;
@@ -444,13 +516,25 @@ void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* HW
     for (size_t j = 0; j < nk; ++j) {
       for (int64_t hi = 0; hi < heads; ++hi) {
         float* kd = sc.kt + (static_cast<size_t>(hi) * kT + j) * hp;
-        if (krow[j] != nullptr) WidenRow(krow[j] + (item.kv_head + hi) * kh, hs, hp, kd);
-        else std::fill(kd, kd + hp, 0.0f);
+        const int64_t g = item.kv_head + hi;
+        if (krow[j] == nullptr) {
+          std::fill(kd, kd + hp, 0.0f);
+        } else if constexpr (kQuant) {
+          WidenQuantRow(krow[j] + g * kh, hs, hp, per_row ? kscale[j][g * ksh] : *kscale[j], kd);
+        } else {
+          WidenRow(krow[j] + g * kh, hs, hp, kd);
+        }
       }
       for (int64_t hi = 0; hi < heads; ++hi) {
         float* vd = sc.vt + (static_cast<size_t>(hi) * kT + j) * hp;
-        if (vrow[j] != nullptr) WidenRow(vrow[j] + (item.kv_head + hi) * vh, hs, hp, vd);
-        else std::fill(vd, vd + hp, 0.0f);
+        const int64_t g = item.kv_head + hi;
+        if (vrow[j] == nullptr) {
+          std::fill(vd, vd + hp, 0.0f);
+        } else if constexpr (kQuant) {
+          WidenQuantRow(vrow[j] + g * vh, hs, hp, per_row ? vscale[j][g * vsh] : *vscale[j], vd);
+        } else {
+          WidenRow(vrow[j] + g * vh, hs, hp, vd);
+        }
       }
     }
     for (int64_t hi = 0; hi < heads; ++hi) {
@@ -535,13 +619,22 @@ void RunMerge(const PagedAttentionParams& p, const AttentionMerge& mg, const flo
   }
 }
 
+template <typename T>
+void RunItemOfFormat(const PagedAttentionParams& p, const AttentionItem& item, float* ws) {
+  switch (p.cache_format) {
+    case kernels::KvCacheFormat::kPlain: return RunItem<T>(p, item, ws);
+    case kernels::KvCacheFormat::kFp8E4M3: return RunItem<T, Fp8E4M3>(p, item, ws);
+    case kernels::KvCacheFormat::kInt8: return RunItem<T, int8_t>(p, item, ws);
+  }
+}
+
 void RunItems(const PagedAttentionParams& p, const AttentionItem* items, int64_t count, void* workspace) {
   float* ws = static_cast<float*>(workspace);
   for (int64_t i = 0; i < count; ++i) {
     switch (p.dtype) {
-      case DType::kFloat32: RunItem<float>(p, items[i], ws); break;
-      case DType::kBFloat16: RunItem<hwy::bfloat16_t>(p, items[i], ws); break;
-      case DType::kFloat16: RunItem<hwy::float16_t>(p, items[i], ws); break;
+      case DType::kFloat32: RunItemOfFormat<float>(p, items[i], ws); break;
+      case DType::kBFloat16: RunItemOfFormat<hwy::bfloat16_t>(p, items[i], ws); break;
+      case DType::kFloat16: RunItemOfFormat<hwy::float16_t>(p, items[i], ws); break;
     }
   }
 }
@@ -574,6 +667,10 @@ using namespace attention_detail;  // NOLINT: this file's shared helpers
 // Defence only: the bridge validates shapes and values before calling.
 const char* InvalidParams(const PagedAttentionParams& p) {
   if (!kernels::valid_dtype(p.dtype)) return "paged_attention: unknown dtype";
+  if (!kernels::valid_kv_cache_format(p.cache_format)) return "paged_attention: unknown cache format";
+  if (p.cache_format != kernels::KvCacheFormat::kPlain && (p.key_scale == nullptr || p.value_scale == nullptr)) {
+    return "paged_attention: null scale of a quantized cache";
+  }
   if (p.num_seqs < 0 || p.query_tokens < 0 || p.num_blocks < 0 || p.max_blocks_per_seq < 0) {
     return "paged_attention: negative sizes";
   }
@@ -613,7 +710,8 @@ constexpr int64_t kGroupHeadsVectors = 16;
 // target (or a better x86 one) is allowed, so that a test restricting the targets gets the
 // Highway kernel of each.
 bool DecodeKernelAllowed(const PagedAttentionParams& p) {
-  return p.dtype == DType::kBFloat16 && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
+  return p.dtype == DType::kBFloat16 && p.cache_format == kernels::KvCacheFormat::kPlain &&
+         (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
          DecodeAvx512Bf16Supported();
 }
 

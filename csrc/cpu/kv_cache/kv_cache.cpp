@@ -14,6 +14,7 @@
 #include "hwy/highway.h"
 
 #include "csrc/cpu/common/stream-inl.h"
+#include "csrc/cpu/quantization/quantization.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
@@ -143,9 +144,57 @@ HWY_EXPORT(ReshapeAndCacheTokens);
 
 namespace {
 
+// The quantized write: each (token, KV head) row of head_size elements goes through the quantization
+// family's row kernel (cpu::quant, csrc/cpu/quantization) straight into its cache row: int8 as
+// per_token_quant (its scale into the scales beside the cache), fp8 as a static quantization that
+// divides by the cache's scale. One call per token and tensor: its kv_heads rows.
+Status QuantizeTokens(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
+  const int64_t es = kernels::element_size(p.dtype);
+  const int64_t slot_elems = p.kv_heads * p.head_size;
+  const bool int8 = p.format == kernels::KvCacheFormat::kInt8;
+  QuantParams q;
+  q.dtype = p.dtype;
+  q.qdtype = int8 ? QuantDType::kInt8 : QuantDType::kFloat8E4M3;
+  q.scheme = int8 ? QuantScheme::kPerToken : QuantScheme::kStatic;
+  q.static_divide = !int8;
+  q.hidden = p.head_size;
+  q.shape.rows = p.kv_heads;
+  q.shape.ndim = 1;
+  q.shape.sizes[0] = p.kv_heads;
+  q.out_strides.s[0] = p.head_size;
+  q.scale_strides.s[0] = 1;
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const int64_t slot = p.slot_mapping[t * p.slot_stride];
+    if (slot < 0 || slot >= p.num_slots) continue;
+    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+    for (int kv = 0; kv < 2; ++kv) {
+      const KvTokenStrides& in = kv == 0 ? p.key_strides : p.value_strides;
+      q.input = static_cast<const uint8_t*>(kv == 0 ? p.key : p.value) + t * in.token * es;
+      q.input_strides.s[0] = in.head;
+      q.out = static_cast<uint8_t*>(kv == 0 ? p.key_cache : p.value_cache) +
+              block * (kv == 0 ? p.key_cache_block_stride : p.value_cache_block_stride) + offset * slot_elems;
+      float* scale = kv == 0 ? p.key_scale : p.value_scale;
+      if (int8) {
+        q.scale_out = scale + block * (kv == 0 ? p.key_scale_block_stride : p.value_scale_block_stride) +
+                      offset * p.kv_heads;
+      } else {
+        q.static_scale = scale;
+      }
+      const Status s = quant(q, 0, p.kv_heads);
+      if (!s.is_ok()) return s;
+    }
+  }
+  return Status::ok();
+}
+
 // Defence only: the bridge validates shapes, layouts and slots before calling.
 Status Check(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
   if (!kernels::valid_dtype(p.dtype)) return Status::invalid("reshape_and_cache: unknown dtype");
+  if (!kernels::valid_kv_cache_format(p.format)) return Status::invalid("reshape_and_cache: unknown cache format");
+  if (p.format != kernels::KvCacheFormat::kPlain && token_begin < token_end &&
+      (p.key_scale == nullptr || p.value_scale == nullptr)) {
+    return Status::invalid("reshape_and_cache: null scale of a quantized cache");
+  }
   if (p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1 || p.num_slots < 0) {
     return Status::invalid("reshape_and_cache: kv_heads, head_size and block_size must be >= 1");
   }
@@ -163,7 +212,9 @@ Status Check(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
 
 Status reshape_and_cache(const KvCacheParams& p, int64_t token_begin, int64_t token_end) {
   const Status s = Check(p, token_begin, token_end);
-  if (s.is_ok() && token_begin < token_end) HWY_DYNAMIC_DISPATCH(ReshapeAndCacheTokens)(p, token_begin, token_end);
+  if (!s.is_ok() || token_begin == token_end) return s;
+  if (p.format != kernels::KvCacheFormat::kPlain) return QuantizeTokens(p, token_begin, token_end);
+  HWY_DYNAMIC_DISPATCH(ReshapeAndCacheTokens)(p, token_begin, token_end);
   return s;
 }
 

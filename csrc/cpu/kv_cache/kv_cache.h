@@ -26,7 +26,10 @@ using kernels::KvCacheParams;
 using kernels::KvTokenStrides;
 
 // Copies the rows of tokens [token_begin, token_end); may run concurrently on disjoint ranges
-// (with distinct slots). Pointers may be null when the range is empty.
+// (with distinct slots). Pointers may be null when the range is empty. A quantized format
+// (p.format, csrc/common/kv_cache.h) quantizes each (token, head) row into the cache instead, with
+// the quantization family's row kernels (csrc/cpu/quantization): the same bits as per_token_quant
+// of that row (int8, its scale written beside) or e4m3(x / scale) (fp8).
 Status reshape_and_cache(const KvCacheParams& p, int64_t token_begin, int64_t token_end);
 
 }  // namespace xllm_kernel::cpu

@@ -576,7 +576,15 @@ HWY_INLINE bool CpuHasVbmi() { return cpu_features().avx512_vbmi; }  // cpu_feat
 
 // ---------------------------------------------------------------- quantizing rows
 
-enum class Method : int { kFp8PerToken, kInt8PerToken, kInt8Azp, kFp8Static, kInt8Static, kInt8AzpStatic };
+enum class Method : int {
+  kFp8PerToken,
+  kInt8PerToken,
+  kInt8Azp,
+  kFp8Static,
+  kFp8StaticDivide,
+  kInt8Static,
+  kInt8AzpStatic
+};
 
 Method MethodOf(const QuantParams& p) {
   const bool fp8 = p.qdtype == QuantDType::kFloat8E4M3;
@@ -585,7 +593,8 @@ Method MethodOf(const QuantParams& p) {
     case QuantScheme::kPerTokenAzp: return Method::kInt8Azp;
     case QuantScheme::kStatic: break;
   }
-  return fp8 ? Method::kFp8Static : p.static_azp != nullptr ? Method::kInt8AzpStatic : Method::kInt8Static;
+  if (fp8) return p.static_divide ? Method::kFp8StaticDivide : Method::kFp8Static;
+  return p.static_azp != nullptr ? Method::kInt8AzpStatic : Method::kInt8Static;
 }
 
 // Quantizes rows of T as p's scheme says: the per-token schemes find each row's parameters (and
@@ -661,6 +670,8 @@ class RowQuantizer {
       }
       case Method::kFp8Static:
         return Quantize<kPrefetch>(src, y, count, Fp8Static{hn::Set(d, 1.0f / static_scale_)}, next);
+      case Method::kFp8StaticDivide:
+        return Quantize<kPrefetch>(src, y, count, Fp8PerToken{hn::Set(d, static_scale_)}, next);
       case Method::kInt8Static:
         return Quantize<kPrefetch>(src, y, count, Int8Static{hn::Set(d, static_scale_)}, next);
       case Method::kInt8AzpStatic:
@@ -889,6 +900,9 @@ Status Check(Producer producer, const QuantParams& p, int64_t row_begin, int64_t
   }
   if (p.scale_ub != nullptr && !(p.scheme == QuantScheme::kPerToken && p.qdtype == QuantDType::kFloat8E4M3)) {
     return Status::invalid("quantization: scale_ub is for per-token float8_e4m3fn only");
+  }
+  if (p.static_divide && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kFloat8E4M3)) {
+    return Status::invalid("quantization: static_divide is for static float8_e4m3fn only");
   }
   if (p.static_azp != nullptr && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kInt8)) {
     return Status::invalid("quantization: static_azp is for static int8 only");

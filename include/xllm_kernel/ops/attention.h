@@ -37,6 +37,19 @@
 // outside the arguments is read or written instead: a query row that would read a block id outside
 // [0, num_blocks) gets NaN in every element (the sequence's other rows are computed), and a
 // sequence whose lengths contradict each other gets NaN in its rows within [0, tokens).
+//
+// The quantized KV cache: paged_attention_quant reads the caches reshape_and_cache_quant writes
+// (float8_e4m3fn with one scale each, or int8 with [num_blocks, block_size, kv_heads] scales),
+// dequantizing every element it reads, x = float(q) * scale in float32, then computing exactly as
+// paged_attention does over those values:
+//
+//   at::Tensor out = xllm_kernel::ops::paged_attention_quant(query, key_cache, value_cache, key_scale,
+//                                                            value_scale, block_tables, query_start_loc,
+//                                                            seq_lens, 1 / std::sqrt(128.0), 0, 0);
+//
+// Arguments as paged_attention's, with caches of float8_e4m3fn or int8 (both the same) and their
+// scales on query's device (fp8: one element each; int8: [num_blocks, block_size, kv_heads], any
+// strides). Non-finite values: an fp8 NaN (0x7F) or an int8 row's NaN scale is a NaN read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,8 +63,16 @@ using PagedAttentionFn = at::Tensor(const at::Tensor& query, const at::Tensor& k
                                     const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
                                     double soft_cap, int64_t sliding_window);
 
+using PagedAttentionQuantFn = at::Tensor(const at::Tensor& query, const at::Tensor& key_cache,
+                                         const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                         const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                         const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                         double soft_cap, int64_t sliding_window);
+
 const OpContract& paged_attention_contract();
 const TypedOperation<PagedAttentionFn>& paged_attention_operation();
+const OpContract& paged_attention_quant_contract();
+const TypedOperation<PagedAttentionQuantFn>& paged_attention_quant_operation();
 
 // The family's group (its operations and backend modules), registered in the catalog.
 const Group& attention_group();
@@ -63,6 +84,12 @@ namespace ops {
 at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                            const at::Tensor& block_tables, const at::Tensor& query_start_loc,
                            const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window);
+
+// paged_attention over quantized caches (float8_e4m3fn or int8) and their scales.
+at::Tensor paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                 const at::Tensor& key_scale, const at::Tensor& value_scale,
+                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window);
 
 }  // namespace ops
 }  // namespace xllm_kernel

@@ -24,6 +24,22 @@
 // out-of-bounds access), and a duplicated slot ends with each element of its rows from one of its
 // tokens, not necessarily the same token for every element: cuda.native's threads write 16-byte
 // pieces independently (the caller's scheduler never maps two tokens to one slot).
+//
+// The quantized KV cache: reshape_and_cache_quant writes the same rows into caches of one byte per
+// element, with their scales (docs/operators.md, csrc/common/kv_cache.h for the arithmetic):
+//
+//   // fp8: caches float8_e4m3fn, key_scale and value_scale float32 of one element, given:
+//   //      q = e4m3(x / scale) (vLLM's kv_cache_dtype="fp8"; static_quant multiplies by 1 / scale)
+//   // int8: caches int8, key_scale and value_scale float32 [num_blocks, block_size, kv_heads],
+//   //      written: each (token, head) row is per_token_quant(row, int8) bit for bit
+//   xllm_kernel::ops::reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, key_scale,
+//                                             value_scale);
+//
+// Arguments as reshape_and_cache's, with caches of dtype float8_e4m3fn or int8 (both the same). The
+// scales on the caches' device: fp8, one element each (any shape of one element); int8, of shape
+// [num_blocks, block_size, kv_heads] with each block's [block_size, kv_heads] contiguous and any
+// block stride, not overlapping the caches or each other. The slots as reshape_and_cache's. On the
+// CPU an fp8 scale must be positive and finite (an error); on CUDA it is not read on the host.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,9 +51,15 @@ namespace xllm_kernel {
 using ReshapeAndCacheFn = void(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
                                at::Tensor& value_cache, const at::Tensor& slot_mapping);
 
+using ReshapeAndCacheQuantFn = void(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                                    at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
+                                    at::Tensor& value_scale);
+
 const OpContract& reshape_and_cache_contract();
+const OpContract& reshape_and_cache_quant_contract();
 
 const TypedOperation<ReshapeAndCacheFn>& reshape_and_cache_operation();
+const TypedOperation<ReshapeAndCacheQuantFn>& reshape_and_cache_quant_operation();
 
 // The family's group (its operations and backend modules), registered in the catalog.
 const Group& kv_cache_group();
@@ -48,6 +70,12 @@ namespace ops {
 // slot = slot_mapping[t] is non-negative; in place.
 void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
                        const at::Tensor& slot_mapping);
+
+// The same rows quantized into float8_e4m3fn caches (the given per-tensor scales) or int8 caches
+// (per-(token, head) scales written at the slots); in place.
+void reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                             at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
+                             at::Tensor& value_scale);
 
 }  // namespace ops
 }  // namespace xllm_kernel

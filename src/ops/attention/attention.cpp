@@ -7,7 +7,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <vector>
+
 #include "src/ops/attention/internal.h"
+#include "src/ops/common/dependencies.h"
 #include "src/ops/common/family.h"
 
 namespace xllm_kernel {
@@ -49,6 +52,31 @@ const OpContract& paged_attention_contract() {
   return contract;
 }
 
+const OpContract& paged_attention_quant_contract() {
+  static const OpContract contract{
+      .operation = "paged_attention_quant",
+      .version = 1,
+      .schema = "paged_attention_quant(Tensor query, Tensor key_cache, Tensor value_cache, Tensor key_scale, "
+                "Tensor value_scale, Tensor block_tables, Tensor query_start_loc, Tensor seq_lens, float scale, "
+                "float soft_cap, int sliding_window) -> Tensor",
+      .mutates = {},
+      .numerical_mode = NumericalMode::kFp32Accumulate,
+      .semantics =
+          "paged_attention over the quantized caches reshape_and_cache_quant writes: every key and value element a "
+          "query row reads is dequantized first, x = float(q) * scale in float32 (float8_e4m3fn caches: key_scale "
+          "and value_scale hold one float32 each, the per-tensor scales; int8 caches: key_scale and value_scale are "
+          "float32 [num_blocks, block_size, kv_heads], the scale of each (slot, KV head) row), and the call is then "
+          "paged_attention's over those values: the same sequences, positions, masks, soft cap, window, GQA, "
+          "padding rows, float32 accumulation and one rounding to query's dtype, and the same rules for values "
+          "(an fp8 NaN 0x7F, or an int8 row whose scale is NaN, reads as NaN; rows past a sequence's length and "
+          "blocks outside its table, their scales included, never affect the output). query float32, bfloat16 or "
+          "float16; caches float8_e4m3fn or int8 (both the same), any block/row/head strides; scales on query's "
+          "device, int8 ones with any non-negative strides. Value checks as paged_attention's.",
+      .dtypes = "query float32, bfloat16, float16; caches float8_e4m3fn or int8; scales float32; block_tables, "
+                "query_start_loc, seq_lens int32"};
+  return contract;
+}
+
 namespace attention {
 namespace {
 
@@ -72,6 +100,27 @@ at::Tensor paged_attention_fake(const at::Tensor& query, const at::Tensor& key_c
   return new_output(query);
 }
 
+at::Tensor paged_attention_quant_fake(const at::Tensor& query, const at::Tensor& key_cache,
+                                      const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                      const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                      const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                      double soft_cap, int64_t sliding_window) {
+  const char* name = paged_attention_quant_contract().operation.c_str();
+  TORCH_CHECK(key_cache.scalar_type() == at::kFloat8_e4m3fn || key_cache.scalar_type() == at::kChar, name,
+              ": key_cache must be float8_e4m3fn or int8, got ", key_cache.scalar_type());
+  TORCH_CHECK(key_scale.scalar_type() == at::kFloat && value_scale.scalar_type() == at::kFloat, name,
+              ": key_scale and value_scale must be float32, got ", key_scale.scalar_type(), " and ",
+              value_scale.scalar_type());
+  return paged_attention_fake(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale, soft_cap,
+                              sliding_window);
+}
+
+const family::DeclaredOperation<PagedAttentionQuantFn>& quant_declared() {
+  static const family::DeclaredOperation<PagedAttentionQuantFn> operation(paged_attention_quant_contract(),
+                                                                           &paged_attention_quant_fake);
+  return operation;
+}
+
 // The tensor whose device picks the binding: query (argument 0).
 const family::DeclaredOperation<PagedAttentionFn>& declared() {
   static const family::DeclaredOperation<PagedAttentionFn> operation(paged_attention_contract(),
@@ -85,20 +134,23 @@ const family::StandardModules& modules() {
   static const family::StandardModules modules = [] {
     family::StandardModules m = family::standard_modules(
         {.family = "attention",
-         .operations = {&paged_attention_operation()},
+         .operations = {&paged_attention_operation(), &paged_attention_quant_operation()},
          .domain = "float32/bfloat16/float16 query [tokens, q_heads, head_size] (any token/head strides, head_size <= "
-                   "512), caches [num_blocks, block_size, kv_heads, head_size] (any block/row/head strides), int32 "
-                   "block_tables, query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
+                   "512), caches [num_blocks, block_size, kv_heads, head_size] (any block/row/head strides) of "
+                   "query's dtype, or float8_e4m3fn / int8 with their float32 scales (quant), int32 block_tables, "
+                   "query_start_loc, seq_lens; decode, prefill, chunked prefill and mixed batches",
          .torch_cuda_modes = {ExecutionMode::kEager},
          .torch_cuda_note = "eager: copies the lengths to the host (one synchronization)"});
     // The default plans size their tiles and key splits from the whole call and the threads (SMs);
     // the batch-invariant variants plan each sequence (row) alone (native_cpu.cpp, cuda/native_cuda.cpp).
     for (BackendModule* module : {&m.native_cpu, &m.native_cuda}) {
-      Implementation invariant = module->implementations.front();
-      invariant.variant = "batch_invariant";
-      invariant.priority = family::kNativePriority - 5;  // above torch's, below the default's
-      invariant.batch_invariant = true;
-      module->implementations.push_back(invariant);
+      const std::vector<Implementation> defaults = module->implementations;  // one per operation
+      for (Implementation invariant : defaults) {
+        invariant.variant = "batch_invariant";
+        invariant.priority = family::kNativePriority - 5;  // above torch's, below the default's
+        invariant.batch_invariant = true;
+        module->implementations.push_back(invariant);
+      }
     }
     return m;
   }();
@@ -108,12 +160,16 @@ const family::StandardModules& modules() {
 }  // namespace attention
 
 const TypedOperation<PagedAttentionFn>& paged_attention_operation() { return attention::declared(); }
+const TypedOperation<PagedAttentionQuantFn>& paged_attention_quant_operation() { return attention::quant_declared(); }
 
 const Group& attention_group() {
   static const Group group = attention::modules().group();
   return group;
 }
 XLLM_REGISTER_GROUP(attention_group);
+// The caches are what the kv_cache family writes (its layout and quantized formats, csrc/common/kv_cache.h),
+// dequantized with the quantization family's e4m3 arithmetic (csrc/common/quantization.h).
+XLLM_FAMILY_BUILDS_ON(attention, "kv_cache", "quantization");
 
 namespace ops {
 
@@ -122,6 +178,14 @@ at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache,
                            const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
   return attention::declared()(query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale,
                                soft_cap, sliding_window);
+}
+
+at::Tensor paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                 const at::Tensor& key_scale, const at::Tensor& value_scale,
+                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return attention::quant_declared()(query, key_cache, value_cache, key_scale, value_scale, block_tables,
+                                     query_start_loc, seq_lens, scale, soft_cap, sliding_window);
 }
 
 }  // namespace ops

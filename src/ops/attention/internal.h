@@ -48,9 +48,23 @@ struct Call {
   double soft_cap = 0;         // 0: off
   int64_t sliding_window = 0;  // <= 0: off
   c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+  // paged_attention_quant only (non-null): the caches are float8_e4m3fn or int8 with these scales.
+  const at::Tensor* key_scale = nullptr;
+  const at::Tensor* value_scale = nullptr;
 };
 
-// Checks every argument of paged_attention for an implementation on `call.device` (shapes, dtypes,
+// The name of the call's operation, for messages.
+inline const char* call_name(const Call& call) {
+  return call.key_scale != nullptr ? paged_attention_quant_operation().name().c_str() : op_name();
+}
+
+// The kernel's format of a checked call's caches.
+inline kernels::KvCacheFormat cache_format(const Call& call) {
+  if (call.key_scale == nullptr) return kernels::KvCacheFormat::kPlain;
+  return call.key_cache.scalar_type() == at::kChar ? kernels::KvCacheFormat::kInt8 : kernels::KvCacheFormat::kFp8E4M3;
+}
+
+// Checks every argument of paged_attention (or paged_attention_quant) for an implementation on `call.device` (shapes, dtypes,
 // devices, layouts, the scalars; not the values of block_tables, query_start_loc and seq_lens);
 // errors name the operation, the argument, what was expected and what was given.
 AttentionShape check_arguments(const Call& call);
@@ -60,7 +74,7 @@ AttentionShape check_arguments(const Call& call);
 // seq_lens[s] <= max_blocks_per_seq * block_size; every block a query row reads (its window
 // included) in [0, num_blocks). Errors name the sequence, the entry and the value.
 void check_values_cpu(const AttentionShape& shape, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                      const at::Tensor& seq_lens, int64_t sliding_window);
+                      const at::Tensor& seq_lens, int64_t sliding_window, const char* name = op_name());
 
 // A new [tokens, q_heads, head_size] contiguous tensor of query's dtype and device.
 at::Tensor new_output(const at::Tensor& query);
@@ -96,6 +110,16 @@ inline kernels::PagedAttentionParams kernel_params(const Call& call, const Atten
   p.scale = static_cast<float>(call.scale);
   p.soft_cap = static_cast<float>(call.soft_cap);
   p.sliding_window = call.sliding_window;
+  p.cache_format = cache_format(call);
+  if (p.cache_format != kernels::KvCacheFormat::kPlain) {
+    const at::Tensor &ks = *call.key_scale, &vs = *call.value_scale;
+    p.key_scale = ks.const_data_ptr<float>();
+    p.value_scale = vs.const_data_ptr<float>();
+    if (p.cache_format == kernels::KvCacheFormat::kInt8) {
+      p.key_scale_strides = {ks.stride(0), ks.stride(1), ks.stride(2)};
+      p.value_scale_strides = {vs.stride(0), vs.stride(1), vs.stride(2)};
+    }
+  }
   return p;
 }
 

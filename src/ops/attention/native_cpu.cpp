@@ -24,14 +24,12 @@ namespace xllm_kernel::attention {
 namespace {
 
 template <bool kBatchInvariant>
-at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
-                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                  .sliding_window = sliding_window, .device = c10::DeviceType::CPU};
+at::Tensor run(const Call& call) {
+  const at::Tensor &query = call.query, &block_tables = call.block_tables, &query_start_loc = call.query_start_loc,
+                   &seq_lens = call.seq_lens;
+  const char* const name = call_name(call);
   const AttentionShape s = check_arguments(call);
-  check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
+  check_values_cpu(s, block_tables, query_start_loc, seq_lens, call.sliding_window, name);
   at::Tensor out = new_output(query);
   const int64_t rows = s.num_seqs == 0 ? 0 : query_start_loc.const_data_ptr<int32_t>()[s.num_seqs];
   if (rows < s.tokens) out.narrow(0, rows, s.tokens - rows).zero_();  // padding rows
@@ -47,10 +45,33 @@ at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key
     const auto base = reinterpret_cast<uintptr_t>(workspace.mutable_data_ptr());
     ws = reinterpret_cast<void*>((base + 63) / 64 * 64);
   }
-  bridge::run_items(op_name(), plan.items, threads, [&](int64_t i) { return cpu::paged_attention(p, plan, ws, i, i + 1); });
-  bridge::run_items(op_name(), plan.merges, threads,
+  bridge::run_items(name, plan.items, threads, [&](int64_t i) { return cpu::paged_attention(p, plan, ws, i, i + 1); });
+  bridge::run_items(name, plan.merges, threads,
                     [&](int64_t i) { return cpu::paged_attention_merge(p, plan, ws, i, i + 1); });
   return out;
+}
+
+template <bool kBatchInvariant>
+at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
+                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
+                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
+                               .device = c10::DeviceType::CPU});
+}
+
+// paged_attention_quant: the same kernels, which dequantize the rows they read (csrc/cpu/attention).
+template <bool kBatchInvariant>
+at::Tensor native_paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache,
+                                        const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                        const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                        const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                        double soft_cap, int64_t sliding_window) {
+  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
+                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
+                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
+                               .device = c10::DeviceType::CPU, .key_scale = &key_scale, .value_scale = &value_scale});
 }
 
 }  // namespace
@@ -59,5 +80,10 @@ XLLM_REGISTER_NAMED("cpu.native.paged_attention", modules().native_cpu, paged_at
                     native_paged_attention<false>);
 XLLM_REGISTER_NAMED("cpu.native.paged_attention.batch_invariant", modules().native_cpu, paged_attention_operation(),
                     native_paged_attention<true>);
+
+XLLM_REGISTER_NAMED("cpu.native.paged_attention_quant", modules().native_cpu, paged_attention_quant_operation(),
+                    native_paged_attention_quant<false>);
+XLLM_REGISTER_NAMED("cpu.native.paged_attention_quant.batch_invariant", modules().native_cpu,
+                    paged_attention_quant_operation(), native_paged_attention_quant<true>);
 
 }  // namespace xllm_kernel::attention

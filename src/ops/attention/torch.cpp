@@ -5,6 +5,9 @@
 // The loop over sequences needs the lengths on the host: on CUDA they are copied there (one
 // synchronization), so the CUDA module is eager only, and the values the CPU rejects are applied as
 // the contract says for CUDA (NaN rows) from the host copies instead of raised.
+//
+// cpu.torch.paged_attention_quant and cuda.torch.paged_attention_quant: the same, with each
+// sequence's gathered pages dequantized (float(q) * scale) and the attention computed in float32.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -60,12 +63,19 @@ void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::
   const at::Tensor index = at::tensor(blocks, at::kLong).to(key_cache.device());
   const int64_t offset = lo - block_lo * s.block_size;  // position lo within the gathered rows
   const int64_t keys = len - lo;
-  auto gather = [&](const at::Tensor& cache) {  // [kv_heads, keys, head_size]
-    const at::Tensor rows = cache.index_select(0, index).flatten(0, 1).narrow(0, offset, keys);
-    return rows.permute({1, 0, 2});
+  const bool quant = call.key_scale != nullptr;
+  auto gather = [&](const at::Tensor& cache, const at::Tensor* scale) {  // [kv_heads, keys, head_size]
+    const at::Tensor rows = cache.index_select(0, index).flatten(0, 1).narrow(0, offset, keys).permute({1, 0, 2});
+    if (scale == nullptr) return rows;
+    // paged_attention_quant: the gathered rows dequantized, float(q) * scale in float32.
+    if (cache.scalar_type() == at::kFloat8_e4m3fn) return rows.to(at::kFloat).mul_(scale->reshape({}));
+    const at::Tensor row_scales = scale->index_select(0, index).flatten(0, 1).narrow(0, offset, keys);  // [keys, kv_heads]
+    return rows.to(at::kFloat).mul_(row_scales.t().unsqueeze(-1));
   };
-  const at::Tensor k = gather(key_cache), v = gather(value_cache);
-  const at::Tensor q = query.narrow(0, begin, q_len).permute({1, 0, 2});  // [q_heads, q_len, head_size]
+  const at::Tensor k = gather(key_cache, call.key_scale), v = gather(value_cache, call.value_scale);
+  // Quantized caches: the query in float32 beside the float32 keys and values, one rounding at the end.
+  at::Tensor q = query.narrow(0, begin, q_len).permute({1, 0, 2});  // [q_heads, q_len, head_size]
+  if (quant) q = q.to(at::kFloat);
 
   // mask[i, j]: query row i (position first + i) sees key j (position lo + j).
   at::Tensor mask;
@@ -86,7 +96,8 @@ void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::
     result = at::scaled_dot_product_attention(aligned_for_sdpa(q).unsqueeze(0), aligned_for_sdpa(k).unsqueeze(0),
                                               aligned_for_sdpa(v).unsqueeze(0), m, 0.0,
                                               /*is_causal=*/false, scale, /*enable_gqa=*/group > 1)
-                 .squeeze(0);
+                 .squeeze(0)
+                 .to(query.scalar_type());
   } else {
     const at::Tensor qf = q.to(at::kFloat).reshape({s.kv_heads, group, q_len, s.head_size});
     const at::Tensor kf = k.to(at::kFloat).unsqueeze(1), vf = v.to(at::kFloat).unsqueeze(1);
@@ -116,15 +127,14 @@ void attend(const AttentionShape& s, const Call& call, const Sequence& seq, at::
 }
 
 template <c10::DeviceType kDevice>
-at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
-                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                  .sliding_window = sliding_window, .device = kDevice};
+at::Tensor run(const Call& call) {
+  const at::Tensor &query = call.query, &block_tables = call.block_tables, &query_start_loc = call.query_start_loc,
+                   &seq_lens = call.seq_lens;
   const AttentionShape s = check_arguments(call);
   at::Tensor out = at::zeros(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
-  if constexpr (kDevice == c10::DeviceType::CPU) check_values_cpu(s, block_tables, query_start_loc, seq_lens, sliding_window);
+  if constexpr (kDevice == c10::DeviceType::CPU) {
+    check_values_cpu(s, block_tables, query_start_loc, seq_lens, call.sliding_window, call_name(call));
+  }
   if (s.tokens == 0 || s.num_seqs == 0) return out;
   const at::Tensor qsl_host = query_start_loc.cpu(), lens_host = seq_lens.cpu(), table_host = block_tables.cpu();
   const int32_t* qsl = qsl_host.const_data_ptr<int32_t>();
@@ -150,8 +160,33 @@ at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_
   return out;
 }
 
+template <c10::DeviceType kDevice>
+at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return run<kDevice>({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+                       .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                       .sliding_window = sliding_window, .device = kDevice});
+}
+
+template <c10::DeviceType kDevice>
+at::Tensor torch_paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache,
+                                       const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                       const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                       const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                       double soft_cap, int64_t sliding_window) {
+  return run<kDevice>({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+                       .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+                       .sliding_window = sliding_window, .device = kDevice, .key_scale = &key_scale,
+                       .value_scale = &value_scale});
+}
+
 }  // namespace
 
+XLLM_REGISTER_NAMED("cpu.torch.paged_attention_quant", modules().torch_cpu, paged_attention_quant_operation(),
+                    torch_paged_attention_quant<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.paged_attention_quant", modules().torch_cuda, paged_attention_quant_operation(),
+                    torch_paged_attention_quant<c10::DeviceType::CUDA>);
 XLLM_REGISTER_NAMED("cpu.torch.paged_attention", modules().torch_cpu, paged_attention_operation(),
                     torch_paged_attention<c10::DeviceType::CPU>);
 XLLM_REGISTER_NAMED("cuda.torch.paged_attention", modules().torch_cuda, paged_attention_operation(),

@@ -29,6 +29,8 @@ struct CacheShape {
 // device: what check_arguments checks and kernel_params reads.
 //   const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
 //                   .slot_mapping = slot_mapping, .device = kDevice};
+// reshape_and_cache_quant sets key_scale and value_scale (non-null): the caches are then float8_e4m3fn
+// or int8 and the scales checked as its contract says.
 struct Call {
   const at::Tensor& key;
   const at::Tensor& value;
@@ -36,9 +38,22 @@ struct Call {
   const at::Tensor& value_cache;  // written (through its data pointer)
   const at::Tensor& slot_mapping;
   c10::DeviceType device = c10::DeviceType::CPU;  // the implementation's
+  const at::Tensor* key_scale = nullptr;    // reshape_and_cache_quant only (int8: written)
+  const at::Tensor* value_scale = nullptr;
 };
 
-// Checks every argument of reshape_and_cache for an implementation on `call.device` (shapes,
+// The name of the call's operation, for messages.
+inline const char* call_name(const Call& call) {
+  return call.key_scale != nullptr ? reshape_and_cache_quant_operation().name().c_str() : op_name();
+}
+
+// The kernel's format of a checked call's caches.
+inline kernels::KvCacheFormat cache_format(const Call& call) {
+  if (call.key_scale == nullptr) return kernels::KvCacheFormat::kPlain;
+  return call.key_cache.scalar_type() == at::kChar ? kernels::KvCacheFormat::kInt8 : kernels::KvCacheFormat::kFp8E4M3;
+}
+
+// Checks every argument of reshape_and_cache (or reshape_and_cache_quant) for an implementation on `call.device` (shapes,
 // dtypes, devices, the caches' layout, overlap; not the slot values); errors name the operation,
 // the argument, what was expected and what was given.
 CacheShape check_arguments(const Call& call);
@@ -46,7 +61,11 @@ CacheShape check_arguments(const Call& call);
 // The CPU implementations' check of the slot values (slot_mapping on the CPU), before anything is
 // written: every slot < shape.slots and no non-negative slot twice. Returns the number of
 // non-negative slots.
-int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping);
+int64_t check_slots_cpu(const CacheShape& shape, const at::Tensor& slot_mapping, const char* name = op_name());
+
+// The CPU implementations' check of reshape_and_cache_quant's fp8 scales (host tensors): positive
+// and finite. Nothing for int8 or reshape_and_cache.
+void check_fp8_scales_cpu(const Call& call);
 
 // The kernel parameters from checked arguments, for the CPU and the CUDA kernel alike. stream_out
 // stays false: the CPU bridge decides it.
@@ -73,6 +92,15 @@ inline kernels::KvCacheParams kernel_params(const Call& call, const CacheShape& 
   p.value_cache_block_stride = value_cache.stride(0);
   p.slot_mapping = slot_mapping.const_data_ptr<int64_t>();
   p.slot_stride = slot_mapping.stride(0);
+  p.format = cache_format(call);
+  if (p.format != kernels::KvCacheFormat::kPlain) {
+    p.key_scale = call.key_scale->mutable_data_ptr<float>();
+    p.value_scale = call.value_scale->mutable_data_ptr<float>();
+    if (p.format == kernels::KvCacheFormat::kInt8) {
+      p.key_scale_block_stride = call.key_scale->stride(0);
+      p.value_scale_block_stride = call.value_scale->stride(0);
+    }
+  }
   return p;
 }
 

@@ -6,6 +6,8 @@
 // CUDA an out-of-range slot is skipped like a negative one.
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "src/ops/common/registration.h"
 #include "src/ops/kv_cache/internal.h"
 #include "xllm_kernel/ops/kv_cache.h"
@@ -13,8 +15,9 @@
 namespace xllm_kernel::kv_cache {
 namespace {
 
+// rows [n, ...] into the slots of `cache` [num_blocks, block_size, ...] (each block contiguous).
 void write(at::Tensor& cache, const at::Tensor& rows, const at::Tensor& slots, const CacheShape& s) {
-  const int64_t row = s.kv_heads * s.head_size;
+  const int64_t row = cache.numel() / (s.num_blocks * s.block_size);
   if (s.num_blocks <= 1 || cache.stride(0) == s.block_size * row) {
     at::Tensor flat = cache.as_strided({s.slots, row}, {row, 1});
     flat.index_copy_(0, slots, rows.reshape({rows.size(0), row}));
@@ -42,8 +45,57 @@ void torch_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at:
   write(value_cache, value.index_select(0, tokens), slots, s);
 }
 
+// The contract's quantization of rows [n, kv_heads, head_size] into `cache` (and, int8, `scale`) at
+// the slots, in ATen float32 arithmetic: fp8 q = e4m3(x / scale) (the true division, clamped to
+// +-448 first: ATen's conversion gives NaN past the e4m3 range); int8 per (token, head) row
+// scale = amax / 127, q = rint(x * (127 / amax)) saturated, NaN to 0 (csrc/common/quantization.h).
+void write_quantized(at::Tensor& cache, at::Tensor& scale, const at::Tensor& rows, const at::Tensor& slots,
+                     const CacheShape& s) {
+  const at::Tensor x = rows.to(at::kFloat);
+  if (cache.scalar_type() == at::kFloat8_e4m3fn) {
+    const at::Tensor t = x.div(scale.reshape({}));
+    at::Tensor q = t.clamp(-448, 448).to(at::kFloat8_e4m3fn).view(at::kByte);
+    q.masked_fill_(t.isnan(), 0x7F);  // whatever the NaN's sign
+    at::Tensor bytes = cache.view(at::kByte);
+    write(bytes, q, slots, s);
+    return;
+  }
+  const at::Tensor amax = x.abs().amax(-1, /*keepdim=*/true);  // NaN where the row holds one
+  at::Tensor row_scale = amax.div(127.0f);
+  row_scale.masked_fill_(row_scale.isnan(), std::numeric_limits<float>::quiet_NaN());  // the canonical NaN
+  const at::Tensor m = at::where(amax.eq(0), at::zeros_like(amax), at::full_like(amax, 127.0f).div_(amax));
+  const at::Tensor q = x.mul(m).nan_to_num_(0.0, 0.0, 0.0).clamp_(-128, 127).round_().to(at::kChar);
+  write(cache, q, slots, s);
+  write(scale, row_scale.squeeze(-1), slots, s);
+}
+
+template <c10::DeviceType kDevice>
+void torch_reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                                   at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
+                                   at::Tensor& value_scale) {
+  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
+                  .slot_mapping = slot_mapping, .device = kDevice, .key_scale = &key_scale,
+                  .value_scale = &value_scale};
+  const CacheShape s = check_arguments(call);
+  if constexpr (kDevice == c10::DeviceType::CPU) {
+    check_fp8_scales_cpu(call);
+    if (check_slots_cpu(s, slot_mapping, call_name(call)) == 0) return;
+  }
+  if (s.tokens == 0 || s.slots == 0) return;
+  const at::Tensor valid = slot_mapping.ge(0).logical_and_(slot_mapping.lt(s.slots));
+  const at::Tensor tokens = valid.nonzero().squeeze(1);
+  if (tokens.size(0) == 0) return;
+  const at::Tensor slots = slot_mapping.index_select(0, tokens);
+  write_quantized(key_cache, key_scale, key.index_select(0, tokens), slots, s);
+  write_quantized(value_cache, value_scale, value.index_select(0, tokens), slots, s);
+}
+
 }  // namespace
 
+XLLM_REGISTER_NAMED("cpu.torch.reshape_and_cache_quant", modules().torch_cpu, reshape_and_cache_quant_operation(),
+                    torch_reshape_and_cache_quant<c10::DeviceType::CPU>);
+XLLM_REGISTER_NAMED("cuda.torch.reshape_and_cache_quant", modules().torch_cuda, reshape_and_cache_quant_operation(),
+                    torch_reshape_and_cache_quant<c10::DeviceType::CUDA>);
 XLLM_REGISTER_NAMED("cpu.torch.reshape_and_cache", modules().torch_cpu, reshape_and_cache_operation(),
                     torch_reshape_and_cache<c10::DeviceType::CPU>);
 XLLM_REGISTER_NAMED("cuda.torch.reshape_and_cache", modules().torch_cuda, reshape_and_cache_operation(),
