@@ -710,8 +710,7 @@ constexpr int64_t kGroupHeadsVectors = 16;
 // target (or a better x86 one) is allowed, so that a test restricting the targets gets the
 // Highway kernel of each.
 bool DecodeKernelAllowed(const PagedAttentionParams& p) {
-  return p.dtype == DType::kBFloat16 && p.cache_format == kernels::KvCacheFormat::kPlain &&
-         (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
+  return p.dtype == DType::kBFloat16 && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 &&
          DecodeAvx512Bf16Supported();
 }
 
@@ -723,7 +722,7 @@ bool DecodeKernelAllowed(const PagedAttentionParams& p) {
 constexpr int64_t kAmxTileVectors = 512;
 
 bool AmxTilesAllowed(const PagedAttentionParams& p) {
-  return DecodeKernelAllowed(p) && p.head_size <= kAmxMaxHeadSize && PrefillAmxBf16Supported();
+  return DecodeKernelAllowed(p) && p.cache_format == kernels::KvCacheFormat::kPlain && p.head_size <= kAmxMaxHeadSize && PrefillAmxBf16Supported();
 }
 
 int64_t AmxTileRows(const PagedAttentionParams& p, int64_t threads, int64_t tile_rows) {

@@ -15,6 +15,13 @@
 // AVX-512 targets: the rest of the build keeps its baseline, and the entry points call it only
 // where the CPU has AVX512_BF16.
 //
+// Quantized caches (paged_attention_quant, csrc/common/kv_cache.h) take the same path: each 32-element
+// piece of an int8 or float8_e4m3fn row is converted in registers to 32 bf16, exactly (an int8 has 8
+// significant bits, an e4m3 3), and the scales move out of the dot products: a key's scale times
+// the call's scale multiplies its logit, a value's scale its probability (the sums keep the plain
+// probabilities). e4m3 converts through float16 (its magnitude bits shifted into a float16 that is
+// 2^-8 of its value, subnormals included), the 2^8 folded into those factors.
+//
 // vdpbf16ps treats bf16 subnormal inputs as zero and flushes float32 subnormal sums (the products
 // of two bf16 below 2^-126 in magnitude); attention logits are far from that range.
 #include <immintrin.h>
@@ -24,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "csrc/cpu/attention/attention_internal.h"
 #include "csrc/cpu/common/avx512_math.h"
@@ -56,6 +64,36 @@ inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
   if (hi < lo) return 0;
   const uint32_t upto = (2u << hi) - 1, below = (1u << lo) - 1;
   return static_cast<__mmask16>(upto & ~below);
+}
+
+// How a cache stores its elements here: bf16, or a quantized format (the query is bf16 either way).
+enum class Fmt { kBf16, kFp8, kInt8 };
+template <Fmt F>
+using Elem = std::conditional_t<F == Fmt::kBf16, uint16_t, uint8_t>;
+// The factor between a converted element and its dequantized value, besides the scale.
+template <Fmt F>
+constexpr float kUnit = F == Fmt::kFp8 ? 256.0f : 1.0f;
+
+// Elements [0, 32) of p (lanes outside `m` zero, never read) as 32 bf16: exact for every format (an
+// e4m3 element comes out as 2^-8 of its value, see above).
+template <Fmt F>
+XK_AVX512BF16_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
+  if constexpr (F == Fmt::kBf16) {
+    return _mm512_maskz_loadu_epi16(m, p);
+  } else if constexpr (F == Fmt::kInt8) {
+    const __m256i b = _mm256_maskz_loadu_epi8(m, p);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  } else {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
+    __m512i h = _mm512_or_si512(_mm512_slli_epi16(mag, 7), _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
+    h = _mm512_mask_mov_epi16(h, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7E00));
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  }
 }
 
 // r[j] = the sum of the 16 lanes of a[j] (16 vectors, 64 bytes apart), by a transpose-add tree.
@@ -98,8 +136,8 @@ XK_AVX512BF16_INLINE void PrefetchSlice(const char* row, int64_t bytes) {
 // One pass of TileDots over query vectors [m0, m0 + mb), mb <= MB (a constant MB: no tests per
 // vector where the pass is full); ahead[j] (or null): this head's slice of a later key, prefetched
 // alongside key j.
-template <int NC, int MB>
-XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const uint16_t* const* krow, __mmask16 ok,
+template <Fmt F, int NC, int MB>
+XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const Elem<F>* const* krow, __mmask16 ok,
                                    __mmask32 last, float* dots, const char* const* ahead, int64_t ahead_bytes) {
   __m512bh qv[MB][NC];
   for (int i = 0; i < MB; ++i) {
@@ -111,10 +149,9 @@ XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const uint
     __m512 acc[MB];
     for (int i = 0; i < MB; ++i) acc[i] = _mm512_setzero_ps();
     if ((ok >> j) & 1) {
-      const uint16_t* k = krow[j];
+      const Elem<F>* k = krow[j];
       for (int c = 0; c < NC; ++c) {
-        const __m512bh kv = (__m512bh)(c + 1 < NC ? _mm512_loadu_si512(k + 32 * c)
-                                                  : _mm512_maskz_loadu_epi16(last, k + 32 * c));
+        const __m512bh kv = (__m512bh)Load32<F>(k + 32 * c, c + 1 < NC ? ~__mmask32{0} : last);
         for (int i = 0; i < MB; ++i) {
           if (i < mb) acc[i] = _mm512_dpbf16_ps(acc[i], qv[i][c], kv);
         }
@@ -130,17 +167,17 @@ XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const uint
 // `ok` (others 0); q rows NC * 32 bf16 apart, krow[j] the key's row of this head. ahead[j] (or
 // null): this head's slice of a key of a later tile, ahead_bytes long, prefetched with key j (the
 // prefetches spread over the work instead of issued at once).
-template <int NC>
-XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const uint16_t* const* krow, __mmask16 ok, __mmask32 last,
+template <Fmt F, int NC>
+XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const Elem<F>* const* krow, __mmask16 ok, __mmask32 last,
                             float* dots, float* s, const char* const* ahead, int64_t ahead_bytes) {
   constexpr int MB = NC >= 16 ? 1 : 16 / NC;  // query vectors per pass, held in registers
   for (int m0 = 0; m0 < M; m0 += MB) {
     const int mb = std::min(MB, M - m0);
     const char* const* pf = m0 == 0 ? ahead : nullptr;
     if (mb == MB) {
-      DotsPass<NC, MB>(q, m0, MB, krow, ok, last, dots, pf, ahead_bytes);
+      DotsPass<F, NC, MB>(q, m0, MB, krow, ok, last, dots, pf, ahead_bytes);
     } else {
-      DotsPass<NC, MB>(q, m0, mb, krow, ok, last, dots, pf, ahead_bytes);
+      DotsPass<F, NC, MB>(q, m0, mb, krow, ok, last, dots, pf, ahead_bytes);
     }
     for (int i = 0; i < mb; ++i) _mm512_store_ps(s + (m0 + i) * 16, Reduce16(dots + i * kT * 16));
   }
@@ -149,7 +186,8 @@ XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const uint16_t* const* kro
 // O[m] = alpha[m] O[m] + sum_j P[m][j] V[j] over the keys j with bit j of `ok`, one 64-element
 // chunk of the head at a time; the rows' 32-element groups masked by `masks` (2 per chunk).
 // ahead[j] (or null): as TileDots', prefetched with key j, each chunk's part in its first pass.
-XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const uint16_t* const* vrow, __mmask16 ok,
+template <Fmt F>
+XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const Elem<F>* const* vrow, __mmask16 ok,
                               const __mmask32* masks, int chunks, int op, float* o, const char* const* ahead,
                               int64_t ahead_bytes) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -164,14 +202,15 @@ XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const 
         float* om = o + (m0 + i) * op + 64 * g;
         for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_mul_ps(_mm512_load_ps(om + 16 * c), a);
       }
-      // The chunk's part of the later slices (128 bytes), in the first pass over the chunk.
-      const bool prefetch = ahead != nullptr && m0 == 0 && 128 * g < ahead_bytes;
-      const int64_t part = std::min<int64_t>(128, ahead_bytes - 128 * g);
+      // The chunk's part of the later slices (64 elements), in the first pass over the chunk.
+      constexpr int64_t kPart = 64 * sizeof(Elem<F>);
+      const bool prefetch = ahead != nullptr && m0 == 0 && kPart * g < ahead_bytes;
+      const int64_t part = std::min<int64_t>(kPart, ahead_bytes - kPart * g);
       for (int j = 0; j < kT; ++j) {
-        if (prefetch && ahead[j] != nullptr) PrefetchSlice(ahead[j] + 128 * g, part);
+        if (prefetch && ahead[j] != nullptr) PrefetchSlice(ahead[j] + kPart * g, part);
         if (!((ok >> j) & 1)) continue;
-        const uint16_t* v = vrow[j] + 64 * g;
-        const __m512i x0 = _mm512_maskz_loadu_epi16(k0, v), x1 = _mm512_maskz_loadu_epi16(k1, v + 32);
+        const Elem<F>* v = vrow[j] + 64 * g;
+        const __m512i x0 = Load32<F>(v, k0), x1 = Load32<F>(v + 32, k1);
         const __m512 y0 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
         const __m512 y1 = _mm512_castsi512_ps(_mm512_and_si512(x0, high));
         const __m512 y2 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
@@ -204,8 +243,11 @@ XK_AVX512BF16_INLINE void Interleave(const float* o, __m512& lo, __m512& hi) {
   hi = _mm512_permutex2var_ps(e, ihi, d);
 }
 
-template <int NC>
+template <Fmt F, int NC>
 XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  using TC = Elem<F>;
+  constexpr int64_t kEs = sizeof(TC);
+  constexpr bool kQuant = F != Fmt::kBf16;
   SeqSpan span;
   if (!SeqSpanOf(p, item.seq, span)) return;
   const int64_t G = kernels::query_heads_per_kv(p), hs = p.head_size;
@@ -216,7 +258,7 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   const int op = static_cast<int>(RoundUp(hs, 64));           // floats per output vector
   const int chunks = op / 64;
   constexpr int MB = NC >= 16 ? 1 : 16 / NC;
-  const size_t floats = static_cast<size_t>(V) * (qs / 2 + op + 16) + 16 * heads + MB * kT * 16 + 16 * 16 + 32;
+  const size_t floats = static_cast<size_t>(V) * (qs / 2 + op + 16) + 16 * heads + MB * kT * 16 + 2 * 16 * 16 + 64;
   float* base = Scratch(floats);
   if (base == nullptr) return;
   Scratch16 sc;
@@ -228,6 +270,9 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   sc.s = sc.dots + MB * kT * 16;
   sc.alpha = sc.s + 16 * 16;
   sc.new_max = sc.alpha + 16;
+  float* pv = sc.new_max + 16;  // quantized: the probabilities times the values' factors [16][16]
+  float* kfac = pv + 16 * 16;   // quantized: each key's logit factor, the call's scale included [16]
+  float* vfac = kfac + 16;      // quantized: each value's factor [16]
 
   // Queries: vector v = (head hi, row r, group head gi), in that order (as the Highway kernel's).
   const uint16_t* query = static_cast<const uint16_t*>(p.query);
@@ -248,12 +293,15 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   for (int g = 0; g < 2 * chunks; ++g) masks[g] = Lanes32(hs - 32 * g);
   const __mmask32 last = Lanes32(hs - 32 * (NC - 1));
 
-  const uint16_t* kc = static_cast<const uint16_t*>(p.key_cache);
-  const uint16_t* vc = static_cast<const uint16_t*>(p.value_cache);
+  const TC* kc = static_cast<const TC*>(p.key_cache);
+  const TC* vc = static_cast<const TC*>(p.value_cache);
   const int32_t* table = p.block_tables + item.seq * p.block_table_stride;
   const CacheStrides ks = p.key_cache_strides, vs = p.value_cache_strides;
-  // The rows of key j of the sequence (every head), or null when its block id is out of range.
-  auto rows_of = [&](int64_t j, const uint16_t*& k, const uint16_t*& v) {
+  const CacheStrides kss = p.key_scale_strides, vss = p.value_scale_strides;
+  const bool per_row = p.cache_format == kernels::KvCacheFormat::kInt8;
+  // The rows of key j of the sequence (every head), or null when its block id is out of range;
+  // int8: its scales (the item's first head) in *ksc, *vsc.
+  auto rows_of = [&](int64_t j, const TC*& k, const TC*& v, const float** ksc = nullptr, const float** vsc = nullptr) {
     const int64_t b = j / p.block_size, r = j - b * p.block_size, id = table[b];
     if (id < 0 || id >= p.num_blocks) {
       k = v = nullptr;
@@ -261,6 +309,10 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
     }
     k = kc + id * ks.block + r * ks.row + item.kv_head * ks.head;
     v = vc + id * vs.block + r * vs.row + item.kv_head * vs.head;
+    if (kQuant && per_row && ksc != nullptr) {
+      *ksc = p.key_scale + id * kss.block + r * kss.row + item.kv_head * kss.head;
+      *vsc = p.value_scale + id * vss.block + r * vss.row + item.kv_head * vss.head;
+    }
   };
   const int64_t first_pos = PositionOf(span, item.query_begin);
   const bool capped = p.soft_cap > 0.0f;
@@ -273,10 +325,12 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
     pos_of[m] = first_pos + m / G;
     lo_of[m] = FirstKeyOf(p, pos_of[m]);
   }
-  const uint16_t* krow[kT];
-  const uint16_t* vrow[kT];
-  const uint16_t* khead[kT];
-  const uint16_t* vhead[kT];
+  const TC* krow[kT];
+  const TC* vrow[kT];
+  const TC* khead[kT];
+  const TC* vhead[kT];
+  const float* kscale[kT] = {};
+  const float* vscale[kT] = {};
 
   // Prefetch: the tile kAheadKeys ahead of the one being computed, each head's slice of each key
   // issued with the same key of the current tile (TileDots, TileValues), so that the prefetches
@@ -288,9 +342,9 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   // 64 keys ahead 14.2, 14.9, 15.3 ms; no prefetch 23.7 ms; a quarter of the lines, or only the
   // first head's (for the hardware prefetchers to follow), 28 and 32 ms; into L2 the same or
   // slower. Alternated with the prefetch at once, 4 times: 19.3 against 15.3 ms.
-  const int64_t kspan = ((heads - 1) * ks.head + hs) * 2, vspan = ((heads - 1) * vs.head + hs) * 2;
+  const int64_t kspan = ((heads - 1) * ks.head + hs) * kEs, vspan = ((heads - 1) * vs.head + hs) * kEs;
   for (int64_t j = item.key_begin; j < std::min(item.key_end, item.key_begin + kAheadKeys); ++j) {
-    const uint16_t *k, *v;
+    const TC *k, *v;
     rows_of(j, k, v);
     if (k == nullptr) continue;
     PrefetchSlice(reinterpret_cast<const char*>(k), kspan);
@@ -303,7 +357,7 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   for (int64_t j0 = item.key_begin; j0 < item.key_end; j0 += kTileKeys) {
     const int n = static_cast<int>(std::min<int64_t>(kTileKeys, item.key_end - j0));
     for (int j = 0; j < kT; ++j) {
-      const uint16_t *k = nullptr, *v = nullptr;
+      const TC *k = nullptr, *v = nullptr;
       if (j0 + kAheadKeys + j < item.key_end) rows_of(j0 + kAheadKeys + j, k, v);
       kahead[j] = reinterpret_cast<const char*>(k);
       vahead[j] = reinterpret_cast<const char*>(v);
@@ -311,7 +365,7 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
     __mmask16 ok = 0;
     for (int j = 0; j < kT; ++j) {
       krow[j] = vrow[j] = nullptr;
-      if (j < n) rows_of(j0 + j, krow[j], vrow[j]);
+      if (j < n) rows_of(j0 + j, krow[j], vrow[j], &kscale[j], &vscale[j]);
       if (krow[j] != nullptr) ok = static_cast<__mmask16>(ok | (1u << j));
     }
     __mmask16 seen[kDecodeMaxVectors];
@@ -321,15 +375,27 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
       for (int j = 0; j < kT; ++j) {
         khead[j] = krow[j] != nullptr ? krow[j] + hi * ks.head : nullptr;
         vhead[j] = vrow[j] != nullptr ? vrow[j] + hi * vs.head : nullptr;
-        khead_ahead[j] = kahead[j] != nullptr ? kahead[j] + 2 * hi * ks.head : nullptr;
-        vhead_ahead[j] = vahead[j] != nullptr ? vahead[j] + 2 * hi * vs.head : nullptr;
+        khead_ahead[j] = kahead[j] != nullptr ? kahead[j] + kEs * hi * ks.head : nullptr;
+        vhead_ahead[j] = vahead[j] != nullptr ? vahead[j] + kEs * hi * vs.head : nullptr;
       }
-      TileDots<NC>(sc.q + static_cast<size_t>(hi) * M * qs, M, khead, ok, last, sc.dots, sc.s, khead_ahead, 2 * hs);
+      TileDots<F, NC>(sc.q + static_cast<size_t>(hi) * M * qs, M, khead, ok, last, sc.dots, sc.s, khead_ahead, kEs * hs);
+      __m512 key_factor = scale;
+      if constexpr (kQuant) {
+        // Each key's logit factor (the call's scale times its scale) and value factor; 0 for a key
+        // without a block (masked anyway).
+        const float kt = p.scale * kUnit<F>, vt = kUnit<F>;
+        for (int j = 0; j < kT; ++j) {
+          const bool has = (ok >> j) & 1;
+          kfac[j] = !has ? 0.0f : kt * (per_row ? kscale[j][hi * kss.head] : *p.key_scale);
+          vfac[j] = !has ? 0.0f : vt * (per_row ? vscale[j][hi * vss.head] : *p.value_scale);
+        }
+        key_factor = _mm512_load_ps(kfac);
+      }
       // Logits, their maxima, then (over the M vectors at once) the new maxima and rescale factors.
       alignas(64) float tile_max[16];
       for (int m = 0; m < 16; ++m) tile_max[m] = -std::numeric_limits<float>::infinity();
       for (int m = 0; m < M; ++m) {
-        __m512 x = _mm512_mul_ps(_mm512_load_ps(sc.s + m * 16), scale);
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(sc.s + m * 16), key_factor);
         if (capped) x = _mm512_mul_ps(cap, avx512::Tanh<kExpDegree>(_mm512_mul_ps(x, inv_cap)));
         x = _mm512_mask_mov_ps(neg_inf, seen[m], x);
         _mm512_store_ps(sc.s + m * 16, x);
@@ -355,8 +421,16 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
         _mm512_store_ps(sc.s + m * 16, pr);
         _mm512_store_ps(sum + m * 16, _mm512_fmadd_ps(_mm512_load_ps(sum + m * 16), _mm512_set1_ps(sc.alpha[m]), pr));
       }
-      TileValues(sc.s, sc.alpha, M, vhead, ok, masks, chunks, op, sc.o + static_cast<size_t>(hi) * M * op, vhead_ahead,
-                 2 * hs);
+      const float* weights = sc.s;
+      if constexpr (kQuant) {
+        // The values' factors enter the weights of P.V only (the sums keep the probabilities);
+        // masked so that a factor of a key a row does not see never meets its zero weight.
+        const __m512 f = _mm512_load_ps(vfac);
+        for (int m = 0; m < M; ++m) _mm512_store_ps(pv + m * 16, _mm512_maskz_mul_ps(seen[m], _mm512_load_ps(sc.s + m * 16), f));
+        weights = pv;
+      }
+      TileValues<F>(weights, sc.alpha, M, vhead, ok, masks, chunks, op, sc.o + static_cast<size_t>(hi) * M * op,
+                    vhead_ahead, kEs * hs);
     }
   }
 
@@ -393,19 +467,28 @@ XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& i
   }
 }
 
+template <Fmt F>
+void RunDecodeItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  switch ((p.head_size + 31) / 32) {
+    case 1: RunItem<F, 1>(p, item, workspace); break;
+    case 2: RunItem<F, 2>(p, item, workspace); break;
+    case 3: RunItem<F, 3>(p, item, workspace); break;
+    case 4: RunItem<F, 4>(p, item, workspace); break;
+    case 5: RunItem<F, 5>(p, item, workspace); break;
+    case 6: RunItem<F, 6>(p, item, workspace); break;
+    case 7: RunItem<F, 7>(p, item, workspace); break;
+    case 8: RunItem<F, 8>(p, item, workspace); break;
+    default: break;  // not accepted (kDecodeMaxHeadSize)
+  }
+}
+
 }  // namespace
 
 void RunDecodeItemAvx512Bf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
-  switch ((p.head_size + 31) / 32) {
-    case 1: RunItem<1>(p, item, workspace); break;
-    case 2: RunItem<2>(p, item, workspace); break;
-    case 3: RunItem<3>(p, item, workspace); break;
-    case 4: RunItem<4>(p, item, workspace); break;
-    case 5: RunItem<5>(p, item, workspace); break;
-    case 6: RunItem<6>(p, item, workspace); break;
-    case 7: RunItem<7>(p, item, workspace); break;
-    case 8: RunItem<8>(p, item, workspace); break;
-    default: break;  // not accepted (kDecodeMaxHeadSize)
+  switch (p.cache_format) {
+    case kernels::KvCacheFormat::kPlain: return RunDecodeItem<Fmt::kBf16>(p, item, workspace);
+    case kernels::KvCacheFormat::kFp8E4M3: return RunDecodeItem<Fmt::kFp8>(p, item, workspace);
+    case kernels::KvCacheFormat::kInt8: return RunDecodeItem<Fmt::kInt8>(p, item, workspace);
   }
 }
 

@@ -71,8 +71,8 @@ inline constexpr int64_t kDecodeMaxHeadSize = 256;
 
 // Whether this CPU and OS run AVX512F/BW/VL/BF16 code.
 bool DecodeAvx512Bf16Supported();
-// Whether the kernel takes the item: bf16, head_size <= kDecodeMaxHeadSize, at most
-// kDecodeMaxVectors query vectors per KV head.
+// Whether the kernel takes the item: a bf16 query (and bf16, int8 or float8_e4m3fn caches),
+// head_size <= kDecodeMaxHeadSize, at most kDecodeMaxVectors query vectors per KV head.
 inline bool DecodeAvx512Bf16Accepts(const PagedAttentionParams& p, const AttentionItem& item) {
   return p.dtype == DType::kBFloat16 && p.head_size <= kDecodeMaxHeadSize &&
          (item.query_end - item.query_begin) * kernels::query_heads_per_kv(p) <= kDecodeMaxVectors;

@@ -21,7 +21,8 @@ bool PrefillAmxBf16Supported();
 // Whether the kernel takes the item: bf16, head_size <= kAmxMaxHeadSize, more than
 // kDecodeMaxVectors query vectors (rows x group heads) per KV head (fewer go to the decode kernel).
 inline bool PrefillAmxBf16Accepts(const PagedAttentionParams& p, const AttentionItem& item) {
-  return p.dtype == DType::kBFloat16 && p.head_size <= kAmxMaxHeadSize &&
+  return p.dtype == DType::kBFloat16 && p.cache_format == kernels::KvCacheFormat::kPlain &&
+         p.head_size <= kAmxMaxHeadSize &&
          (item.query_end - item.query_begin) * kernels::query_heads_per_kv(p) > kDecodeMaxVectors;
 }
 
