@@ -96,6 +96,14 @@ XK_AVX512BF16_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
   }
 }
 
+// Elements [0, 32) of an int8 row (lanes outside `m` zero) as float32: the even ones in `even`, the
+// odd ones in `odd` (the layout TileValues accumulates in).
+XK_AVX512BF16_INLINE void EvenOddInt8(const uint8_t* p, __mmask32 m, __m512& even, __m512& odd) {
+  const __m512i w = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, p));
+  even = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16));
+  odd = _mm512_cvtepi32_ps(_mm512_srai_epi32(w, 16));
+}
+
 // r[j] = the sum of the 16 lanes of a[j] (16 vectors, 64 bytes apart), by a transpose-add tree.
 XK_AVX512BF16_INLINE __m512 Reduce16(const float* a) {
   __m512 b[8], c[4];
@@ -210,11 +218,19 @@ XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const 
         if (prefetch && ahead[j] != nullptr) PrefetchSlice(ahead[j] + kPart * g, part);
         if (!((ok >> j) & 1)) continue;
         const Elem<F>* v = vrow[j] + 64 * g;
-        const __m512i x0 = Load32<F>(v, k0), x1 = Load32<F>(v + 32, k1);
-        const __m512 y0 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
-        const __m512 y1 = _mm512_castsi512_ps(_mm512_and_si512(x0, high));
-        const __m512 y2 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
-        const __m512 y3 = _mm512_castsi512_ps(_mm512_and_si512(x1, high));
+        __m512 y0, y1, y2, y3;
+        if constexpr (F == Fmt::kInt8) {
+          // Straight to the even / odd float32 layout: each int32 lane holds elements 2i, 2i + 1
+          // as two int16.
+          EvenOddInt8(v, k0, y0, y1);
+          EvenOddInt8(v + 32, k1, y2, y3);
+        } else {
+          const __m512i x0 = Load32<F>(v, k0), x1 = Load32<F>(v + 32, k1);
+          y0 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
+          y1 = _mm512_castsi512_ps(_mm512_and_si512(x0, high));
+          y2 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
+          y3 = _mm512_castsi512_ps(_mm512_and_si512(x1, high));
+        }
         for (int i = 0; i < 4; ++i) {
           if (i >= mb) break;
           const __m512 w = _mm512_set1_ps(pm[(m0 + i) * 16 + j]);
