@@ -13,8 +13,10 @@ namespace xllm_kernel::cuda {
 namespace {
 
 using ::xllm_kernel::kernels::element_size;
+using ::xllm_kernel::kernels::KvCacheFormat;
 using ::xllm_kernel::kernels::max_context;
 using ::xllm_kernel::kernels::valid_dtype;
+using ::xllm_kernel::kernels::valid_kv_cache_format;
 using kernels::AttentionArgs;
 using kernels::AttentionShared;
 
@@ -59,9 +61,21 @@ bool cache_fits(const PagedAttentionParams& p, const CacheStrides& s) {
   return fits(1, a, b) && fits(1, a + b, c + p.head_size);
 }
 
+// An int8 cache's scales [num_blocks, block_size, kv_heads]: the last one's offset stays inside int64.
+bool scales_fit(const PagedAttentionParams& p, const CacheStrides& s) {
+  if (p.num_blocks == 0) return true;
+  if (!fits(p.num_blocks - 1, s.block) || !fits(p.block_size - 1, s.row) || !fits(p.kv_heads - 1, s.head)) {
+    return false;
+  }
+  const int64_t a = (p.num_blocks - 1) * s.block, b = (p.block_size - 1) * s.row, c = (p.kv_heads - 1) * s.head;
+  return fits(1, a, b) && fits(1, a + b, c + 1);
+}
+
 // What the kernels assume (a bridge checked the tensors; this guards the torch-free API).
 Status check(const PagedAttentionParams& p) {
   if (!valid_dtype(p.dtype)) return Status::invalid("paged_attention: unknown dtype");
+  if (!valid_kv_cache_format(p.cache_format)) return Status::invalid("paged_attention: unknown cache format");
+  const bool quant = p.cache_format != KvCacheFormat::kPlain, int8 = p.cache_format == KvCacheFormat::kInt8;
   if (p.q_heads < 1 || p.kv_heads < 1 || p.head_size < 1 || p.block_size < 1) {
     return Status::invalid("paged_attention: q_heads, kv_heads, head_size and block_size must be >= 1");
   }
@@ -77,6 +91,13 @@ Status check(const PagedAttentionParams& p) {
   for (int64_t s : strides) {
     if (s < 0) return Status::invalid("paged_attention: negative stride");
   }
+  if (int8) {
+    for (const CacheStrides& s : {p.key_scale_strides, p.value_scale_strides}) {
+      if (s.block < 0 || s.row < 0 || s.head < 0) {
+        return Status::invalid("paged_attention: negative stride (int8 key_scale or value_scale)");
+      }
+    }
+  }
   if (!std::isfinite(p.scale)) return Status::invalid("paged_attention: scale must be finite");
   if (!std::isfinite(p.soft_cap) || p.soft_cap < 0) {
     return Status::invalid("paged_attention: soft_cap must be finite and >= 0");
@@ -89,6 +110,7 @@ Status check(const PagedAttentionParams& p) {
       !fits(p.query_tokens * p.q_heads, kMaxSplits * kernels::kAttentionMaxHeadSize)) {
     return beyond;
   }
+  if (int8 && (!scales_fit(p, p.key_scale_strides) || !scales_fit(p, p.value_scale_strides))) return beyond;
   if (p.query_tokens == 0) return Status::ok();
   if (p.query == nullptr || p.out == nullptr || p.query_start_loc == nullptr) {
     return Status::invalid("paged_attention: null query, out or query_start_loc");
@@ -99,15 +121,20 @@ Status check(const PagedAttentionParams& p) {
   if (p.num_blocks > 0 && (p.key_cache == nullptr || p.value_cache == nullptr)) {
     return Status::invalid("paged_attention: null key_cache or value_cache");
   }
+  if (quant && p.num_blocks > 0 && (p.key_scale == nullptr || p.value_scale == nullptr)) {
+    return Status::invalid("paged_attention: null key_scale or value_scale (a quantized cache's scales)");
+  }
   return Status::ok();
 }
 
 // Whether 16-byte accesses are safe: the head row a multiple of 16 bytes, every base 16-byte
-// aligned and so every stride that is used (of a dimension of size > 1).
+// aligned and so every stride that is used (of a dimension of size > 1). A quantized cache's
+// piece is vec = 16 / element size one-byte elements: its base and strides must be multiples of
+// vec bytes.
 bool vector_access(const PagedAttentionParams& p) {
   const int64_t es = element_size(p.dtype), v = kernels::kVectorBytes;
   if ((p.head_size * es) % v != 0) return false;
-  for (const void* ptr : {p.query, p.key_cache, p.value_cache, static_cast<const void*>(p.out)}) {
+  for (const void* ptr : {p.query, static_cast<const void*>(p.out)}) {
     if (!kernels::aligned16(ptr)) return false;
   }
   auto used = [&](int64_t size, int64_t stride) { return size > 1 && (stride * es) % v != 0; };
@@ -115,18 +142,26 @@ bool vector_access(const PagedAttentionParams& p) {
       used(p.query_tokens, p.out_strides.token) || used(p.q_heads, p.out_strides.head)) {
     return false;
   }
+  const bool quant = p.cache_format != KvCacheFormat::kPlain;
+  const int64_t cache_es = quant ? 1 : es, cache_align = quant ? v / es : v;
+  for (const void* ptr : {p.key_cache, p.value_cache}) {
+    if (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(cache_align) != 0) return false;
+  }
+  auto cache_used = [&](int64_t size, int64_t stride) { return size > 1 && (stride * cache_es) % cache_align != 0; };
   for (const CacheStrides& s : {p.key_cache_strides, p.value_cache_strides}) {
-    if (used(p.num_blocks, s.block) || used(p.block_size, s.row) || used(p.kv_heads, s.head)) return false;
+    if (cache_used(p.num_blocks, s.block) || cache_used(p.block_size, s.row) || cache_used(p.kv_heads, s.head)) {
+      return false;
+    }
   }
   return true;
 }
 
 int64_t align_up(int64_t n, int64_t a) { return ceil_div(n, a) * a; }
 
-template <class T, int N>
+template <class T, class C, int N>
 Status launch_typed(const AttentionArgs& args, cudaStream_t stream) {
   const PagedAttentionPlan& plan = args.plan;
-  kernels::paged_attention_kernel<T, N>
+  kernels::paged_attention_kernel<T, C, N>
       <<<static_cast<unsigned>(plan.blocks), static_cast<unsigned>(plan.threads), plan.shared_bytes, stream>>>(args);
   if (const Status s = cuda_status(cudaGetLastError(), "launching the attention kernel"); !s.is_ok()) return s;
   if (plan.splits == 1) return Status::ok();
@@ -219,10 +254,13 @@ Status paged_attention(const PagedAttentionParams& p, void* workspace, int64_t w
     args.partial_max = reinterpret_cast<float*>(base + args.plan.max_offset);
     args.partial_sum = reinterpret_cast<float*>(base + args.plan.sum_offset);
   }
-  const Status no_variant = Status::invalid("paged_attention: unknown dtype");
+  const Status no_variant = Status::invalid("paged_attention: unknown dtype or cache format");
   return kernels::dispatch_dtype(p.dtype, no_variant, [&](auto element) {
     using T = typename decltype(element)::type;
-    return args.plan.vector ? launch_typed<T, kernels::kVec<T>>(args, stream) : launch_typed<T, 1>(args, stream);
+    return kernels::dispatch_cache_element<T>(p.cache_format, no_variant, [&](auto cache_element) {
+      using C = typename decltype(cache_element)::type;
+      return args.plan.vector ? launch_typed<T, C, kernels::kVec<T>>(args, stream) : launch_typed<T, C, 1>(args, stream);
+    });
   });
 }
 

@@ -17,6 +17,12 @@
 //   partial result (maximum, sum, unnormalized float32 output) of the split.
 // The merge kernel combines a row's splits per piece of the output, one thread per piece.
 //
+// The caches' element type C is a template parameter beside the query's T: C = T for kPlain
+// caches (the loads as they always were), Fp8E4M3 or int8_t for the quantized formats, whose
+// elements are dequantized in registers as they are loaded, x = float(q) * scale with a correctly
+// rounded float32 multiplication (load_cache), and then used exactly as a plain cache's. A
+// quantized cache's piece is vec one-byte elements (4 or 8 bytes, one load where aligned).
+//
 // Contracts the launcher guarantees: parameters that its check accepts, query_tokens >= 1, a plan
 // from plan_paged_attention for them, and a workspace of plan.workspace_bytes (256-byte aligned)
 // when plan.splits > 1. Values of block_tables, query_start_loc and seq_lens are not trusted: see
@@ -29,7 +35,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
 
+#include "csrc/common/quantization.h"
 #include "csrc/cuda/attention/attention.h"
 #include "csrc/cuda/common/codec.cuh"
 #include "csrc/cuda/common/float_ops.cuh"
@@ -54,6 +64,110 @@ static_assert(kAttentionTile == kAttentionThreads, "the score step gives each th
 template <int N>
 inline constexpr int kAttentionPiecesPerThread =
     (kAttentionMaxHeadSize / N + kAttentionThreads - 1) / kAttentionThreads;
+
+// ---------------------------------------------------------------- cache elements
+
+// A float8_e4m3fn cache element (its bits), distinct from int8_t in the kernels' template
+// arguments.
+struct Fp8E4M3 {
+  uint8_t bits;
+};
+
+// Whether C is a quantized cache element, and the format it belongs to.
+template <class C>
+inline constexpr bool kQuantizedCache = std::is_same_v<C, Fp8E4M3> || std::is_same_v<C, int8_t>;
+
+// The value of float8_e4m3fn bits, the same bits as kernels::float_from_float8_e4m3fn (the host
+// test compares all 256), with fewer branches: a normal code's exponent and mantissa are the
+// float32's shifted and rebiased (7 -> 127) in one addition, a subnormal's m * 2^-9 is exact.
+XLLM_CUDA_HD float fp8_e4m3fn_value(uint8_t q) {
+  const uint32_t mag = q & 0x7Fu, sign = static_cast<uint32_t>(q & 0x80u) << 24;
+  const uint32_t bits = mag == 0x7Fu ? 0x7FC00000u
+                        : mag >= 8u  ? (mag + (120u << 3)) << 20
+                                     : float_bits(static_cast<float>(mag) * 0.001953125f);
+  return float_from_bits(sign | bits);
+}
+
+// A quantized cache element's value: float(q) * scale, one correctly rounded float32
+// multiplication (never contracted into the dot product or the weighted sum that follows).
+XLLM_CUDA_HD float dequantize_cache(Fp8E4M3 q, float scale) { return float_mul(fp8_e4m3fn_value(q.bits), scale); }
+XLLM_CUDA_HD float dequantize_cache(int8_t q, float scale) { return float_mul(static_cast<float>(q), scale); }
+
+// A quantized cache element from its byte.
+template <class C>
+XLLM_CUDA_HD C cache_element(uint8_t bits) {
+  if constexpr (std::is_same_v<C, Fp8E4M3>) {
+    return Fp8E4M3{bits};
+  } else {
+    return static_cast<int8_t>(bits);  // two's complement
+  }
+}
+
+// Loads N consecutive one-byte elements: one 4- or 8-byte load for N = 4 or 8 (p aligned to N
+// bytes; the host build throws otherwise, as load16 does), bytes otherwise.
+template <int N>
+XLLM_CUDA_HD void load_bytes(const void* p, uint8_t (&b)[N]) {
+  if constexpr (N == 4 || N == 8) {
+    using Word = std::conditional_t<N == 4, uint32_t, uint64_t>;
+#ifdef __CUDA_ARCH__
+    const Word w = *reinterpret_cast<const Word*>(p);
+#else
+    if (reinterpret_cast<uintptr_t>(p) % N != 0) throw std::logic_error("cache piece load from a misaligned address");
+    Word w;
+    std::memcpy(&w, p, sizeof(w));
+#endif
+XLLM_CUDA_UNROLL
+    for (int i = 0; i < N; ++i) b[i] = static_cast<uint8_t>(w >> (8 * i));  // little-endian
+  } else {
+    const auto* q = static_cast<const uint8_t*>(p);
+XLLM_CUDA_UNROLL
+    for (int i = 0; i < N; ++i) b[i] = q[i];
+  }
+}
+
+// Loads N consecutive cache elements as float32: a plain cache's as load<N>; a quantized cache's
+// dequantized with the row's scale (unused for a plain cache).
+template <int N, class C>
+XLLM_CUDA_HD void load_cache(const C* p, float scale, float (&v)[N]) {
+  if constexpr (kQuantizedCache<C>) {
+    uint8_t b[N];
+    load_bytes<N>(p, b);
+XLLM_CUDA_UNROLL
+    for (int i = 0; i < N; ++i) v[i] = dequantize_cache(cache_element<C>(b[i]), scale);
+  } else {
+    (void)scale;
+    load<N>(p, v);
+  }
+}
+
+// The scales of a cache: fp8 one per tensor, int8 one per (block, row, KV head), read where a row
+// of a valid block is (never otherwise: a call without blocks may pass none); 1 for a plain cache
+// (unused).
+template <class C>
+struct CacheScales {
+  const float* scale = nullptr;  // PagedAttentionParams::key_scale / value_scale
+  CacheStrides strides;
+
+  XLLM_CUDA_HD float at(int64_t block, int64_t row, int64_t head) const {
+    if constexpr (std::is_same_v<C, int8_t>) {
+      return scale[block * strides.block + row * strides.row + head * strides.head];
+    } else if constexpr (std::is_same_v<C, Fp8E4M3>) {
+      return *scale;
+    } else {
+      return 1.0f;
+    }
+  }
+};
+
+template <class C>
+XLLM_CUDA_HD CacheScales<C> cache_scales(const float* scale, const CacheStrides& strides) {
+  CacheScales<C> s;
+  s.scale = scale;
+  s.strides = strides;
+  return s;
+}
+
+// ---------------------------------------------------------------- the kernels
 
 XLLM_CUDA_HD float attention_nan() { return float_from_bits(0x7FC00000u); }
 XLLM_CUDA_HD float attention_minus_inf() { return float_from_bits(0xFF800000u); }
@@ -177,7 +291,8 @@ XLLM_CUDA_HD AttentionItem attention_item(const AttentionArgs& a, int64_t item) 
 }
 
 // The program of one item (see the top of this file). smem: AttentionShared, then the floats.
-template <class T, int N, class Team>
+// C: the caches' element type (T, or a quantized one).
+template <class T, class C, int N, class Team>
 XLLM_CUDA_HD void attention_run_item(const AttentionArgs& a, int64_t item_index, AttentionShared& s, float* floats,
                                      Team& team) {
   const PagedAttentionParams& p = a.p;
@@ -214,8 +329,10 @@ XLLM_CUDA_HD void attention_run_item(const AttentionArgs& a, int64_t item_index,
   float* scores = floats + H * D;        // [H][kAttentionTile]
   float* reduction = floats;             // [slices][H][D], after the last tile
   const T* query = static_cast<const T*>(p.query) + w.row * p.query_strides.token;
-  const T* key_cache = static_cast<const T*>(p.key_cache);
-  const T* value_cache = static_cast<const T*>(p.value_cache);
+  const C* key_cache = static_cast<const C*>(p.key_cache);
+  const C* value_cache = static_cast<const C*>(p.value_cache);
+  const CacheScales<C> key_scales = cache_scales<C>(p.key_scale, p.key_scale_strides);
+  const CacheScales<C> value_scales = cache_scales<C>(p.value_scale, p.value_scale_strides);
   const int32_t* table = p.block_tables + w.seq * p.block_table_stride;
   const int64_t width = P < threads ? P : threads;  // threads per slice of the value step
   const int64_t slices = plan.slices;
@@ -260,12 +377,13 @@ XLLM_CUDA_UNROLL
         }
       }
       if (block >= 0) {
-        const T* k = key_cache + block * p.key_cache_strides.block + row * p.key_cache_strides.row +
+        const C* k = key_cache + block * p.key_cache_strides.block + row * p.key_cache_strides.row +
                      w.kv_head * p.key_cache_strides.head;
+        const float k_scale = key_scales.at(block, row, w.kv_head);
 XLLM_CUDA_UNROLL_4
         for (int64_t piece = 0; piece < P; ++piece) {
           float v[N];
-          load<N>(k + piece * N, v);
+          load_cache<N>(k + piece * N, k_scale, v);
 XLLM_CUDA_UNROLL
           for (int h = 0; h < kAttentionMaxHeads; ++h) {
             if (h >= H) break;
@@ -330,14 +448,15 @@ XLLM_CUDA_UNROLL
       for (int64_t k = slice; k < kAttentionTile; k += slices) {
         const int32_t block = s.block[k];
         if (block < 0) continue;
-        const T* v_row = value_cache + block * p.value_cache_strides.block + s.row[k] * p.value_cache_strides.row +
+        const C* v_row = value_cache + block * p.value_cache_strides.block + s.row[k] * p.value_cache_strides.row +
                          w.kv_head * p.value_cache_strides.head;
+        const float v_scale = value_scales.at(block, s.row[k], w.kv_head);
 XLLM_CUDA_UNROLL
         for (int j = 0; j < kPer; ++j) {
           const int64_t piece = lane + j * width;
           if (piece >= P) break;
           float v[N];
-          load<N>(v_row + piece * N, v);
+          load_cache<N>(v_row + piece * N, v_scale, v);
 XLLM_CUDA_UNROLL
           for (int h = 0; h < kAttentionMaxHeads; ++h) {
             if (h >= H) break;
@@ -397,10 +516,10 @@ XLLM_CUDA_UNROLL
 }
 
 // Block `block` of a grid of `grid` blocks: its items in grid-sized steps.
-template <class T, int N, class Team>
+template <class T, class C, int N, class Team>
 XLLM_CUDA_HD void attention_run_block(const AttentionArgs& a, int64_t block, int64_t grid, AttentionShared& s,
                                       float* floats, Team& team) {
-  for (int64_t item = block; item < a.plan.items; item += grid) attention_run_item<T, N>(a, item, s, floats, team);
+  for (int64_t item = block; item < a.plan.items; item += grid) attention_run_item<T, C, N>(a, item, s, floats, team);
 }
 
 // Merge piece `index` of plan.merge_pieces: vec elements of one (row, query head), from the
@@ -442,14 +561,14 @@ XLLM_CUDA_HD void attention_merge_piece(const AttentionArgs& a, int64_t index) {
 
 #ifdef __CUDACC__
 
-template <class T, int N>
+template <class T, class C, int N>
 __global__ void __launch_bounds__(kAttentionThreads, kAttentionMinBlocksPerSm)
     paged_attention_kernel(const __grid_constant__ AttentionArgs a) {
   extern __shared__ float4 attention_smem[];
   AttentionShared& s = *reinterpret_cast<AttentionShared*>(attention_smem);
   float* floats = reinterpret_cast<float*>(attention_smem) + sizeof(AttentionShared) / sizeof(float);
   DeviceTeam<N> team;
-  attention_run_block<T, N>(a, blockIdx.x, gridDim.x, s, floats, team);
+  attention_run_block<T, C, N>(a, blockIdx.x, gridDim.x, s, floats, team);
 }
 
 template <class T, int N>
@@ -462,5 +581,18 @@ __global__ void __launch_bounds__(kAttentionMergeThreads)
 }
 
 #endif  // __CUDACC__
+
+// Calls f(Element<C>{}) for the caches' element type: T for kPlain, Fp8E4M3 or int8_t for the
+// quantized formats; `otherwise` for a value that is no format. Host code (launcher, tests).
+template <class T, class R, class F>
+R dispatch_cache_element(::xllm_kernel::kernels::KvCacheFormat format, R otherwise, F&& f) {
+  using ::xllm_kernel::kernels::KvCacheFormat;
+  switch (format) {
+    case KvCacheFormat::kPlain: return f(Element<T>{});
+    case KvCacheFormat::kFp8E4M3: return f(Element<Fp8E4M3>{});
+    case KvCacheFormat::kInt8: return f(Element<int8_t>{});
+  }
+  return otherwise;
+}
 
 }  // namespace xllm_kernel::cuda::kernels

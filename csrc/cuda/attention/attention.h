@@ -26,6 +26,12 @@
 // are not non-decreasing a row inside the ranges of two sequences gets the result of one of them or
 // NaN.
 //
+// Quantized caches (p.cache_format, paged_attention_quant; csrc/common/kv_cache.h): the caches
+// hold float8_e4m3fn or int8 codes, one byte per element, and every key and value element read is
+// dequantized in registers, x = float(q) * scale in float32 (fp8: *key_scale / *value_scale,
+// read on the device; int8: the scale of its (block, row, KV head)), then used exactly as a plain
+// cache's element. The scales of rows that no valid key reads are never read.
+//
 //   xllm_kernel::cuda::PagedAttentionParams p;  // the fields as in csrc/common/attention.h
 //   const int64_t bytes = xllm_kernel::cuda::paged_attention_workspace_bytes(p, sm_count);
 //   Status s = xllm_kernel::cuda::paged_attention(p, workspace, bytes, stream);  // device pointers
@@ -56,10 +62,11 @@ int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p, int sm_co
 // Enqueues the attention on `stream`; every pointer is device memory of the current device, and
 // workspace holds at least paged_attention_workspace_bytes(p, the device's SM count) bytes (256-byte
 // aligned). Returns kInvalidArgument with the reason for parameters the kernels cannot handle (unknown
-// dtype, sizes < 1, head_size > 512, negative counts, q_heads not a multiple of kv_heads, negative
-// strides, scale or soft_cap not finite or soft_cap < 0, offsets beyond int64, a null pointer where
-// rows exist, a workspace too small, null or not 256-byte aligned), ok without launching for zero
-// query rows, kDeviceError for a failing SM-count query or launch, otherwise ok.
+// dtype or cache format, sizes < 1, head_size > 512, negative counts, q_heads not a multiple of
+// kv_heads, negative strides (an int8 cache's scale strides included), scale or soft_cap not finite
+// or soft_cap < 0, offsets beyond int64, a null pointer where rows exist (a quantized cache's scales
+// where blocks exist), a workspace too small, null or not 256-byte aligned), ok without launching
+// for zero query rows, kDeviceError for a failing SM-count query or launch, otherwise ok.
 Status paged_attention(const PagedAttentionParams& p, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 // How a launch is shaped, from the shapes, the pointers' alignment and the SM count only (never
@@ -79,7 +86,8 @@ Status paged_attention(const PagedAttentionParams& p, void* workspace, int64_t w
 // a row's empty ranges add nothing and the merge adds the rest in key order). Neither the SM count
 // nor the other rows change a row's ranges or its order of additions.
 struct PagedAttentionPlan {
-  bool vector = false;        // 16-byte accesses of query, caches and out (kVec elements); else elements
+  bool vector = false;        // 16-byte accesses of query, caches and out (kVec elements; a quantized
+                              // cache's kVec one-byte elements in one load); else elements
   int vec = 0;                // elements per access: 16 / element size, or 1
   int64_t pieces = 0;         // accesses per head row: head_size / vec
   int threads = 0;            // per block of the attention kernel

@@ -3,7 +3,8 @@
 // where bad values give NaN rows on CUDA instead of raising), CUDA-graph capture of cuda.native
 // replaying to the bits of an eager call with other lengths between capture and replay (the
 // workspace comes from the shapes), batch invariance of the implementations that declare it, and
-// selection through initialize("cuda"). Every test skips,
+// selection through initialize("cuda"), and paged_attention_quant (float8_e4m3fn and int8 caches) of
+// cuda.native and its batch-invariant variant within the tolerance of the CPU's. Every test skips,
 // saying why, where no usable GPU is.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -79,6 +80,66 @@ TEST(CudaAttention, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no CUDA paged_attention implementation declares batch invariance";
+}
+
+// Quantized copies of a call's caches, on the CPU: fp8 with one scale per cache (q = e4m3(x /
+// scale), the rows no sequence owns NaN codes), int8 per (block, row, head) (a NaN row: scale NaN,
+// codes 0). {key_cache, value_cache, key_scale, value_scale}.
+std::vector<at::Tensor> quantize_caches(const Call& c, at::ScalarType cache_dtype) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& cache : {c.key_cache, c.value_cache}) {
+    const at::Tensor x = cache.to(at::kCPU, at::kFloat);
+    if (cache_dtype == at::kFloat8_e4m3fn) {
+      const at::Tensor scale = at::full({1}, 4.0f / 448);
+      const at::Tensor t = x.div(scale);
+      at::Tensor q = t.clamp(-448, 448).to(at::kFloat8_e4m3fn);
+      q.view(at::kByte).masked_fill_(t.isnan(), 0x7F);
+      out.push_back(q);
+      out.push_back(scale);
+    } else {
+      const at::Tensor amax = x.abs().amax(-1, /*keepdim=*/true);
+      const at::Tensor m = at::where(amax.eq(0), at::zeros_like(amax), at::full_like(amax, 127.0f).div(amax));
+      out.push_back(x.mul(m).nan_to_num(0.0, 0.0, 0.0).clamp(-128, 127).round().to(at::kChar));
+      out.push_back(amax.div(127.0f).squeeze(-1).contiguous());
+    }
+  }
+  return {out[0], out[2], out[1], out[3]};
+}
+
+// cuda.native.paged_attention_quant (and .batch_invariant) within the tolerance of
+// cpu.native.paged_attention_quant over the same quantized caches: decode, prefill, mixed batches,
+// GQA, soft cap and window, head sizes on the vector and the element path, split plans.
+TEST(CudaAttentionQuant, NativeMatchesTheCpuWithinTolerance) {
+  XLLM_SKIP_WITHOUT_CUDA_DEVICE();
+  const Batch batches[] = {
+      {{37, 16, 1, 70}, {1, 1, 1, 1}, 8, 2},     // decode, GQA
+      {{50, 40, 9}, {12, 1, 9}, 16, 1, 128, 32},  // chunk + decode + prefill, MQA
+      {{0, 21, 0, 5}, {0, 3, 0, 1}, 9, 3, 67, 16, 2},  // padding sequences and rows, a tail
+      {{3000}, {1}, 32, 8, 128, 16},              // one long decode (split over blocks)
+  };
+  auto fn = [](const std::string& impl) { return function_of<PagedAttentionQuantFn>(impl); };
+  for (const at::ScalarType cache_dtype : {at::kFloat8_e4m3fn, at::kChar}) {
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (size_t i = 0; i < std::size(batches); ++i) {
+        for (const auto& [soft_cap, window] : {std::pair<double, int64_t>{0, 0}, {20, 7}}) {
+          SCOPED_TRACE(std::string(c10::toString(cache_dtype)) + " " + c10::toString(dtype) + " batch " +
+                       std::to_string(i) + " soft_cap " + std::to_string(soft_cap) + " window " + std::to_string(window));
+          const Call c = make_call(batches[i], dtype, kContiguous, at::kCPU, 5);
+          const std::vector<at::Tensor> q = quantize_caches(c, cache_dtype);
+          const at::Tensor want = fn("cpu.native.paged_attention_quant")(
+              c.query, q[0], q[1], q[2], q[3], c.block_tables, c.query_start_loc, c.seq_lens, c.scale, soft_cap, window);
+          const at::Tensor want64 = want.to(at::kDouble);
+          for (const char* impl : {"cuda.native.paged_attention_quant", "cuda.native.paged_attention_quant.batch_invariant"}) {
+            SCOPED_TRACE(impl);
+            const at::Tensor got = fn(impl)(c.query.to(kGpu), q[0].to(kGpu), q[1].to(kGpu), q[2].to(kGpu), q[3].to(kGpu),
+                                            c.block_tables.to(kGpu), c.query_start_loc.to(kGpu), c.seq_lens.to(kGpu),
+                                            c.scale, soft_cap, window);
+            expect_close(got, want64, dtype);
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaAttentionImpl, ::testing::ValuesIn(cuda_implementations_of(kOperation)),

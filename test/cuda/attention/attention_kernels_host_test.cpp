@@ -11,6 +11,12 @@
 // observer checks that every output element is stored exactly once and nothing else in the
 // output buffer, in 16-byte stores exactly on the vector path (the host load16/store16 throw on
 // a misaligned address). Also the plan's rules and the launcher's argument checks.
+//
+// Quantized caches (float8_e4m3fn, int8; PagedAttentionParams::cache_format): the same cases over
+// caches quantized here with csrc/common/quantization.h's host functions (NaN codes or NaN scales in
+// every row a sequence does not own), against the float64 reference over the dequantized values
+// float(q) * scale; the element decoding against the header's for every code; the cache pieces'
+// alignment rule; the launcher's checks of the scales.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "csrc/common/quantization.h"
 #include "csrc/cuda/attention/attention.cuh"
 #include "csrc/cuda/attention/attention.h"
 #include "test/cuda/common/host_buffers.h"
@@ -38,6 +45,7 @@ namespace {
 using kernels::AttentionArgs;
 using kernels::AttentionShared;
 using kernels::AttentionThread;
+using ::xllm_kernel::kernels::KvCacheFormat;
 
 constexpr int kSms = 132;
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
@@ -108,8 +116,9 @@ struct HostTeam {
   }
 };
 
-// Runs every block and thread of `plan`, then every merge piece, on the host.
-template <class T, int N>
+// Runs every block and thread of `plan`, then every merge piece, on the host. C: the caches'
+// element type.
+template <class T, class C, int N>
 void run_plan_typed(const AttentionArgs& a) {
   HostTeam<N> team;
   team.states.resize(a.plan.threads);
@@ -121,7 +130,7 @@ void run_plan_typed(const AttentionArgs& a) {
     for (auto& s : states) std::memset(&s, 0xFF, sizeof(s));
     auto& shared = *reinterpret_cast<AttentionShared*>(smem.data());
     float* floats = smem.data() + sizeof(AttentionShared) / sizeof(float);
-    kernels::attention_run_block<T, N>(a, b, a.plan.blocks, shared, floats, team);
+    kernels::attention_run_block<T, C, N>(a, b, a.plan.blocks, shared, floats, team);
   }
   for (int64_t i = 0; i < a.plan.merge_pieces; ++i) kernels::attention_merge_piece<T, N>(a, i);
 }
@@ -138,12 +147,15 @@ void run_plan(const PagedAttentionParams& p, const PagedAttentionPlan& plan, voi
   }
   const bool ran = kernels::dispatch_dtype(p.dtype, false, [&](auto element) {
     using T = typename decltype(element)::type;
-    if (plan.vector) {
-      run_plan_typed<T, kernels::kVec<T>>(a);
-    } else {
-      run_plan_typed<T, 1>(a);
-    }
-    return true;
+    return kernels::dispatch_cache_element<T>(p.cache_format, false, [&](auto cache_element) {
+      using C = typename decltype(cache_element)::type;
+      if (plan.vector) {
+        run_plan_typed<T, C, kernels::kVec<T>>(a);
+      } else {
+        run_plan_typed<T, C, 1>(a);
+      }
+      return true;
+    });
   });
   ASSERT_TRUE(ran);
 }
@@ -251,8 +263,12 @@ struct Inputs {
 
 // out[t, h] in float64, from the pages as the header defines it; NaN for the rows the header
 // says get NaN (a block id outside [0, num_blocks), contradicting lengths, rows of no sequence) and
-// zero for the padding rows (from query_start_loc[num_seqs] on).
-std::vector<double> reference(const Inputs& in) {
+// zero for the padding rows (from query_start_loc[num_seqs] on). keys, values: the caches' values
+// by element offset, where they are not in.key_cache and in.value_cache (quantized caches).
+std::vector<double> reference(const Inputs& in, const std::vector<double>* keys = nullptr,
+                              const std::vector<double>* values = nullptr) {
+  auto key_at = [&](int64_t i) { return keys != nullptr ? (*keys)[i] : in.key_cache->get(i); };
+  auto value_at = [&](int64_t i) { return values != nullptr ? (*values)[i] : in.value_cache->get(i); };
   const PagedAttentionParams& p = in.p;
   std::vector<double> want(std::max<int64_t>(p.query_tokens, 1) * p.q_heads * p.head_size,
                            std::numeric_limits<double>::quiet_NaN());
@@ -285,7 +301,7 @@ std::vector<double> reference(const Inputs& in) {
           double dot = 0;
           for (int64_t e = 0; e < p.head_size; ++e) {
             const double q = in.query->get(t * p.query_strides.token + h * p.query_strides.head + e);
-            dot += q * in.key_cache->get(krow + e);
+            dot += q * key_at(krow + e);
           }
           double logit = static_cast<double>(p.scale) * dot;
           if (p.soft_cap > 0) logit = p.soft_cap * std::tanh(logit / p.soft_cap);
@@ -300,7 +316,7 @@ std::vector<double> reference(const Inputs& in) {
             const int64_t id = p.block_tables[s * p.block_table_stride + j / p.block_size];
             const int64_t vrow = id * p.value_cache_strides.block + (j % p.block_size) * p.value_cache_strides.row +
                                  g * p.value_cache_strides.head;
-            acc += logits[j - lo] * in.value_cache->get(vrow + e);
+            acc += logits[j - lo] * value_at(vrow + e);
           }
           want[(t * p.q_heads + h) * p.head_size + e] = acc / sum;
         }
@@ -671,6 +687,326 @@ TEST(AttentionHost, ContradictingLengthsGiveNaNRows) {
     std::copy(starts.begin(), starts.end(), in.starts());
     in.lens()[e.seq] = len;
   }
+}
+
+// ---------------------------------------------------------------- quantized caches
+
+// Quantized copies of a case's caches (format fp8 or int8), quantized here with the header's host
+// functions: NaN elements (every row no sequence owns) give fp8 code 0x7F, or an int8 row whose
+// scale is NaN. Installed into in.p; `values` are the dequantized elements float(q) * scale
+// (float32) for the reference.
+struct QuantCaches {
+  KvCacheFormat format;
+  std::unique_ptr<GuardedBuffer> codes[2], scales[2];
+  std::vector<double> values[2];
+  float tensor_scale[2] = {4.0f / 448, 3.0f / 448};  // fp8: |x| up to 4 (keys) and 3 (values), beyond saturates
+
+  // offset: bytes before each cache's first element (0: 64-byte aligned).
+  QuantCaches(Inputs& in, KvCacheFormat f, int64_t offset = 0) : format(f) {
+    namespace k = ::xllm_kernel::kernels;
+    const int64_t n = in.key_cache->n, D = in.c.head_size, H = in.c.kv_heads, B = in.c.block_size;
+    const int64_t blocks = in.num_blocks;
+    // int8 scales: keys [blocks, B, H] with blocks 3 floats apart beyond their rows; values
+    // transposed within a block ([blocks, H, B] in memory).
+    const CacheStrides scale_strides[2] = {{B * H + 3, H, 1}, {H * B, 1, B}};
+    for (int c = 0; c < 2; ++c) {
+      const Tensor& src = c == 0 ? *in.key_cache : *in.value_cache;
+      codes[c] = std::make_unique<GuardedBuffer>(n + offset, 64);
+      values[c].assign(n, 0.0);
+      uint8_t* q = codes[c]->data() + offset;
+      if (f == KvCacheFormat::kFp8E4M3) {
+        scales[c] = std::make_unique<GuardedBuffer>(4, 4);
+        std::memcpy(scales[c]->data(), &tensor_scale[c], 4);
+        for (int64_t i = 0; i < n; ++i) {
+          q[i] = k::quantize_fp8_per_token(static_cast<float>(src.get(i)), tensor_scale[c]);
+          values[c][i] = k::float_from_float8_e4m3fn(q[i]) * tensor_scale[c];
+        }
+      } else {
+        const CacheStrides& ss = scale_strides[c];
+        scales[c] = std::make_unique<GuardedBuffer>(4 * ((blocks - 1) * ss.block + B * H), 4);
+        float* sc = reinterpret_cast<float*>(scales[c]->data());
+        for (int64_t r = 0; r < n / D; ++r) {  // rows in the caches' contiguous layout
+          const int64_t b = r / (B * H), row = r / H % B, h = r % H;
+          float amax = 0.0f;
+          for (int64_t e = 0; e < D; ++e) amax = k::quant_max(amax, std::fabs(static_cast<float>(src.get(r * D + e))));
+          const float scale = k::int8_per_token_scale(amax), m = k::int8_per_token_multiplier(amax);
+          sc[b * ss.block + row * ss.row + h * ss.head] = scale;
+          for (int64_t e = 0; e < D; ++e) {
+            const int8_t code = k::quantize_int8_per_token(static_cast<float>(src.get(r * D + e)), m);
+            q[r * D + e] = static_cast<uint8_t>(code);
+            values[c][r * D + e] = static_cast<float>(code) * scale;
+          }
+        }
+      }
+    }
+    in.p.cache_format = f;
+    in.p.key_cache = codes[0]->data() + offset;
+    in.p.value_cache = codes[1]->data() + offset;
+    in.p.key_scale = reinterpret_cast<const float*>(scales[0]->data());
+    in.p.value_scale = reinterpret_cast<const float*>(scales[1]->data());
+    if (f == KvCacheFormat::kInt8) {
+      in.p.key_scale_strides = scale_strides[0];
+      in.p.value_scale_strides = scale_strides[1];
+    }
+  }
+  std::vector<double> reference(const Inputs& in) const { return ::xllm_kernel::cuda::reference(in, &values[0], &values[1]); }
+};
+
+constexpr KvCacheFormat kQuantFormats[] = {KvCacheFormat::kFp8E4M3, KvCacheFormat::kInt8};
+
+// A case over quantized caches, with a few SM counts, against float64 over the dequantized values.
+void check_quant_case(const Case& c, KvCacheFormat f, std::mt19937& rng, bool expect_vector = true,
+                      int64_t cache_offset = 0, std::vector<int> sm_counts = {1, kSms}) {
+  SCOPED_TRACE(c.describe() + " " + kv_cache_format_name(f) + " cache offset " + std::to_string(cache_offset));
+  Inputs in(c, rng);
+  const QuantCaches q(in, f, cache_offset);
+  const std::vector<double> want = q.reference(in);
+  for (int sms : sm_counts) {
+    SCOPED_TRACE("sm_count " + std::to_string(sms));
+    const Result r = run(in, sms, expect_vector);
+    expect_matches(in, want, r.got);
+  }
+}
+
+// Every fp8 code decodes to the header's value (bits, NaN included), and a dequantized element of
+// either format is float(q) * scale rounded once.
+TEST(AttentionHost, QuantizedCacheElementsDequantizeAsTheHeaderSays) {
+  const float scales[] = {1.0f, 4.0f / 448, 0.37f, -2.5f, 0.0f, std::numeric_limits<float>::quiet_NaN()};
+  for (int code = 0; code < 256; ++code) {
+    const uint8_t b = static_cast<uint8_t>(code);
+    const float want = ::xllm_kernel::kernels::float_from_float8_e4m3fn(b);
+    EXPECT_EQ(kernels::float_bits(kernels::fp8_e4m3fn_value(b)), kernels::float_bits(want)) << "code " << code;
+    for (float scale : scales) {
+      const float fp8 = kernels::dequantize_cache(kernels::Fp8E4M3{b}, scale);
+      const float i8 = kernels::dequantize_cache(static_cast<int8_t>(b), scale);
+      const float want_fp8 = want * scale, want_i8 = static_cast<float>(static_cast<int8_t>(b)) * scale;
+      EXPECT_TRUE(std::isnan(want_fp8) ? std::isnan(fp8) : kernels::float_bits(fp8) == kernels::float_bits(want_fp8))
+          << "fp8 code " << code << " scale " << scale;
+      EXPECT_TRUE(std::isnan(want_i8) ? std::isnan(i8) : kernels::float_bits(i8) == kernels::float_bits(want_i8))
+          << "int8 code " << code << " scale " << scale;
+    }
+  }
+  // Pieces: vec one-byte elements in one load at a multiple of vec bytes; elements anywhere.
+  alignas(16) uint8_t bytes[32];
+  for (int i = 0; i < 32; ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 1);
+  const auto* fp8 = reinterpret_cast<const kernels::Fp8E4M3*>(bytes);
+  const auto* i8 = reinterpret_cast<const int8_t*>(bytes);
+  float v8[8], v4[4], v1[1];
+  kernels::load_cache<8>(fp8 + 8, 0.5f, v8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(v8[i], kernels::dequantize_cache(kernels::Fp8E4M3{bytes[8 + i]}, 0.5f)) << i;
+  kernels::load_cache<4>(i8 + 12, 3.0f, v4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(v4[i], static_cast<float>(static_cast<int8_t>(bytes[12 + i])) * 3.0f) << i;
+  kernels::load_cache<1>(i8 + 3, 1.0f, v1);
+  EXPECT_EQ(v1[0], static_cast<float>(static_cast<int8_t>(bytes[3])));
+  EXPECT_THROW(kernels::load_cache<8>(fp8 + 4, 1.0f, v8), std::logic_error);
+  EXPECT_THROW(kernels::load_cache<4>(i8 + 2, 1.0f, v4), std::logic_error);
+}
+
+TEST(AttentionHost, QuantizedCachesDecodeMatchesFloat64) {
+  std::mt19937 rng(31);
+  const std::pair<int64_t, int64_t> groups[] = {{32, 8}, {16, 1}, {9, 3}};
+  for (KvCacheFormat f : kQuantFormats) {
+    for (DType dtype : kDTypes) {
+      for (auto [qh, kvh] : groups) {
+        Case c;
+        c.dtype = dtype;
+        c.q_heads = qh;
+        c.kv_heads = kvh;
+        c.head_size = 128;
+        c.block_size = 16;
+        c.seqs = {{1, 37}, {1, 1}, {1, 300}, {1, 16}};
+        check_quant_case(c, f, rng);
+      }
+    }
+  }
+}
+
+TEST(AttentionHost, QuantizedCachesPrefillMixedSoftCapAndWindowMatchFloat64) {
+  std::mt19937 rng(32);
+  for (KvCacheFormat f : kQuantFormats) {
+    for (DType dtype : kDTypes) {
+      Case c;
+      c.dtype = dtype;
+      c.q_heads = 8;
+      c.kv_heads = 2;
+      c.head_size = 64;
+      c.seqs = {{20, 20}};
+      check_quant_case(c, f, rng);
+      c.seqs = {{1, 70}, {0, 0}, {5, 33}, {1, 2}, {9, 9}, {0, 0}};
+      c.block_size = 32;
+      check_quant_case(c, f, rng);
+      c.block_size = 16;
+      c.seqs = {{1, 300}, {6, 40}, {1, 5}};
+      c.soft_cap = 30.0f;
+      c.window = 33;
+      check_quant_case(c, f, rng);
+    }
+  }
+}
+
+// The vector path reads vec one-byte elements at once: the caches' bases (and used strides) must be
+// multiples of vec bytes (8 for bf16 and fp16 queries, 4 for float32), else elements. Head sizes
+// that are not a multiple of vec elements take elements too.
+TEST(AttentionHost, QuantizedCachePiecesFollowTheAlignmentRule) {
+  std::mt19937 rng(33);
+  for (KvCacheFormat f : kQuantFormats) {
+    for (DType dtype : kDTypes) {
+      const int64_t vec = 16 / Tensor::element_size(dtype);
+      Case c;
+      c.dtype = dtype;
+      c.q_heads = 4;
+      c.kv_heads = 2;
+      c.head_size = 64;
+      c.seqs = {{1, 40}, {3, 21}};
+      check_quant_case(c, f, rng, true, vec, {kSms});       // aligned to vec bytes, not to 16
+      check_quant_case(c, f, rng, false, vec / 2, {kSms});  // misaligned: elements
+      c.head_size = 67;
+      check_quant_case(c, f, rng, false, 0, {kSms});
+      c.head_size = 512;
+      check_quant_case(c, f, rng, true, 0, {kSms});
+    }
+  }
+}
+
+// NaN rows for out-of-range block ids, and batch-invariant plans, as over plain caches.
+TEST(AttentionHost, QuantizedCachesBadBlocksAndBatchInvariantPlans) {
+  std::mt19937 rng(34);
+  for (KvCacheFormat f : kQuantFormats) {
+    SCOPED_TRACE(kv_cache_format_name(f));
+    Case c;
+    c.dtype = DType::kBFloat16;
+    c.q_heads = 4;
+    c.kv_heads = 2;
+    c.head_size = 64;
+    c.seqs = {{1, 100}, {10, 40}, {1, 3000}};
+    Inputs in(c, rng);
+    const QuantCaches q(in, f);
+    in.block_tables[in.max_blocks + 2] = -1;  // sequence 1's third block: its rows at positions >= 32
+    const std::vector<double> want = q.reference(in);
+    EXPECT_TRUE(std::isnan(want[3 * c.q_heads * c.head_size]));
+    EXPECT_FALSE(std::isnan(want[0]));
+    for (int sms : {1, kSms}) expect_matches(in, want, run(in, sms, true).got);
+    in.p.batch_invariant = true;
+    const Result one = run(in, 1, true), many = run(in, kSms, true);
+    EXPECT_GE(one.plan.splits, 2);
+    EXPECT_TRUE(one.got == many.got || std::equal(one.got.begin(), one.got.end(), many.got.begin(), [](double a, double b) {
+                  return (std::isnan(a) && std::isnan(b)) || a == b;
+                })) << "batch-invariant plans on 1 and 132 SMs differ";
+    expect_matches(in, want, many.got);
+  }
+}
+
+TEST(AttentionHost, QuantizedPlanFollowsTheCacheAlignmentOnly) {
+  alignas(16) static unsigned char buf[64];
+  alignas(16) static float scales[4];
+  static const int32_t zero = 0;
+  PagedAttentionParams p = test::Llama8BPagedAttention(64);
+  p.query_tokens = 64;
+  p.query = p.key_cache = p.value_cache = buf;
+  p.out = buf;
+  p.query_strides = p.out_strides = {32 * 128, 128};
+  p.key_cache_strides = p.value_cache_strides = {16 * 8 * 128, 8 * 128, 128};
+  p.block_tables = &zero;
+  p.block_table_stride = 256;
+  p.query_start_loc = p.seq_lens = &zero;
+  const PagedAttentionPlan plain = plan_paged_attention(p, kSms);
+  for (KvCacheFormat f : kQuantFormats) {
+    SCOPED_TRACE(kv_cache_format_name(f));
+    PagedAttentionParams q = p;
+    q.cache_format = f;
+    q.key_scale = q.value_scale = scales;
+    q.key_scale_strides = q.value_scale_strides = {16 * 8, 8, 1};
+    PagedAttentionPlan plan = plan_paged_attention(q, kSms);
+    // The same shape as the plain plan: the format changes the loads, not the work.
+    EXPECT_TRUE(plan.vector);
+    EXPECT_EQ(plan.vec, plain.vec);
+    EXPECT_EQ(plan.splits, plain.splits);
+    EXPECT_EQ(plan.shared_bytes, plain.shared_bytes);
+    EXPECT_EQ(plan.blocks, plain.blocks);
+    q.key_cache = buf + 8;  // bf16 query: pieces of 8 cache bytes
+    EXPECT_TRUE(plan_paged_attention(q, kSms).vector);
+    q.key_cache = buf + 4;
+    EXPECT_FALSE(plan_paged_attention(q, kSms).vector);
+    q.key_cache = buf;
+    q.value_cache_strides.head = 132;  // 132 bytes: not a multiple of 8
+    EXPECT_FALSE(plan_paged_attention(q, kSms).vector);
+    q.value_cache_strides.head = 136;
+    EXPECT_TRUE(plan_paged_attention(q, kSms).vector);
+    q.dtype = DType::kFloat32;  // pieces of 4 cache bytes
+    q.query_strides = q.out_strides = {32 * 128, 128};
+    q.key_cache = buf + 4;
+    q.value_cache_strides.head = 132;
+    EXPECT_TRUE(plan_paged_attention(q, kSms).vector);
+    EXPECT_EQ(plan_paged_attention(q, kSms).vec, 4);
+  }
+}
+
+TEST(AttentionHost, QuantizedLauncherRejectsInvalidScalesWithoutTouchingTheDevice) {
+  alignas(256) static unsigned char buf[1 << 16];
+  alignas(16) static float scales[64];
+  static const int32_t ints[] = {0, 1};
+  PagedAttentionParams good;
+  good.dtype = DType::kFloat16;
+  good.num_seqs = 1;
+  good.query_tokens = 1;
+  good.q_heads = 2;
+  good.kv_heads = 1;
+  good.head_size = 8;
+  good.block_size = 1;
+  good.num_blocks = 1;
+  good.max_blocks_per_seq = 512;
+  good.query = good.key_cache = good.value_cache = buf;
+  good.out = buf + 4096;
+  good.query_strides = good.out_strides = {16, 8};
+  good.key_cache_strides = good.value_cache_strides = {8, 8, 8};
+  good.block_tables = ints;
+  good.block_table_stride = 512;
+  good.query_start_loc = ints;
+  good.seq_lens = ints + 1;
+  good.key_scale = scales;
+  good.value_scale = scales + 1;
+  for (KvCacheFormat f : kQuantFormats) {
+    SCOPED_TRACE(kv_cache_format_name(f));
+    good.cache_format = f;
+    ASSERT_GT(plan_paged_attention(good, kSms).blocks, 0);
+    EXPECT_TRUE(accepted(paged_attention_check(good, buf, sizeof(buf), kSms)));
+    auto bad = [&](auto change, const char* reason) {
+      SCOPED_TRACE(reason);
+      PagedAttentionParams p = good;
+      change(p);
+      EXPECT_TRUE(rejected(paged_attention(p, buf, sizeof(buf), nullptr), reason));
+      EXPECT_TRUE(rejected(paged_attention_check(p, buf, sizeof(buf), kSms), reason));
+      EXPECT_EQ(plan_paged_attention(p, kSms).blocks, 0);
+    };
+    using P = PagedAttentionParams;
+    bad([](P& p) { p.key_scale = nullptr; }, "null key_scale");
+    bad([](P& p) { p.value_scale = nullptr; }, "value_scale");
+    bad([](P& p) { p.cache_format = static_cast<KvCacheFormat>(3); }, "unknown cache format");
+    if (f == KvCacheFormat::kInt8) {
+      bad([](P& p) { p.key_scale_strides.row = -1; }, "negative stride");
+      bad([](P& p) { p.value_scale_strides.head = -1; }, "negative stride");
+      bad([](P& p) {
+        p.num_blocks = int64_t{1} << 40;
+        p.key_scale_strides.block = int64_t{1} << 40;
+      }, "beyond int64");
+    } else {
+      PagedAttentionParams p = good;  // an fp8 call never reads the int8 scale strides
+      p.key_scale_strides.row = -1;
+      EXPECT_TRUE(accepted(paged_attention_check(p, buf, sizeof(buf), kSms)));
+    }
+    // No blocks: nothing is read, the scales may be null.
+    PagedAttentionParams none = good;
+    none.num_blocks = 0;
+    none.key_cache = none.value_cache = nullptr;
+    none.key_scale = none.value_scale = nullptr;
+    EXPECT_TRUE(accepted(paged_attention_check(none, buf, sizeof(buf), kSms)));
+    if (!cuda_device_present()) EXPECT_TRUE(device_failure(paged_attention(good, buf, sizeof(buf), nullptr)));
+  }
+  // A plain cache never reads the scale fields.
+  good.cache_format = KvCacheFormat::kPlain;
+  good.key_scale = good.value_scale = nullptr;
+  good.key_scale_strides.block = -1;
+  EXPECT_TRUE(accepted(paged_attention_check(good, buf, sizeof(buf), kSms)));
 }
 
 TEST(AttentionHost, PlanRules) {

@@ -8,6 +8,9 @@
 // cuda.native.paged_attention.batch_invariant: the same kernels with key ranges from each row alone
 // (PagedAttentionParams::batch_invariant), below the default's priority: initialize("cuda",
 // batch_invariant=true) selects it.
+//
+// cuda.native.paged_attention_quant (and .batch_invariant): the same kernels over float8_e4m3fn or
+// int8 caches, which dequantize every element they read (csrc/cuda/attention).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -23,26 +26,45 @@ namespace xllm_kernel::attention {
 namespace {
 
 template <bool kBatchInvariant>
-at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  const Call call{.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
-                  .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                  .sliding_window = sliding_window, .device = c10::DeviceType::CUDA};
+at::Tensor run(const Call& call) {
+  const at::Tensor& query = call.query;
+  const char* const name = call_name(call);
   const AttentionShape s = check_arguments(call);
-  bridge::check_capability(op_name(), query);
+  bridge::check_capability(name, query);
   const c10::cuda::CUDAGuard guard(query.device());
   if (s.tokens == 0 || s.num_seqs == 0) return at::zeros(query.sizes(), query.options());  // padding rows only
   at::Tensor out = new_output(query);  // every row written: the padding rows (from query_start_loc[seqs] on) zero
   cuda::PagedAttentionParams p = kernel_params(call, s, out);
   p.batch_invariant = kBatchInvariant;
   int sm_count = 0;
-  bridge::check_launch(op_name(), cuda::cuda_status(cuda::current_sm_count(&sm_count), "cudaDeviceGetAttribute"));
+  bridge::check_launch(name, cuda::cuda_status(cuda::current_sm_count(&sm_count), "cudaDeviceGetAttribute"));
   const int64_t bytes = cuda::paged_attention_workspace_bytes(p, sm_count);
   const at::Tensor workspace = at::empty({std::max<int64_t>(bytes, 1)}, query.options().dtype(at::kByte));
-  bridge::check_launch(op_name(), cuda::paged_attention(p, workspace.mutable_data_ptr(), bytes,
-                                                        c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(name, cuda::paged_attention(p, workspace.mutable_data_ptr(), bytes,
+                                                   c10::cuda::getCurrentCUDAStream().stream()));
   return out;
+}
+
+template <bool kBatchInvariant>
+at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
+                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
+                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
+                               .device = c10::DeviceType::CUDA});
+}
+
+template <bool kBatchInvariant>
+at::Tensor native_paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache,
+                                        const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                        const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                        const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                        double soft_cap, int64_t sliding_window) {
+  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
+                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
+                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
+                               .device = c10::DeviceType::CUDA, .key_scale = &key_scale, .value_scale = &value_scale});
 }
 
 }  // namespace
@@ -51,5 +73,10 @@ XLLM_REGISTER_NAMED("cuda.native.paged_attention", modules().native_cuda, paged_
                     native_paged_attention<false>);
 XLLM_REGISTER_NAMED("cuda.native.paged_attention.batch_invariant", modules().native_cuda, paged_attention_operation(),
                     native_paged_attention<true>);
+
+XLLM_REGISTER_NAMED("cuda.native.paged_attention_quant", modules().native_cuda, paged_attention_quant_operation(),
+                    native_paged_attention_quant<false>);
+XLLM_REGISTER_NAMED("cuda.native.paged_attention_quant.batch_invariant", modules().native_cuda,
+                    paged_attention_quant_operation(), native_paged_attention_quant<true>);
 
 }  // namespace xllm_kernel::attention
