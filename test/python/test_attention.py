@@ -69,7 +69,7 @@ def batch(lengths, q_lens, q_heads=8, kv_heads=2, head_size=64, block_size=16, d
 
 
 def test_the_group_module_exports_the_catalog():
-    assert [op.name for op in attention.OPERATIONS] == ["paged_attention"]
+    assert [op.name for op in attention.OPERATIONS] == ["paged_attention", "paged_attention_quant"]
     assert attention.PAGED_ATTENTION_CONTRACT.schema == (
         "paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
         "Tensor query_start_loc, Tensor seq_lens, float scale, float soft_cap, int sliding_window) -> Tensor")

@@ -49,7 +49,7 @@ def assert_bits_equal(a, b):
 
 
 def test_the_group_module_exports_the_catalog():
-    assert [op.name for op in kv_cache.OPERATIONS] == ["reshape_and_cache"]
+    assert [op.name for op in kv_cache.OPERATIONS] == ["reshape_and_cache", "reshape_and_cache_quant"]
     assert kv_cache.RESHAPE_AND_CACHE_CONTRACT.schema == (
         "reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
         "Tensor slot_mapping) -> ()")

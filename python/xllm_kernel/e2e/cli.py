@@ -4,6 +4,7 @@
         --output e2e.json --markdown e2e.md --plot e2e.png
     torchrun --nproc-per-node 2 -m xllm_kernel.e2e --distributed --preset tiny --output e2e.json
     python -m xllm_kernel.e2e --preset tiny --batch 4 --prompt-len 5,9,13,17 --batch-invariant --sides selected
+    python -m xllm_kernel.e2e --preset tiny --kv-cache-dtype int8 --output e2e.json
 
 Each side runs in a process of its own (initialize() selects once per process): `selected` (what
 initialize picks), `torch` (every operation overridden to the torch solution), `compile`
@@ -11,7 +12,10 @@ initialize picks), `torch` (every operation overridden to the torch solution), `
 `attn-torch=paged_attention:torch`). GEMMs are torch's F.linear unless --weights SCHEME: then every
 linear (qkv, o_proj, gate_up, down, LM head) is the library's `linear` on weights quantized from the
 random ones and packed once at load by the side's own `linear_pack` (the torch and compile sides:
-the torch solution's). --batch-invariant adds the side `invariant` after `selected`:
+the torch solution's). --kv-cache-dtype fp8|int8 stores the paged KV cache in one byte per element
+with float32 scales: reshape_and_cache_quant writes it and paged_attention_quant reads it in place
+of reshape_and_cache and paged_attention (the float64 reference quantizes its K/V the same way).
+--batch-invariant adds the side `invariant` after `selected`:
 initialize(batch_invariant=True), timed like the others (the report gives its tokens/s over
 selected's), then every sequence of the workload rerun alone (greedy) and compared bit for bit with
 its run in the batch, tokens and the logits of every step. Exit codes: 0 every side validated and
@@ -33,8 +37,9 @@ import sys
 import tempfile
 
 from xllm_kernel.e2e import report as rep
-from xllm_kernel.e2e.config import (DTYPES, PRESETS, WEIGHT_SCHEMES, UsageError, Workload, check, check_weights,
-                                    model_config, weight_report, weight_spec)
+from xllm_kernel.e2e.config import (DTYPES, KV_CACHE_DTYPES, KV_CACHE_SCALES, PRESETS, WEIGHT_SCHEMES, UsageError,
+                                    Workload, check, check_kv_cache_dtype, check_weights, kv_cache_operations,
+                                    kv_cache_report, model_config, weight_report, weight_spec)
 
 PROG = "python -m xllm_kernel.e2e"
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
@@ -65,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
                         "groups); default: torch's F.linear on the --dtype weights")
     g.add_argument("--lm-head-weights", metavar="SCHEME", help="the LM head's scheme (default: --weights')")
     g.add_argument("--group-size", type=int, default=128, help="int4's group along K (default 128)")
+    g.add_argument("--kv-cache-dtype", default="auto", metavar="DTYPE",
+                   help=f"one of {', '.join(KV_CACHE_DTYPES)}: the paged KV cache's storage. auto: the --dtype "
+                        "(reshape_and_cache, paged_attention); fp8 (float8_e4m3fn) and int8: one byte per element, "
+                        "written by reshape_and_cache_quant and read by paged_attention_quant. fp8 scales: "
+                        f"{KV_CACHE_SCALES['fp8']}. int8 scales: {KV_CACHE_SCALES['int8']} (default auto)")
     w = p.add_argument_group("workload")
     w.add_argument("--batch", type=int, default=2, help="sequences (default 2)")
     w.add_argument("--prompt-len", default="16", help="prompt tokens, one value or a comma list cycled over the batch")
@@ -112,11 +122,13 @@ def _lens(text: str, batch: int, flag: str) -> tuple[int, ...]:
     return tuple(values[i % len(values)] for i in range(batch))
 
 
-def sides(text: str, linear: bool = False) -> list[dict]:
+def sides(text: str, linear: bool = False, kv_cache_dtype: str = "auto") -> list[dict]:
     """The --sides list; with `linear` (--weights) the torch and compile sides also override
     linear_pack and linear, and a custom side may name either (the other follows: a packed weight
-    is only accepted by the linear of the implementation that packed it)."""
-    ops = OPERATIONS + (LINEAR_OPERATIONS if linear else ())
+    is only accepted by the linear of the implementation that packed it). With a quantized
+    `kv_cache_dtype` the cache's operations are reshape_and_cache_quant and paged_attention_quant."""
+    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype) + (LINEAR_OPERATIONS if linear else ())
+    other_cache = set(kv_cache_operations(OPERATIONS, "int8" if kv_cache_dtype == "auto" else "auto")) - set(ops)
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
         if item == "selected":
@@ -130,6 +142,10 @@ def sides(text: str, linear: bool = False) -> list[dict]:
                 op, _, target = pair.partition(":")
                 if op in LINEAR_OPERATIONS and not linear:
                     raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with --weights")
+                if op in other_cache:
+                    runs = "--kv-cache-dtype fp8 or int8" if op.endswith("_quant") else "--kv-cache-dtype auto"
+                    raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with {runs} "
+                                     f"(this run's cache: --kv-cache-dtype {kv_cache_dtype})")
                 if op not in ops or not target:
                     raise UsageError(f"--sides: {pair!r} in {item!r} must be OPERATION:TARGET with OPERATION one of "
                                      f"{', '.join(ops)}")
@@ -243,6 +259,14 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
     agg["weights"] = {k: v for k, v in first["weights"].items() if k != "roles"}
     agg["weights"].update(bytes_per_decode_step=all_bytes, bytes_counted=f"the sum over the {len(reports)} ranks of "
                           f"each rank's bytes: {first['weights']['bytes_counted']}")
+    # Every rank reads its KV heads' share of the cache: the aggregate counts all ranks' bytes too.
+    if "kv_cache" in first:
+        kv_ranks = [rp["kv_cache"] for rp in reports]
+        agg["kv_cache"] = dict(first["kv_cache"])
+        for key in ("bytes_per_decode_step", "scale_bytes_per_decode_step"):
+            agg["kv_cache"][key] = sum(kv[key] for kv in kv_ranks)
+        agg["kv_cache"]["bytes_counted"] = (f"the sum over the {len(reports)} ranks of each rank's bytes: "
+                                            f"{first['kv_cache']['bytes_counted']}")
     agg["schema"] = rep.AGGREGATE_SCHEMA
     agg["ranks"] = [{"rank": r, "report": paths[r], "device": rp["rank_device"], "host": rp["environment"].get("host"),
                      "summary": rp["summary"]} for r, rp in enumerate(reports)]
@@ -283,6 +307,9 @@ def _aggregate(reports: list[dict], paths: list[str | None]) -> dict:
                 t["time_per_output_token_s"] = t["decode_seconds"] / t["decode_steps"]
                 t["decode_weight_gb_per_s"] = all_bytes * t["decode_steps"] / t["decode_seconds"] / 1e9 \
                     if t["decode_seconds"] else None
+                if "kv_cache" in agg and "decode_kv_gb_per_s" in t:
+                    t["decode_kv_gb_per_s"] = agg["kv_cache"]["bytes_per_decode_step"] * t["decode_steps"] \
+                        / t["decode_seconds"] / 1e9 if t["decode_seconds"] else None
             t.pop("prefill_samples", None)
             t.pop("decode_samples", None)
             side["timing"] = t
@@ -328,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         vwork = Workload(prompt_lens=_lens(args.validate_prompt_len, args.validate_batch, "--validate-prompt-len"),
                          output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
         wspec = weight_spec(args.weights, args.lm_head_weights, args.group_size)
-        side_list = sides(args.sides, linear=wspec is not None)
+        check_kv_cache_dtype(args.kv_cache_dtype)
+        side_list = sides(args.sides, linear=wspec is not None, kv_cache_dtype=args.kv_cache_dtype)
         if args.batch_invariant:
             side_list = with_invariant_side(side_list, work, args.distributed)
         if args.warmup < 0 or args.repeats < 1:
@@ -376,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {"model": model.to_json(), "dtype": args.dtype, "device": device, "seed": args.seed,
             "workload": dataclasses.asdict(work), "validation_workload": dataclasses.asdict(vwork),
             "warmup": args.warmup, "repeats": args.repeats, "fullgraph": args.fullgraph,
-            "weights": wspec.to_json() if wspec else None}
+            "weights": wspec.to_json() if wspec else None, "kv_cache_dtype": args.kv_cache_dtype}
     # The sides share one copy of the random weights: the first saves them, the others map the file.
     weights_dir = tempfile.mkdtemp(prefix="xllm-e2e-weights-")
     base["weights_file"] = os.path.join(weights_dir, "weights.pt")
@@ -385,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(weights_dir, ignore_errors=True)
     return _finish(results, args, model, work, vwork, device, world, rank, local, group,
-                   weight_report(model, wspec, args.dtype, world))
+                   weight_report(model, wspec, args.dtype, world),
+                   kv_cache_report(model, work, args.dtype, args.kv_cache_dtype, world))
 
 
 def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
@@ -404,10 +433,11 @@ def _run_sides(side_list, base, args, group, rank, world, kind) -> list[dict]:
     return results
 
 
-def _finish(results, args, model, work, vwork, device, world, rank, local, group, weights) -> int:
+def _finish(results, args, model, work, vwork, device, world, rank, local, group, weights, kv_cache) -> int:
     report = {"schema": rep.SCHEMA, "tool": "e2e", "model": model.to_json(), "dtype": args.dtype, "device": device,
-              "weights": weights, "workload": work.to_json(), "validation_workload": vwork.to_json(),
-              "repeats": args.repeats, "warmup": args.warmup, "world_size": world,
+              "weights": weights, "kv_cache": kv_cache, "workload": work.to_json(),
+              "validation_workload": vwork.to_json(), "repeats": args.repeats, "warmup": args.warmup,
+              "world_size": world,
               "environment": rep.environment(device, args.revision), "sides": results}
     if args.batch_invariant:
         report["batch_invariance"] = rep.batch_invariance(results, INVARIANT, "selected")

@@ -6,6 +6,7 @@ workload, with the checks that turn a bad configuration into a usage error (exit
     check(model, work, world_size=1)          # UsageError naming what is wrong
     weights = weight_spec("int8", None, 128)  # --weights, --lm-head-weights, --group-size
     check_weights(model, weights, world_size=1)
+    kv = kv_cache_report(model, work, "bfloat16", "int8")  # --kv-cache-dtype: the bytes a decode step reads
 
 Torch-free, so that --help and usage errors stay fast.
 """
@@ -316,3 +317,75 @@ def check_weights(model: ModelConfig, spec: WeightSpec | None, world_size: int =
             where = f" on each of {world_size} ranks" if world_size > 1 else ""
             raise UsageError(f"--group-size {spec.group_size} must divide K of every int4 linear: {s['role']} has "
                              f"K = {s['k']}{where}")
+
+
+# ---- --kv-cache-dtype: the paged KV cache's storage ------------------------------------------------
+
+# auto: the --dtype (reshape_and_cache, paged_attention); fp8 and int8: one byte per element
+# (reshape_and_cache_quant, paged_attention_quant) with float32 scales.
+KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+KV_CACHE_STORAGE = {"fp8": "float8_e4m3fn", "int8": "int8"}
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# How each quantized cache gets its scales (the report and --help quote it).
+KV_CACHE_SCALES = {
+    "auto": "none: the cache holds the --dtype values",
+    "fp8": "one float32 k_scale and v_scale per layer, calibrated on the first prefill forward a side runs (the "
+           "validation workload's): amax of that prefill's K (V) of the layer (over every rank's KV heads) / 448 (1 "
+           "where the amax is 0), then "
+           "fixed for every later run of the side (timed, profiling, batch invariance); q = e4m3(x / scale)",
+    "int8": "a float32 scale per (slot, KV head) row, written with the row: scale = amax / 127, "
+            "q = int8(x * (127 / amax)) (per_token_quant of the row)",
+}
+
+
+def kv_cache_operations(operations: tuple[str, ...], kv_cache_dtype: str) -> tuple[str, ...]:
+    """`operations` with the cache's write and attention of `kv_cache_dtype` (the quantized pair
+    in place of reshape_and_cache and paged_attention for fp8 and int8)."""
+    if kv_cache_dtype == "auto":
+        return operations
+    return tuple(f"{op}_quant" if op in ("reshape_and_cache", "paged_attention") else op for op in operations)
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UsageError(f"--kv-cache-dtype: expected one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+
+
+def kv_cache_report(m: ModelConfig, work: Workload, dtype: str, kv_cache_dtype: str,
+                    world_size: int = 1) -> dict[str, Any]:
+    """The report's `kv_cache`: the storage, how the scales are made, and the KV bytes one decode
+    step of `work` reads on one rank: over the layers and sequences, context x kv_heads x head_dim
+    x element bytes x 2 (K and V), plus the scales (fp8: 2 float32 per layer; int8: 2 float32 per
+    context position and KV head per layer), averaged over the decode steps (step i, from 1,
+    attends to prompt + i positions; one step at prompt + 1 when output_len is 1)."""
+    check_kv_cache_dtype(kv_cache_dtype)
+    quantized = kv_cache_dtype != "auto"
+    element = 1 if quantized else _DTYPE_BYTES[dtype]
+    kv_heads = m.num_kv_heads // world_size
+    steps = max(1, work.output_len - 1)
+    # Sum over the steps of every sequence's context, then the mean: an exact integer per step sum.
+    contexts = sum(p * steps + steps * (steps + 1) // 2 for p in work.prompt_lens)
+    payload = m.num_layers * contexts * kv_heads * m.head_dim * element * 2
+    if kv_cache_dtype == "int8":
+        scales = m.num_layers * contexts * kv_heads * 4 * 2
+    elif kv_cache_dtype == "fp8":
+        scales = m.num_layers * 2 * 4 * steps
+    else:
+        scales = 0
+    return {
+        "dtype": kv_cache_dtype,
+        "storage_dtype": KV_CACHE_STORAGE.get(kv_cache_dtype, dtype),
+        "element_bytes": element,
+        "write": "reshape_and_cache_quant" if quantized else "reshape_and_cache",
+        "attention": "paged_attention_quant" if quantized else "paged_attention",
+        "scales": KV_CACHE_SCALES[kv_cache_dtype],
+        "bytes_per_decode_step": (payload + scales) / steps,
+        "scale_bytes_per_decode_step": scales / steps,
+        "bytes_counted": ("per decode step, averaged over the workload's decode steps: over the layers and the "
+                          "sequences" + (" (this rank's KV heads)" if world_size > 1 else "") + ", context x "
+                          "kv_heads x head_dim x element bytes x 2 (K and V)" +
+                          (", plus the float32 scales read (fp8: k_scale and v_scale of each layer; int8: one per "
+                           "context position, KV head, K and V)" if quantized else "") +
+                          "; block padding, block tables and the new token's write not counted"),
+    }

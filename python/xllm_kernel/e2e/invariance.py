@@ -134,7 +134,7 @@ def generate(runner: Runner, ops: Ops | None = None, after_step: Callable[[], No
 # What each step of the forward writes: its result, or (in place) the arguments at these positions.
 _IN_PLACE = {"fused_add_rms_norm": ((0, "hidden"), (1, "residual")), "rotary_embedding": ((1, "query"), (2, "key"))}
 _LIBRARY = {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
-            "silu_and_mul", "sample", "linear"}
+            "reshape_and_cache_quant", "paged_attention_quant", "silu_and_mul", "sample", "linear"}
 
 
 class Tracer:
@@ -170,11 +170,14 @@ class Tracer:
             out = fn(*args, **kwargs)
             if self.active:
                 library = name in _LIBRARY
-                if name == "reshape_and_cache":  # the rows it wrote, read back at their slots
+                if name in ("reshape_and_cache", "reshape_and_cache_quant"):  # the rows it wrote, at their slots
                     key, value, key_cache, value_cache, slots = args[:5]
                     for what, cache, new in (("key cache rows", key_cache, key), ("value cache rows", value_cache,
                                                                                     value)):
                         self._keep(name, what, cache.view(-1, *new.shape[1:]).index_select(0, slots), library)
+                    for what, scale in zip(("key scale rows", "value scale rows"), args[5:7]):
+                        if scale.dim() == 3:  # int8: the scale of each written (slot, KV head) row
+                            self._keep(name, what, scale.view(-1, scale.shape[-1]).index_select(0, slots), library)
                 elif name in _IN_PLACE:
                     for i, what in _IN_PLACE[name]:
                         self._keep(name, what, args[i], library)

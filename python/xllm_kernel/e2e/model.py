@@ -12,10 +12,17 @@ over a paged KV cache, every non-GEMM step a catalog operation, GEMMs torch's (F
     loaded = load(model, weights, device=..., dtype=..., linears=shards, pack=bindings["linear_pack"].function)
     runner = Runner(model, loaded, work, ops=library_ops(bindings, linear=True), ...)
 
+    # --kv-cache-dtype int8 (or fp8): one-byte caches with float32 scales
+    runner = Runner(model, weights, work, ops=library_ops(bindings, kv_cache_dtype="int8"), ..., kv_cache_dtype="int8")
+
 Per layer: rms_norm (first layer) or fused_add_rms_norm (residual add + norm), the fused qkv GEMM
 (+ bias for Qwen2), rotary_embedding on the q and k slices of it in place, reshape_and_cache into
 the paged cache, paged_attention over it, o_proj, fused_add_rms_norm, gate_up GEMM, silu_and_mul,
-down GEMM; then the final norm, the LM head on each sequence's last row, and `sample`.
+down GEMM; then the final norm, the LM head on each sequence's last row, and `sample`. With a
+quantized KV cache (kv_cache_dtype fp8 or int8) reshape_and_cache_quant and paged_attention_quant
+take the place of reshape_and_cache and paged_attention: fp8 caches with a k_scale and v_scale per
+layer, calibrated on the runner's first prefill unless given (kv_scales); int8 caches with a scale
+per (slot, KV head) that the write stores.
 
 Tensor parallel (world > 1): qkv and gate_up are column-parallel (each rank its heads and its
 slice of the intermediate size), o_proj and down row-parallel followed by an all-reduce; the
@@ -32,13 +39,16 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from xllm_kernel.e2e.config import ModelConfig, Workload
+from xllm_kernel.e2e.config import ModelConfig, Workload, check_kv_cache_dtype, kv_cache_operations
 
-# The catalog operations the runner calls, in layer order.
+# The catalog operations the runner calls, in layer order (kv_cache_operations(OPERATIONS, kv_cache_dtype):
+# those of a quantized KV cache).
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
               "silu_and_mul", "sample")
 # With --weights, also these: linear_pack at load, linear for every GEMM.
 LINEAR_OPERATIONS = ("linear_pack", "linear")
+_KV_STORAGE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
+_FP8_MAX = 448.0  # the largest float8_e4m3fn value: an fp8 scale maps the calibrated amax onto it
 
 
 def _seed(seed: int, name: str) -> int:
@@ -188,10 +198,13 @@ class Ops:
     rms_norm: Callable
     fused_add_rms_norm: Callable
     rotary_embedding: Callable
-    reshape_and_cache: Callable
-    paged_attention: Callable
     silu_and_mul: Callable
     sample: Callable
+    # The cache's write and attention: the plain pair, or (a quantized KV cache) the quantized one.
+    reshape_and_cache: Callable | None = None
+    paged_attention: Callable | None = None
+    reshape_and_cache_quant: Callable | None = None
+    paged_attention_quant: Callable | None = None
     linear: Callable = linear
     embedding: Callable = F.embedding
     all_reduce: Callable | None = None
@@ -199,11 +212,12 @@ class Ops:
 
 
 def library_ops(bindings, *, dispatcher: bool = False, all_reduce: Callable | None = None,
-                linear: bool = False) -> Ops:
+                linear: bool = False, kv_cache_dtype: str = "auto") -> Ops:
     """The published bindings (the prepared functions, one indirect call each); with dispatcher,
     torch.ops.xllm_kernel.* (what torch.compile traces through the fakes), the same bindings.
-    With linear, the GEMMs are the library's linear (on packed weights: load(linears=...))."""
-    ops = OPERATIONS + (("linear",) if linear else ())
+    With linear, the GEMMs are the library's linear (on packed weights: load(linears=...)). With
+    kv_cache_dtype fp8 or int8, the quantized cache's write and attention."""
+    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype) + (("linear",) if linear else ())
     if dispatcher:
         ns = torch.ops.xllm_kernel
         fns = {op: getattr(ns, op).default for op in ops}
@@ -299,18 +313,39 @@ def _rows(rows: Sequence[int] | None, batch: int) -> tuple[int, ...]:
     return out
 
 
+def calibrating(write: Callable, all_ranks: bool = False) -> Callable:
+    """reshape_and_cache_quant that first sets an fp8 cache's per-tensor scales from the rows it
+    writes: scale = amax / 448 in float32 (1 where the amax is 0), for K and V apart. all_ranks
+    (tensor parallel): the amax over every rank's KV heads, so that a layer has one scale, as the
+    float64 reference (the whole model) assumes."""
+    def calibrate_and_write(key, value, key_cache, value_cache, slot_mapping, key_scale, value_scale):
+        for rows, scale in ((key, key_scale), (value, value_scale)):
+            amax = rows.abs().amax().to(torch.float32).reshape(1)
+            if all_ranks:
+                import torch.distributed as td
+
+                td.all_reduce(amax, op=td.ReduceOp.MAX)
+            scale.copy_(torch.where(amax > 0, amax / _FP8_MAX, torch.ones_like(amax)).reshape(scale.shape))
+        return write(key, value, key_cache, value_cache, slot_mapping, key_scale, value_scale)
+    return calibrate_and_write
+
+
 class Runner:
     """Prefill then decode steps of a static batch into a paged cache with shuffled blocks."""
 
     def __init__(self, m: ModelConfig, weights: dict[str, torch.Tensor] | Loaded, work: Workload, *, ops: Ops,
                  device: torch.device, dtype: torch.dtype, rank: int = 0, world_size: int = 1,
-                 rows: Sequence[int] | None = None):
+                 rows: Sequence[int] | None = None, kv_cache_dtype: str = "auto",
+                 kv_scales: tuple[Sequence[float], Sequence[float]] | None = None):
         """`weights`: the Hugging Face tensors (loaded here for F.linear), or what load() made
         (shared by runners of several workloads; packed linears need it). `rows`: run only these
         sequences of `work` (the batch invariance check runs each alone): their prompts, sampling
         seeds and cache blocks are the ones they get in the whole batch (the cache keeps the whole
         batch's size, so that a sequence reads and writes the same block ids), and the batch's
-        sequence i is this runner's row i."""
+        sequence i is this runner's row i. `kv_cache_dtype`: auto (caches of `dtype`), fp8 or int8
+        (`ops` must then hold the quantized write and attention: library_ops(kv_cache_dtype=...)).
+        `kv_scales`: fp8's (k_scales, v_scales), one float per layer; without them the first
+        prefill (or fill_cache) calibrates them (kv_cache_scales() gives them to the next runner)."""
         self.rows = _rows(rows, len(work.prompt_lens))
         self.whole = work
         if rows is not None:
@@ -322,7 +357,6 @@ class Runner:
         self.kv_heads = m.num_kv_heads // world_size
         self.inter = m.intermediate_size // world_size
         hd = m.head_dim
-        to = dict(device=device, dtype=dtype)
         if not isinstance(weights, Loaded):
             weights = load(m, weights, device=device, dtype=dtype, rank=rank, world_size=world_size)
         self.embed, self.head, self.final_norm = weights.embed, weights.head, weights.final_norm
@@ -333,8 +367,23 @@ class Runner:
         # The paged cache: blocks handed to the sequences from a free list shuffled with the seed.
         num_blocks = work.cache_blocks()
         shape = (num_blocks, work.block_size, self.kv_heads, hd)
-        self.key_caches = [torch.zeros(shape, **to) for _ in range(m.num_layers)]
-        self.value_caches = [torch.zeros(shape, **to) for _ in range(m.num_layers)]
+        check_kv_cache_dtype(kv_cache_dtype)
+        self.kv_cache_dtype = kv_cache_dtype
+        storage = dict(device=device, dtype=_KV_STORAGE.get(kv_cache_dtype, dtype))
+        self.key_caches = [torch.zeros(shape, **storage) for _ in range(m.num_layers)]
+        self.value_caches = [torch.zeros(shape, **storage) for _ in range(m.num_layers)]
+        # The scales: fp8 one float32 per layer for K and V; int8 one per (slot, KV head), written with the rows.
+        self.key_scales = self.value_scales = None
+        self.calibrated = kv_cache_dtype != "fp8" or kv_scales is not None
+        if kv_cache_dtype == "fp8":
+            given = kv_scales or ([1.0] * m.num_layers, [1.0] * m.num_layers)
+            if any(len(g) != m.num_layers for g in given):
+                raise ValueError(f"Runner: kv_scales must give {m.num_layers} key and value scales, got {given}")
+            self.key_scales, self.value_scales = ([torch.tensor([float(x)], dtype=torch.float32, device=device)
+                                                   for x in g] for g in given)
+        elif kv_cache_dtype == "int8":
+            self.key_scales, self.value_scales = ([torch.zeros(shape[:3], dtype=torch.float32, device=device)
+                                                   for _ in range(m.num_layers)] for _ in range(2))
         free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(_seed(work.seed, "blocks")))
         width = -(-longest // work.block_size)
         owned, taken = [], 0  # every sequence of the whole batch takes its blocks in turn
@@ -379,8 +428,9 @@ class Runner:
     # -- the model --------------------------------------------------------------------------------
 
     def forward(self, ops: Ops, tokens, positions, slot_mapping, query_start_loc, seq_lens, last_rows,
-                block_tables, key_caches, value_caches):
-        """Logits [S, vocab] of each sequence's last row; the caches gain the new tokens' K/V."""
+                block_tables, key_caches, value_caches, key_scales=None, value_scales=None):
+        """Logits [S, vocab] of each sequence's last row; the caches gain the new tokens' K/V
+        (quantized with key_scales and value_scales, per layer, when given)."""
         m, hd = self.m, self.m.head_dim
         nq, nkv = self.q_heads * hd, self.kv_heads * hd
         h = ops.embedding(tokens, self.embed)  # [T, hidden]
@@ -397,9 +447,16 @@ class Runner:
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
             ops.rotary_embedding(positions, q, k, hd, self.cos_sin, True)
             k3, v3 = k.view(t, self.kv_heads, hd), v.view(t, self.kv_heads, hd)
-            ops.reshape_and_cache(k3, v3, key_caches[i], value_caches[i], slot_mapping)
-            attn = ops.paged_attention(q.view(t, self.q_heads, hd), key_caches[i], value_caches[i], block_tables,
-                                       query_start_loc, seq_lens, self.scale, 0.0, m.sliding_window)
+            if key_scales is None:
+                ops.reshape_and_cache(k3, v3, key_caches[i], value_caches[i], slot_mapping)
+                attn = ops.paged_attention(q.view(t, self.q_heads, hd), key_caches[i], value_caches[i], block_tables,
+                                           query_start_loc, seq_lens, self.scale, 0.0, m.sliding_window)
+            else:
+                ops.reshape_and_cache_quant(k3, v3, key_caches[i], value_caches[i], slot_mapping, key_scales[i],
+                                            value_scales[i])
+                attn = ops.paged_attention_quant(q.view(t, self.q_heads, hd), key_caches[i], value_caches[i],
+                                                 key_scales[i], value_scales[i], block_tables, query_start_loc,
+                                                 seq_lens, self.scale, 0.0, m.sliding_window)
             h = ops.linear(attn.view(t, nq), layer["o"], None, role="o_proj")
             if ops.all_reduce is not None:
                 ops.all_reduce(h)
@@ -414,12 +471,37 @@ class Runner:
         return ops.linear(last, self.head, None, role="lm_head")  # [S, vocab]
 
     def step(self, ops: Ops, b: Batch, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.forward_fn(ops, b.tokens, b.positions, b.slot_mapping, b.query_start_loc, b.seq_lens,
-                                 b.last_rows, self._tables_dev, self.key_caches, self.value_caches)
+        if self.calibrated:
+            logits = self.forward_fn(ops, b.tokens, b.positions, b.slot_mapping, b.query_start_loc, b.seq_lens,
+                                     b.last_rows, self._tables_dev, self.key_caches, self.value_caches,
+                                     self.key_scales, self.value_scales)
+        else:  # fp8's first forward, eager: each layer's scales set from the rows it writes, then fixed
+            calibrate = dataclasses.replace(ops, reshape_and_cache_quant=calibrating(ops.reshape_and_cache_quant,
+                                                                                     all_ranks=self.world > 1))
+            logits = self.forward(calibrate, b.tokens, b.positions, b.slot_mapping, b.query_start_loc, b.seq_lens,
+                                  b.last_rows, self._tables_dev, self.key_caches, self.value_caches,
+                                  self.key_scales, self.value_scales)
+            self.calibrated = True
         sp = self.sampling
         offsets = torch.full_like(sp["seeds"], offset)
         tokens = ops.sample(logits, sp["temperature"], sp["top_k"], sp["top_p"], sp["min_p"], sp["seeds"], offsets)
         return tokens, logits
+
+    def kv_cache_scales(self) -> tuple[list[float], list[float]] | None:
+        """fp8: the (k_scales, v_scales) of every layer, as floats (calibrated or given); else None."""
+        if self.kv_cache_dtype != "fp8":
+            return None
+        return [s.item() for s in self.key_scales], [s.item() for s in self.value_scales]
+
+    def kv_cache_spec(self) -> dict | None:
+        """How the cache quantizes, for the float64 reference (reference_logits' kv_cache): None for
+        a plain cache; {"dtype": "int8"}; {"dtype": "fp8", "k_scales": [...], "v_scales": [...]}."""
+        if self.kv_cache_dtype == "auto":
+            return None
+        spec = {"dtype": self.kv_cache_dtype}
+        if self.kv_cache_dtype == "fp8":
+            spec["k_scales"], spec["v_scales"] = self.kv_cache_scales()
+        return spec
 
     def prompts(self) -> list[torch.Tensor]:
         """The prompts of this runner's rows: those of the whole batch, drawn in turn from one generator."""
@@ -432,19 +514,45 @@ class Runner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _synthetic_rows(self, g: torch.Generator):
+        """fill_cache's random rows in their draw order: (sequence of the whole batch, cache index
+        (the key caches by layer, then the value caches), rows [prompt_len, kv_heads, head_dim] in
+        the runner's dtype on its device)."""
+        for seq, p in enumerate(self.whole.prompt_lens):
+            for c in range(2 * self.m.num_layers):
+                rows = torch.randn((p, self.kv_heads, self.m.head_dim), generator=g)
+                yield seq, c, rows.to(device=self.device, dtype=self.dtype)
+
     def fill_cache(self) -> torch.Tensor:
         """In place of a prefill (Workload.synthetic_prefill): random K/V rows (seeded) at every
-        prompt position of every layer's cache, and random first tokens [S]."""
-        g = torch.Generator().manual_seed(_seed(self.work.seed, "synthetic-cache"))
-        hd = self.m.head_dim
+        prompt position of every layer's cache, and random first tokens [S]. A quantized cache gets
+        them through its write (reshape_and_cache_quant); uncalibrated fp8 scales are calibrated on
+        the whole batch's rows first, so that a sequence alone gets the scales it has in the batch."""
+        seed = _seed(self.work.seed, "synthetic-cache")
+        layers = self.m.num_layers
+        if not self.calibrated:  # fp8: amax / 448 of each cache's rows, over the whole batch
+            amax = [torch.zeros((), dtype=torch.float32, device=self.device) for _ in range(2 * layers)]
+            for _, c, rows in self._synthetic_rows(torch.Generator().manual_seed(seed)):
+                amax[c] = torch.maximum(amax[c], rows.abs().amax().to(torch.float32))
+            for scale, a in zip((*self.key_scales, *self.value_scales), amax):
+                scale.copy_(torch.where(a > 0, a / _FP8_MAX, torch.ones_like(a)).reshape(scale.shape))
+            self.calibrated = True
+        g = torch.Generator().manual_seed(seed)
         row = {seq: i for i, seq in enumerate(self.rows)}
-        for seq, p in enumerate(self.whole.prompt_lens):  # drawn for the whole batch, written for the rows
-            slots = self._slots(row[seq], torch.arange(p, dtype=torch.int64)).to(self.device) if seq in row else None
-            for cache in (*self.key_caches, *self.value_caches):
-                rows = torch.randn((p, self.kv_heads, hd), generator=g)
-                if slots is not None:
-                    cache.view(-1, self.kv_heads, hd).index_copy_(0, slots, rows.to(device=self.device,
-                                                                                    dtype=self.dtype))
+        pending: dict[int, torch.Tensor] = {}
+        for seq, c, rows in self._synthetic_rows(g):  # drawn for the whole batch, written for the rows
+            if seq not in row:
+                continue
+            slots = self._slots(row[seq], torch.arange(rows.shape[0], dtype=torch.int64)).to(self.device)
+            if self.key_scales is None:
+                cache = (*self.key_caches, *self.value_caches)[c]
+                cache.view(-1, self.kv_heads, self.m.head_dim).index_copy_(0, slots, rows)
+            elif c < layers:
+                pending[c] = rows
+            else:  # a layer's key and value rows, quantized by the cache's own write
+                i = c - layers
+                self.ops.reshape_and_cache_quant(pending.pop(i), rows, self.key_caches[i], self.value_caches[i],
+                                                 slots, self.key_scales[i], self.value_scales[i])
         first = torch.randint(0, self.m.vocab_size, (len(self.whole.prompt_lens),), generator=g)
         return first[list(self.rows)].to(self.device)
 

@@ -4,6 +4,13 @@ attention as an explicit masked softmax. It takes the runner's tokens (teacher f
 the logits of every generated position, so each step is compared on the same context.
 
     logits = reference_logits(model, weights, prompt, generated)   # [len(generated), vocab] float64
+    logits = reference_logits(model, weights, prompt, generated, kv_cache=runner.kv_cache_spec())
+
+With a quantized KV cache (kv_cache: {"dtype": "int8"} or {"dtype": "fp8", "k_scales": [...],
+"v_scales": [...]}, one scale per layer) every layer's K (after rotary) and V go through the cache's
+quantization and back, with the contract's float32 arithmetic (reshape_and_cache_quant,
+paged_attention_quant), before the attention: validation then compares like with like, and
+measures the kernels rather than the quantization error.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from xllm_kernel.e2e.config import ModelConfig
 from xllm_kernel.e2e.model import lm_head
 
 _CHUNK = 1 << 22  # elements of a float64 weight slice held at once (the LM head is 128k x 4096)
+_FP8_MAX = 448.0  # float8_e4m3fn's largest value: the write saturates there
 
 
 def _linear64(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -38,10 +46,29 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Ten
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def kv_round_trip(x: torch.Tensor, kv_cache: dict | None, which: str, layer: int) -> torch.Tensor:
+    """x [T, kv_heads, head_dim] (float64) as the cache stores and attention reads it, in float64:
+    the value rounded to float32, quantized as reshape_and_cache_quant quantizes it and dequantized
+    as paged_attention_quant does (float(q) * scale in float32). `which`: "k" or "v"."""
+    if not kv_cache:
+        return x
+    x32 = x.to(torch.float32)
+    if kv_cache["dtype"] == "fp8":  # q = e4m3(x / scale): a true division, saturating at +-448
+        scale = torch.tensor(kv_cache[f"{which}_scales"][layer], dtype=torch.float32)
+        q = (x32 / scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+        return (q.to(torch.float32) * scale).to(torch.float64)
+    if kv_cache["dtype"] == "int8":  # per (token, head) row: scale = amax / 127, q = int8(x * (127 / amax))
+        amax = x32.abs().amax(-1, keepdim=True)
+        q = torch.where(amax > 0, (x32 * (127 / amax)).round().clamp(-128, 127), torch.zeros_like(x32))
+        return (q * (amax / 127)).to(torch.float64)
+    raise ValueError(f"reference_logits: kv_cache dtype must be fp8 or int8, got {kv_cache['dtype']!r}")
+
+
 def reference_logits(m: ModelConfig, weights: dict[str, torch.Tensor], prompt: torch.Tensor,
-                     generated: torch.Tensor) -> torch.Tensor:
+                     generated: torch.Tensor, kv_cache: dict | None = None) -> torch.Tensor:
     """Logits [len(generated), vocab] in float64 at the positions that predicted each generated
-    token: the prompt's last position, then each generated token's but the last."""
+    token: the prompt's last position, then each generated token's but the last. `kv_cache`: the
+    runner's quantized cache (Runner.kv_cache_spec()), None for a plain one."""
     tokens = torch.cat([prompt, generated[:-1]]).to(torch.int64)
     n, hd = tokens.numel(), m.head_dim
     h = weights["model.embed_tokens.weight"].index_select(0, tokens).to(torch.float64)
@@ -57,6 +84,7 @@ def reference_logits(m: ModelConfig, weights: dict[str, torch.Tensor], prompt: t
         k = _linear64(x, w("self_attn.k_proj.weight"), w("self_attn.k_proj.bias")).view(n, m.num_kv_heads, hd)
         v = _linear64(x, w("self_attn.v_proj.weight"), w("self_attn.v_proj.bias")).view(n, m.num_kv_heads, hd)
         q, k = _rotate(q, positions, m.rope_theta), _rotate(k, positions, m.rope_theta)
+        k, v = kv_round_trip(k, kv_cache, "k", i), kv_round_trip(v, kv_cache, "v", i)
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5
         scores = scores.masked_fill(~causal[None], float("-inf"))

@@ -74,6 +74,27 @@ def _weights_line(w: dict | None) -> str:
             f"÷ time per output token.")
 
 
+def _kv_line(kv: dict | None, sides: list[dict]) -> str:
+    """The KV cache's storage, its scales, and the bytes behind the KV GB/s."""
+    if not kv:
+        return ""
+    mb = f"{kv['bytes_per_decode_step'] / 1e6:.4g} MB"
+    if kv["dtype"] == "auto":
+        return (f"KV cache: {kv['storage_dtype']} (auto: the dtype), written by reshape_and_cache, read by "
+                f"paged_attention; KV read per decode step: {mb} (K and V rows of every layer and sequence, mean "
+                f"over the decode steps).")
+    scales = kv["scale_bytes_per_decode_step"]
+    calibrated = ""
+    fp8 = [s for s in sides if (s.get("kv_cache") or {}).get("k_scales")]
+    if fp8:
+        k, v = fp8[0]["kv_cache"]["k_scales"], fp8[0]["kv_cache"]["v_scales"]
+        calibrated = (f" Calibrated scales ({fp8[0]['name']}), k: {', '.join(_fmt(x) for x in k)}; "
+                      f"v: {', '.join(_fmt(x) for x in v)}.")
+    return (f"KV cache: {kv['dtype']} ({kv['storage_dtype']}, {kv['element_bytes']} byte per element), written by "
+            f"{kv['write']}, read by {kv['attention']}; scales: {kv['scales']}. KV read per decode step: {mb} "
+            f"(mean over the decode steps, of which scales {scales / 1e6:.4g} MB).{calibrated}")
+
+
 def batch_invariance(sides: list[dict], side: str, against: str) -> dict:
     """The report's `batch_invariance`: the check of `side` (moved here from its row: each sequence
     alone against the batch), its tokens/s over `against`'s, and the operations whose
@@ -155,7 +176,7 @@ def markdown(report: dict) -> str:
              "Synthetic prefill: the cache holds random K/V at the prompt positions (no prefill forward, no "
              "prefill figures); the decode steps are real." if w.get("synthetic_prefill") else "",
              f"Load average {load} on {env.get('threads', '?')} threads; revision {env.get('revision', '?')}." if load
-             else "", _weights_line(report.get("weights")), "",
+             else "", _weights_line(report.get("weights")), _kv_line(report.get("kv_cache"), report["sides"]), "",
              "| side | validation | prefill tok/s | decode tok/s | time per output token | weight GB/s | peak memory "
              "| status |",
              "|---|---|---|---|---|---|---|---|"]

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from xllm_kernel.e2e import invariance
-from xllm_kernel.e2e.config import ModelConfig, WeightSpec, Workload, weight_report
+from xllm_kernel.e2e.config import (ModelConfig, WeightSpec, Workload, kv_cache_operations, kv_cache_report,
+                                    weight_report)
 from xllm_kernel.e2e.model import LINEAR_OPERATIONS, OPERATIONS, Profiler, Runner, library_ops, load, make_weights
 from xllm_kernel.e2e.quantize import quantize_shards, reference_weights
 from xllm_kernel.e2e.reference import reference_logits
@@ -88,9 +89,10 @@ def validate(m: ModelConfig, weights, runner: Runner, dtype: str) -> dict:
     (`m` and `weights` are the reference's: with --weights, quantize.reference_weights)."""
     gen = runner.generate(record_logits=True)
     prompts = runner.prompts()
+    kv_cache = runner.kv_cache_spec()  # a quantized cache: the reference quantizes its K/V the same way
     worst_err, worst_headroom, atol_used, ties, mismatched = 0.0, 0.0, 0.0, 0, []
     for s, prompt in enumerate(prompts):
-        ref = reference_logits(m, weights, prompt, gen.tokens[s])  # [steps, vocab]
+        ref = reference_logits(m, weights, prompt, gen.tokens[s], kv_cache=kv_cache)  # [steps, vocab]
         got = torch.stack([step[s] for step in gen.logits]).to(torch.float64)
         atol = logit_tolerance(dtype, m.num_layers, ref.abs().max().item())
         err = (got - ref).abs().max().item()
@@ -134,13 +136,15 @@ class _Side:
     ops: object = None
     loaded: object = None
     wrep: dict = field(default_factory=dict)
+    kv_cache_dtype: str = "auto"
+    kv_scales: tuple | None = None  # fp8: the (k_scales, v_scales) the validation runner calibrated
 
     def log(self, message: str) -> None:
         _log(self.name, self.rank, self.world, message)
 
     def runner_for(self, work: Workload, rows: tuple[int, ...] | None = None) -> Runner:
         r = Runner(self.m, self.loaded, work, ops=self.ops, device=self.device, dtype=self.dtype, rank=self.rank,
-                   world_size=self.world, rows=rows)
+                   world_size=self.world, rows=rows, kv_cache_dtype=self.kv_cache_dtype, kv_scales=self.kv_scales)
         if self.kind == "compile":
             r.forward_fn = torch.compile(r.forward, dynamic=False, fullgraph=self.spec.get("fullgraph", False))
         return r
@@ -172,7 +176,8 @@ def _select(w: _Side) -> None:
 
     spec = w.spec
     w.wspec = WeightSpec(**spec["weights"]) if spec.get("weights") else None
-    operations = OPERATIONS + (LINEAR_OPERATIONS if w.wspec else ())
+    w.kv_cache_dtype = spec.get("kv_cache_dtype", "auto")
+    operations = kv_cache_operations(OPERATIONS, w.kv_cache_dtype) + (LINEAR_OPERATIONS if w.wspec else ())
     options = {"batch_invariant": True} if spec["side"].get("batch_invariant") else {}
     w.bindings = xllm_kernel.initialize(device=w.device.type, operations=operations,
                                         overrides=spec["side"].get("overrides") or {}, **options)
@@ -190,7 +195,8 @@ def _select(w: _Side) -> None:
         import torch.distributed as td
 
         all_reduce = td.all_reduce
-    w.ops = library_ops(w.bindings, dispatcher=w.kind == "compile", all_reduce=all_reduce, linear=w.wspec is not None)
+    w.ops = library_ops(w.bindings, dispatcher=w.kind == "compile", all_reduce=all_reduce, linear=w.wspec is not None,
+                        kv_cache_dtype=w.kv_cache_dtype)
 
 
 def _load_model(w: _Side) -> tuple[dict, ModelConfig, dict, list | None]:
@@ -229,6 +235,12 @@ def _validate_side(w: _Side, ref_model: ModelConfig, ref_weights) -> bool:
     try:
         vrunner = w.runner_for(Workload(**w.spec["validation_workload"]))
         w.result["validation"] = validate(ref_model, ref_weights, vrunner, w.dtype_name)
+        # fp8: the scales its first prefill calibrated stay those of every later runner of the side.
+        w.kv_scales = vrunner.kv_cache_scales()
+        if w.kv_scales is not None:
+            w.result["kv_cache"] = {"dtype": w.kv_cache_dtype, "k_scales": w.kv_scales[0],
+                                    "v_scales": w.kv_scales[1],
+                                    "calibrated_on": "the validation workload's prefill"}
         del vrunner
     except Exception as e:  # noqa: BLE001 - reported in the side's row
         if w.kind != "compile":
@@ -283,6 +295,7 @@ def _timed_pass(w: _Side, runner: Runner, work: Workload) -> None:
     peak, peak_kind = _peak_bytes(w.device, reset)
     s, steps = len(work.prompt_lens), work.output_len
     p, d = min(prefill, default=None), min(decode)
+    kv_bytes = kv_cache_report(w.m, work, w.dtype_name, w.kv_cache_dtype, w.world)["bytes_per_decode_step"]
     w.result["timing"] = {
         "repeats": spec["repeats"], "warmup": spec["warmup"],
         "prefill_seconds": p, "prefill_samples": prefill, "prefill_tokens": sum(work.prompt_lens),
@@ -293,6 +306,8 @@ def _timed_pass(w: _Side, runner: Runner, work: Workload) -> None:
         "time_per_output_token_s": d / (steps - 1) if steps > 1 else None,
         # Every linear's weight is read once per decode step (config.weight_report says what is counted).
         "decode_weight_gb_per_s": w.wrep["bytes_per_decode_step"] * (steps - 1) / d / 1e9 if steps > 1 and d else None,
+        # The KV cache's rows (and scales) every decode step reads (config.kv_cache_report says what is counted).
+        "decode_kv_gb_per_s": kv_bytes * (steps - 1) / d / 1e9 if steps > 1 and d else None,
     }
     w.result["peak_memory_bytes"], w.result["peak_memory_kind"] = peak, peak_kind
     w.result["tokens_digest"] = hash_tokens(tokens)
