@@ -20,7 +20,8 @@ from conftest import ROOT, TORCHRUN_VARIABLES, needs_torchrun, python_env
 from conftest import explain_run as _explain
 from conftest import run_e2e as e2e
 
-from xllm_kernel.e2e.config import Workload, kv_cache_operations, kv_cache_report, model_config
+from xllm_kernel.e2e.config import (UsageError, Workload, kv_cache_operations, kv_cache_report, model_config,
+                                    normalize_kv_cache_dtype)
 from xllm_kernel.e2e.model import OPERATIONS, Runner, library_ops, make_weights
 from xllm_kernel.e2e.reference import kv_round_trip, reference_logits
 from xllm_kernel.e2e.worker import validate
@@ -182,6 +183,17 @@ def test_quantized_cache_runs_validate_and_report_the_kv_bytes(tmp_path, kv, sid
         jsonschema.validate(broken, SCHEMA)
 
 
+def test_the_plain_cache_may_be_named_by_its_dtype():
+    """--kv-cache-dtype bf16 (the issue's spelling) is auto where --dtype is bfloat16, and a usage error naming
+    both flags where it is not."""
+    assert normalize_kv_cache_dtype("bf16", "bfloat16") == "auto"
+    assert normalize_kv_cache_dtype("f32", "float32") == "auto"
+    assert normalize_kv_cache_dtype("int8", "float32") == "int8"
+    with pytest.raises(UsageError, match="--kv-cache-dtype f16: the plain cache holds the --dtype values, and --dtype "
+                                         "is bfloat16"):
+        normalize_kv_cache_dtype("f16", "bfloat16")
+
+
 def test_the_default_cache_reports_its_dtype_and_bytes(cpu):
     m = model_config("tiny")
     work = Workload(prompt_lens=(24, 9, 24), output_len=6, block_size=8)
@@ -232,8 +244,10 @@ def test_two_cpu_ranks_share_one_fp8_scale_per_layer(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype: expected one of auto, fp8, int8, got 'fp4'"),
-    (["--kv-cache-dtype", "bf16"], "--kv-cache-dtype: expected one of auto, fp8, int8, got 'bf16'"),
+    (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype: expected one of auto, fp8, int8 (or bf16, f16, f32: auto "
+                                  "spelled as the --dtype), got 'fp4'"),
+    (["--kv-cache-dtype", "bf16", "--dtype", "float32"], "--kv-cache-dtype bf16: the plain cache holds the --dtype "
+                                                          "values, and --dtype is float32"),
     (["--kv-cache-dtype", "int8", "--sides", "x=paged_attention:torch"],
      "overrides paged_attention, which runs only with --kv-cache-dtype auto"),
     (["--sides", "x=reshape_and_cache_quant:torch"],

@@ -39,7 +39,8 @@ import tempfile
 from xllm_kernel.e2e import report as rep
 from xllm_kernel.e2e.config import (DTYPES, KV_CACHE_DTYPES, KV_CACHE_SCALES, PRESETS, WEIGHT_SCHEMES, UsageError,
                                     Workload, check, check_kv_cache_dtype, check_weights, kv_cache_operations,
-                                    kv_cache_report, model_config, weight_report, weight_spec)
+                                    kv_cache_report, model_config, normalize_kv_cache_dtype, weight_report,
+                                    weight_spec)
 
 PROG = "python -m xllm_kernel.e2e"
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
@@ -72,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--group-size", type=int, default=128, help="int4's group along K (default 128)")
     g.add_argument("--kv-cache-dtype", default="auto", metavar="DTYPE",
                    help=f"one of {', '.join(KV_CACHE_DTYPES)}: the paged KV cache's storage. auto: the --dtype "
-                        "(reshape_and_cache, paged_attention); fp8 (float8_e4m3fn) and int8: one byte per element, "
+                        "(reshape_and_cache, paged_attention; also spelled bf16, f16 or f32, the --dtype's name); fp8 (float8_e4m3fn) and int8: one byte per element, "
                         "written by reshape_and_cache_quant and read by paged_attention_quant. fp8 scales: "
                         f"{KV_CACHE_SCALES['fp8']}. int8 scales: {KV_CACHE_SCALES['int8']} (default auto)")
     w = p.add_argument_group("workload")
@@ -355,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         vwork = Workload(prompt_lens=_lens(args.validate_prompt_len, args.validate_batch, "--validate-prompt-len"),
                          output_len=args.validate_output_len, block_size=args.block_size, seed=args.seed)
         wspec = weight_spec(args.weights, args.lm_head_weights, args.group_size)
+        args.kv_cache_dtype = normalize_kv_cache_dtype(args.kv_cache_dtype, args.dtype)
         check_kv_cache_dtype(args.kv_cache_dtype)
         side_list = sides(args.sides, linear=wspec is not None, kv_cache_dtype=args.kv_cache_dtype)
         if args.batch_invariant:

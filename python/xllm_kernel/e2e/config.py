@@ -347,9 +347,25 @@ def kv_cache_operations(operations: tuple[str, ...], kv_cache_dtype: str) -> tup
     return tuple(f"{op}_quant" if op in ("reshape_and_cache", "paged_attention") else op for op in operations)
 
 
+# Spellings of the plain cache by its dtype: each is auto where the --dtype is that dtype.
+KV_CACHE_PLAIN = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+
+
 def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise UsageError(f"--kv-cache-dtype: expected one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+        raise UsageError(f"--kv-cache-dtype: expected one of {', '.join(KV_CACHE_DTYPES)} (or "
+                         f"{', '.join(KV_CACHE_PLAIN)}: auto spelled as the --dtype), got {kv_cache_dtype!r}")
+
+
+def normalize_kv_cache_dtype(kv_cache_dtype: str, dtype: str) -> str:
+    """auto for a plain cache named by its dtype (bf16, f16, f32: the plain cache holds the --dtype
+    values, so the name must be the --dtype's); the value itself otherwise."""
+    if kv_cache_dtype not in KV_CACHE_PLAIN:
+        return kv_cache_dtype
+    if KV_CACHE_PLAIN[kv_cache_dtype] != dtype:
+        raise UsageError(f"--kv-cache-dtype {kv_cache_dtype}: the plain cache holds the --dtype values, and --dtype is "
+                         f"{dtype}: use auto, fp8 or int8 (or --dtype {KV_CACHE_PLAIN[kv_cache_dtype]})")
+    return "auto"
 
 
 def kv_cache_report(m: ModelConfig, work: Workload, dtype: str, kv_cache_dtype: str,

@@ -23,6 +23,8 @@ const char* dtype_name(at::ScalarType t) {
     case at::kDouble: return "float64";
     case at::kInt: return "int32";
     case at::kLong: return "int64";
+    case at::kChar: return "int8";
+    case at::kFloat8_e4m3fn: return "float8_e4m3fn";
     default: return c10::toString(t);
   }
 }

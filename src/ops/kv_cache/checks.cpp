@@ -48,10 +48,12 @@ void check_cache(const char* name, const char* arg, const at::Tensor& cache, con
                  c10::DeviceType device, bool quant) {
   if (quant) {
     TORCH_CHECK(cache.defined(), name, ": ", arg, " must be a defined tensor, got an undefined one");
-    TORCH_CHECK(cache.device().type() == device, name, ": ", arg, " must be a ", c10::DeviceTypeName(device, true),
-                " tensor, got ", cache.device());
+    TORCH_CHECK(cache.device().type() == device, name, ": ", arg, " must be on ", c10::DeviceTypeName(device, true),
+                " for this implementation, got ", cache.device());
     TORCH_CHECK(cache.scalar_type() == at::kFloat8_e4m3fn || cache.scalar_type() == at::kChar, name, ": ", arg,
                 " must be float8_e4m3fn or int8, got ", bridge::dtype_name(cache.scalar_type()));
+    TORCH_CHECK(cache.dim() == 0 || cache.size(-1) <= 1 || cache.stride(-1) == 1, name, ": ", arg,
+                "'s last dimension must be contiguous (stride 1), got stride ", cache.stride(-1));
   } else {
     bridge::check_floating_tensor(name, arg, cache, device);
   }
@@ -171,7 +173,10 @@ CacheShape check_arguments(const Call& call) {
     // The int8 scales are written too: they must not overlap a cache, the inputs or each other.
     const Extent scales[] = {extent(*call.key_scale), extent(*call.value_scale)};
     const char* const scale_names[] = {"key_scale", "value_scale"};
-    TORCH_CHECK(!intersect(scales[0], scales[1]), name, ": key_scale and value_scale must not overlap, got overlapping memory");
+    // Interleaved halves of one [num_blocks, 2, block_size, kv_heads] tensor span the same bytes but
+    // share no element.
+    TORCH_CHECK(!caches_overlap(*call.key_scale, *call.value_scale, s.block_size * s.kv_heads * 4), name,
+                ": key_scale and value_scale must not share an element, got overlapping views");
     for (int i = 0; i < 2; ++i) {
       for (int c = 0; c < 2; ++c) {
         TORCH_CHECK(!intersect(scales[i], caches[c]), name, ": ", scale_names[i], " must not overlap ", cache_names[c],

@@ -64,7 +64,8 @@ void write_quantized(at::Tensor& cache, at::Tensor& scale, const at::Tensor& row
   at::Tensor row_scale = amax.div(127.0f);
   row_scale.masked_fill_(row_scale.isnan(), std::numeric_limits<float>::quiet_NaN());  // the canonical NaN
   const at::Tensor m = at::where(amax.eq(0), at::zeros_like(amax), at::full_like(amax, 127.0f).div_(amax));
-  const at::Tensor q = x.mul(m).nan_to_num_(0.0, 0.0, 0.0).clamp_(-128, 127).round_().to(at::kChar);
+  // NaN to 0; an infinity (where 127 / amax overflowed: amax below about 3.7e-37) saturates.
+  const at::Tensor q = x.mul(m).nan_to_num_(0.0).clamp_(-128, 127).round_().to(at::kChar);
   write(cache, q, slots, s);
   write(scale, row_scale.squeeze(-1), slots, s);
 }

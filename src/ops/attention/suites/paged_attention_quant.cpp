@@ -1,0 +1,567 @@
+// Suite of paged_attention_quant, attention over the quantized paged KV cache.
+//
+// Options: those of paged_attention's suite (--batch, --seqs, --context, --heads, --head-size,
+// --block-size, --soft-cap, --window, --dtype for the query, --layout, --lengths, --chunk, --preset)
+// and --cache-dtype (int8, float8_e4m3fn). A case is built as paged_attention's (the same batches,
+// shuffled block tables with a spare column, float32 caches of randn in every row a sequence owns
+// and NaN everywhere else), then its caches are quantized as reshape_and_cache_quant writes them
+// (src/ops/kv_cache/suites/quant_reference.h, the host functions of csrc/common/quantization.h):
+// float8_e4m3fn with one per-tensor scale each, amax / 448 over the finite owned values; int8 per
+// (slot, KV head) row. The NaN rows become what a quantized cache holds where nothing was
+// written: fp8 0x7F bytes, int8 rows of NaN scale. They must not reach the output. Layouts:
+// "contiguous", and "strided" (query a slice of a qkv tensor, the caches the halves of one
+// [num_blocks, 2, block_size, kv_heads, head_size] tensor; the int8 key scales the halves of one
+// [num_blocks, 2, block_size, kv_heads] tensor and the value scales a transposed
+// [num_blocks, kv_heads, block_size] tensor: any scale strides).
+//
+// The validation grid, small (the reference runs on two CI cores; under 60 cases): a mixed batch
+// of three sequences first (the bad-input test starts there); every cache dtype x batch kind x
+// query dtype once, heads {32x8, 8x8, 16x1, 9x3} and head size {64, 128} and the other axes drawn
+// from a fixed seed; per cache dtype a context sweep ({1, 15, 16, 17, 512} over the batch kinds),
+// GQA with a soft cap, windows that bite in prefill and chunked batches, head sizes 67 and 33 (rows
+// no SIMD width divides), a long decode batch, "nonfinite" plants (a NaN query element; a NaN key
+// element, read as fp8 0x7F or as its int8 row's NaN scale; +inf and NaN in values, which fp8
+// saturates to +-448 and int8 turns into a row of scale inf or NaN) and an empty batch. A point
+// whose reference would cost more than kBudget multiply-adds falls back to one sequence, then to
+// a shorter context.
+//
+// Reference and tolerance: reference_paged_attention (reference.h) in float64 over the dequantized
+// caches, float(q) * scale in float32 as the contract dequantizes, so quantization itself costs no
+// tolerance: the rules are paged_attention's for the query's dtype (accumulate_tolerance over
+// keys + head_size, at least 4 unit roundoffs for the half types).
+//
+// Bytes, as the performance targets count them: the KV rows each sequence reads (one byte an
+// element, plus an int8 row's scale, or the two fp8 scales), the query rows and the output rows.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/numerics/options.h"
+#include "src/numerics/tensor_case.h"
+#include "src/numerics/verify.h"
+#include "src/ops/attention/suites/reference.h"
+#include "src/ops/kv_cache/suites/quant_reference.h"
+#include "xllm_kernel/ops/attention.h"
+
+namespace xllm_kernel::numerics {
+namespace {
+
+// The most multiply-adds a validation case's reference may cost (an eighth of paged_attention's).
+constexpr double kBudget = double{1} * (1 << 24);
+// The benchmark keeps its caches under this many bytes.
+constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;
+
+void add_arguments(CLI::App& app, SuiteOptions& o) {
+  app.add_option("--batch", o["batch"], "Batch kinds: decode,prefill,chunked,mixed [default: all]")->delimiter(',');
+  app.add_option("--seqs", o["seqs"], "Sequences a batch (comma list, >= 1) [default: 1,7,33]")->delimiter(',');
+  app.add_option("--context", o["context"], "Context lengths (comma list, >= 1) [default: 1,15,16,17,97,512]")
+      ->delimiter(',');
+  app.add_option("--heads", o["heads"], "Query and KV heads, QxKV (comma list) [default: 32x8,8x8,16x1,9x3]")
+      ->delimiter(',');
+  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, 1..512) [default: 64,128, and 67, 33]")
+      ->delimiter(',');
+  app.add_option("--block-size", o["block_size"], "Rows a cache block (comma list, >= 1) [default: 16,32]")
+      ->delimiter(',');
+  app.add_option("--soft-cap", o["soft_cap"], "Soft caps (comma list, >= 0; 0: off) [default: 0,30]")->delimiter(',');
+  app.add_option("--window", o["window"], "Sliding windows (comma list, >= 0; 0: off) [default: 0,32]")
+      ->delimiter(',');
+  app.add_option("--dtype", o["dtype"], "Query dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
+  app.add_option("--cache-dtype", o["cache_dtype"], "Cache dtypes: int8,float8_e4m3fn [default: both]")->delimiter(',');
+  app.add_option("--layout", o["layout"], "Layouts: contiguous,strided [default: both]")->delimiter(',');
+  app.add_option("--lengths", o["lengths"], "Sequence lengths: equal,varied [default: both]")->delimiter(',');
+  app.add_option("--chunk", o["chunk"], "Query rows of a chunk (chunked, mixed) [default: half the context]")
+      ->delimiter(',');
+  app.add_option("--preset", o["preset"],
+                 "benchmark: the timing cases (decode 16 seqs x context 4096, 32x8 heads, head 128, bfloat16 "
+                 "query or --dtype's, each cache dtype or --cache-dtype's); ignored when a shape option is given "
+                 "[default: none; the benchmark's default]")
+      ->check(CLI::IsMember({"benchmark"}));
+}
+
+struct Heads {
+  int64_t q = 0, kv = 0;
+};
+
+Heads parse_heads(const std::string& text) {
+  const size_t x = text.find('x');
+  try {
+    if (x != std::string::npos) {
+      const Heads h{std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1))};
+      if (h.q >= 1 && h.kv >= 1 && h.q % h.kv == 0) return h;
+    }
+  } catch (const std::exception&) {
+  }
+  throw CLI::ValidationError("--heads", "'" + text + "' is not QxKV with Q a multiple of KV, both >= 1 (e.g. 32x8)");
+}
+
+std::vector<json> heads_values(const SuiteOptions& o) {
+  std::vector<json> out;
+  const auto it = o.find("heads");
+  const std::vector<std::string> given =
+      it == o.end() || it->second.empty() ? std::vector<std::string>{"32x8", "8x8", "16x1", "9x3"} : it->second;
+  for (const auto& text : given) {
+    parse_heads(text);
+    out.push_back(text);
+  }
+  return out;
+}
+
+at::ScalarType cache_dtype_of(const json& p) {
+  return p.at("cache_dtype").get<std::string>() == "int8" ? at::kChar : at::kFloat8_e4m3fn;
+}
+
+// One sequence of a batch, and a batch: paged_attention's suite's (the same lengths and kinds).
+struct Sequence {
+  int64_t len = 0;    // context, its query rows included
+  int64_t q_len = 0;  // query rows
+};
+
+struct Batch {
+  std::vector<Sequence> seqs;
+  int64_t padding_rows = 0;  // query rows after the last sequence's
+};
+
+int64_t chunk_of(const json& p) {
+  const int64_t chunk = p.at("chunk");
+  return chunk > 0 ? chunk : std::max<int64_t>(1, (p.at("context").get<int64_t>() + 1) / 2);
+}
+
+// `seqs` sequences of context `context` ("equal") or from context down to about half of it
+// ("varied"; with 7 or more sequences sequence 3 is padding and two padding rows follow). Kinds:
+// decode (one query row a sequence), prefill (every position), chunked (the last `chunk`
+// positions), mixed (sequence 0 a chunk, the others decodes).
+Batch batch_of(const json& p) {
+  const int64_t n = p.at("seqs"), context = p.at("context");
+  const std::string mode = p.at("batch"), lengths = p.at("lengths");
+  const int64_t chunk = chunk_of(p);
+  Batch b;
+  if (p.contains("empty")) {  // one padding sequence
+    b.seqs.emplace_back();
+    return b;
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    Sequence q;
+    q.len = lengths == "equal" ? context : context - (s * 7919) % std::max<int64_t>(1, (context + 1) / 2);
+    if (mode == "decode") q.q_len = 1;
+    if (mode == "prefill") q.q_len = q.len;
+    if (mode == "chunked") q.q_len = std::min(q.len, chunk);
+    if (mode == "mixed") q.q_len = s == 0 ? std::min(q.len, chunk) : 1;
+    if (lengths == "varied" && n >= 7 && s == 3) q = {};
+    b.seqs.push_back(q);
+  }
+  if (lengths == "varied" && n >= 7) b.padding_rows = 2;
+  return b;
+}
+
+// First key a sequence's rows read (its first row's window start).
+int64_t first_key(const Sequence& q, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, q.len - q.q_len - window + 1) : 0;
+}
+
+// Multiply-adds of the reference: every query row's visible keys, both products, every head.
+double work_of(const json& p) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t window = p.at("window"), head_size = p.at("head_size");
+  double keys = 0;
+  for (const Sequence& q : batch_of(p).seqs) {
+    for (int64_t i = 0; i < q.q_len; ++i) {
+      const int64_t pos = q.len - q.q_len + i;
+      keys += static_cast<double>(window > 0 ? std::min(pos + 1, window) : pos + 1);
+    }
+  }
+  return 2 * keys * static_cast<double>(h.q * head_size);
+}
+
+// Bytes of both caches and their scales (one byte an element).
+int64_t cache_bytes(const json& p) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t block = p.at("block_size");
+  int64_t blocks = 3;
+  for (const Sequence& q : batch_of(p).seqs) blocks += (q.len + block - 1) / block;
+  return 2 * blocks * block * h.kv * (p.at("head_size").get<int64_t>() + 4);
+}
+
+// The "nonfinite" plants, in the float32 query and caches before they are quantized (decode
+// batches of >= 6 sequences of >= 2 positions, >= 2 KV heads; the reference, over what the
+// quantization makes of them, says what each row must be):
+//   sequence 0: a NaN in query head 0 -> that head's row NaN;
+//   sequence 1: +inf in a value (position 0, KV head 0, channel 3) -> fp8 +448 * scale (finite),
+//               int8 a row of scale inf whose q are 0: NaN when dequantized, that group's rows NaN;
+//   sequence 2: a NaN in a key (position 1, the last KV head) -> fp8 0x7F, int8 that row's scale NaN:
+//               that group's rows NaN;
+//   sequence 5: a NaN in a value (position 0, the last KV head, channel 0) -> fp8 channel 0 NaN in
+//               that group, int8 the whole value row NaN.
+void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int64_t width,
+                     const std::vector<int32_t>& qsl, int64_t block, const Heads& h, const at::Tensor& q,
+                     const at::Tensor& k, const at::Tensor& v) {
+  bool fits = static_cast<int64_t>(batch.seqs.size()) >= 6 && h.kv >= 2;
+  for (const Sequence& sq : batch.seqs) fits = fits && sq.q_len == 1 && sq.len >= 2;
+  TORCH_CHECK(fits, "paged_attention_quant suite: a nonfinite case needs a decode batch of >= 6 sequences of >= 2 "
+              "positions and >= 2 KV heads");
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto row = [&](const at::Tensor& cache, int64_t s, int64_t pos, int64_t kv) {
+    return cache[table[s * width + pos / block]][pos % block][kv];
+  };
+  q[qsl[0]][0][0] = nan;
+  row(v, 1, 0, 0)[3] = inf;
+  row(k, 2, 1, h.kv - 1)[0] = nan;
+  row(v, 5, 0, h.kv - 1)[0] = nan;
+}
+
+// The per-tensor fp8 scale of a float cache: amax / 448 over its finite values, in float32.
+float calibrated_scale(const at::Tensor& x) {
+  const float amax = x.nan_to_num(0, 0, 0).abs().max().item<float>();
+  return amax > 0 ? amax / kernels::kFp8E4M3Max : 1.0f;
+}
+
+Example build(const json& p, at::Generator& g) {
+  const Heads h = parse_heads(p.at("heads"));
+  const int64_t head_size = p.at("head_size"), block = p.at("block_size"), window = p.at("window");
+  const double soft_cap = p.at("soft_cap").get<int64_t>();
+  const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
+  const at::ScalarType cache_dtype = cache_dtype_of(p);
+  const bool int8 = cache_dtype == at::kChar;
+  const bool strided = p.at("layout").get<std::string>() == "strided";
+  const Batch batch = batch_of(p);
+  const int64_t n = static_cast<int64_t>(batch.seqs.size());
+
+  // Blocks: each sequence's from a shuffled list; three spares (never read) for the extra column.
+  int64_t used = 0, widest = 0;
+  for (const Sequence& q : batch.seqs) {
+    const int64_t need = (q.len + block - 1) / block;
+    used += need;
+    widest = std::max(widest, need);
+  }
+  const int64_t num_blocks = used + 3;
+  const at::Tensor order = at::randperm(num_blocks, g, at::kLong);
+  const int64_t* ids = order.const_data_ptr<int64_t>();
+  const int64_t width = widest + 1;
+  std::vector<int32_t> table_v(n * width), qsl_v(n + 1), lens_v(n);
+  std::vector<uint8_t> owned(num_blocks * block, 0);  // the cache rows a sequence owns
+  int64_t next = 0, rows = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    const Sequence& q = batch.seqs[s];
+    const int64_t need = (q.len + block - 1) / block;
+    for (int64_t b = 0; b < width; ++b) {
+      const int64_t spare = ids[used + (s + b) % 3];
+      table_v[s * width + b] = static_cast<int32_t>(b < need ? ids[next + b] : spare);
+    }
+    for (int64_t b = 0; b < need; ++b) {
+      const int64_t id = ids[next + b];
+      std::fill_n(owned.begin() + id * block, std::min(block, q.len - b * block), 1);
+    }
+    next += need;
+    qsl_v[s] = static_cast<int32_t>(rows);
+    lens_v[s] = static_cast<int32_t>(q.len);
+    rows += q.q_len;
+  }
+  qsl_v[n] = static_cast<int32_t>(rows);
+  const int64_t tokens = rows + batch.padding_rows;
+  const at::Tensor table = at::tensor(table_v, at::kInt).view({n, width});
+  const at::Tensor qsl = at::tensor(qsl_v, at::kInt), lens = at::tensor(lens_v, at::kInt);
+
+  // Float caches: randn in every row a sequence owns, NaN elsewhere (quantized below into fp8 0x7F
+  // and int8 rows of NaN scale).
+  const at::Tensor unowned = at::tensor(owned, at::kByte).eq(0).view({num_blocks, block, 1, 1});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor k32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
+  const at::Tensor v32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
+  at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
+  if (soft_cap > 0) q32.mul_(8);
+  if (p.value("values", "finite") == "nonfinite") {
+    plant_nonfinite(batch, table_v, width, qsl_v, block, h, q32, k32, v32);
+  }
+
+  at::Tensor query, key_cache, value_cache, key_scale, value_scale;
+  if (strided) {
+    const at::Tensor qkv = at::zeros({tokens, h.q + 2 * h.kv, head_size}, dtype);
+    query = qkv.narrow(1, 0, h.q);
+    query.copy_(q32);
+    const at::Tensor kv = at::empty({num_blocks, 2, block, h.kv, head_size}, cache_dtype);
+    key_cache = kv.select(1, 0);
+    value_cache = kv.select(1, 1);
+  } else {
+    query = q32.to(dtype);
+    key_cache = at::empty({num_blocks, block, h.kv, head_size}, cache_dtype);
+    value_cache = at::empty({num_blocks, block, h.kv, head_size}, cache_dtype);
+  }
+  if (int8) {
+    if (strided) {
+      key_scale = at::empty({num_blocks, 2, block, h.kv}, at::kFloat).select(1, 0);
+      value_scale = at::empty({num_blocks, h.kv, block}, at::kFloat).transpose(1, 2);
+    } else {
+      key_scale = at::empty({num_blocks, block, h.kv}, at::kFloat);
+      value_scale = at::empty({num_blocks, block, h.kv}, at::kFloat);
+    }
+  } else {
+    key_scale = at::full({1}, calibrated_scale(k32), at::kFloat);
+    value_scale = at::full({1}, calibrated_scale(v32), at::kFloat);
+  }
+  kv_cache::quantize_cache(key_cache, key_scale, k32);
+  kv_cache::quantize_cache(value_cache, value_scale, v32);
+  const double scale = 1 / std::sqrt(static_cast<double>(head_size));
+
+  Example ex;
+  ex.names = {"query",        "key_cache",       "value_cache", "key_scale", "value_scale",
+              "block_tables", "query_start_loc", "seq_lens"};
+  ex.tensors = {query, key_cache, value_cache, key_scale, value_scale, table, qsl, lens};
+  ex.mutates = paged_attention_quant_contract().mutates;
+  ex.call = [scale, soft_cap, window](const PreparedKernel& k, std::vector<at::Tensor>& t) {
+    return std::vector<at::Tensor>{k.function<PagedAttentionQuantFn>()(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
+                                                                       scale, soft_cap, window)};
+  };
+  ex.reference = [scale, soft_cap, window](const std::vector<at::Tensor>& t) {
+    const at::Tensor k = kv_cache::dequantized_cache(t[1], t[3]), v = kv_cache::dequantized_cache(t[2], t[4]);
+    return Expected{
+        {attention::reference_paged_attention(t[0], k, v, t[5], t[6], t[7], scale, soft_cap, window)}, {}};
+  };
+  int64_t keys = 1;
+  int64_t kv_rows = 0;
+  for (const Sequence& q : batch.seqs) {
+    if (q.q_len == 0) continue;
+    keys = std::max(keys, q.len - first_key(q, window));
+    kv_rows += q.len - first_key(q, window);
+  }
+  Tolerance tol = accumulate_tolerance(dtype, keys + head_size);
+  if (dtype != at::kFloat) {
+    const double floor = 4 * unit_roundoff(dtype);
+    tol = {std::max(tol.atol, floor), std::max(tol.rtol, floor)};
+  }
+  ex.tolerance = tol;
+  const int64_t es = at::elementSize(dtype);
+  const int64_t query_bytes = tokens * h.q * head_size * es;
+  const int64_t scale_bytes = int8 ? 2 * kv_rows * h.kv * 4 : 2 * 4;
+  ex.metadata = {2 * kv_rows * h.kv * head_size + scale_bytes + query_bytes, query_bytes, 2 * work_of(p), {}};
+  // The roofline's compute class: the kernels dequantize to float32 and multiply-add in float32.
+  ex.metadata.work = {{"f32_fma", ex.metadata.flops}};
+  return ex;
+}
+
+// A case's values on the suite's axes: the keys of its json point.
+struct Axes {
+  std::string cache_dtype;  // int8 or float8_e4m3fn
+  std::string batch;        // decode, prefill, chunked or mixed
+  int64_t seqs = 0;
+  int64_t context = 0;
+  std::string heads;  // QxKV
+  int64_t head_size = 0;
+  int64_t block_size = 16;
+  int64_t soft_cap = 0;  // 0: off
+  int64_t window = 0;    // 0: off
+  std::string dtype;
+  std::string layout = "contiguous";  // or strided
+  std::string lengths = "equal";      // or varied
+  int64_t chunk = 0;                  // 0: half the context
+};
+
+json point(const Axes& a) {
+  return {{"cache_dtype", a.cache_dtype}, {"batch", a.batch},         {"seqs", a.seqs},
+          {"context", a.context},         {"heads", a.heads},         {"head_size", a.head_size},
+          {"block_size", a.block_size},   {"soft_cap", a.soft_cap},   {"window", a.window},
+          {"dtype", a.dtype},             {"layout", a.layout},       {"lengths", a.lengths},
+          {"chunk", a.chunk}};
+}
+
+// A validation point within the budget: one sequence, then shorter contexts.
+void fit(json& p) {
+  if (work_of(p) <= kBudget) return;
+  p["seqs"] = 1;
+  while (work_of(p) > kBudget && p.at("context").get<int64_t>() > 1) p["context"] = p.at("context").get<int64_t>() / 2;
+}
+
+// The targeted points of one cache dtype (the file comment), for the query dtypes in turn.
+std::vector<json> targeted_points(const json& cache_dtype, const std::vector<json>& dtypes, bool nonfinite) {
+  std::vector<json> out;
+  size_t i = 0;
+  auto dtype = [&] { return dtypes[i++ % dtypes.size()].get<std::string>(); };
+  const std::string c = cache_dtype;
+  // The context sweep: the batch kinds in turn, the layouts alternating.
+  const char* kinds[] = {"decode", "prefill", "chunked", "mixed", "decode"};
+  const int64_t contexts[] = {1, 15, 16, 17, 512};
+  for (size_t k = 0; k < std::size(contexts); ++k) {
+    out.push_back(point({.cache_dtype = c, .batch = kinds[k], .seqs = 7, .context = contexts[k], .heads = "8x8",
+                         .head_size = 64, .block_size = contexts[k] == 512 ? 32 : 16, .dtype = dtype(),
+                         .layout = k % 2 == 0 ? "strided" : "contiguous", .lengths = "varied"}));
+  }
+  out.push_back(point({.cache_dtype = c, .batch = "decode", .seqs = 7, .context = 97, .heads = "32x8", .head_size = 128,
+                       .soft_cap = 30, .dtype = dtype(), .lengths = "varied"}));
+  out.push_back(point({.cache_dtype = c, .batch = "prefill", .seqs = 2, .context = 97, .heads = "8x8", .head_size = 64,
+                       .window = 32, .dtype = dtype(), .layout = "strided"}));
+  out.push_back(point({.cache_dtype = c, .batch = "chunked", .seqs = 7, .context = 97, .heads = "16x1",
+                       .head_size = 128, .block_size = 32, .soft_cap = 30, .window = 32, .dtype = dtype(),
+                       .layout = "strided", .lengths = "varied"}));
+  out.push_back(point({.cache_dtype = c, .batch = "mixed", .seqs = 7, .context = 97, .heads = "9x3", .head_size = 67,
+                       .soft_cap = 30, .dtype = dtype(), .layout = "strided", .lengths = "varied"}));
+  out.push_back(point({.cache_dtype = c, .batch = "mixed", .seqs = 7, .context = 97, .heads = "9x3", .head_size = 33,
+                       .window = 32, .dtype = dtype(), .lengths = "varied"}));
+  out.push_back(point({.cache_dtype = c, .batch = "decode", .seqs = 7, .context = 512, .heads = "32x8",
+                       .head_size = 128, .window = 256, .dtype = dtype(), .lengths = "varied"}));
+  if (nonfinite) {
+    for (const int64_t cap : {0, 30}) {
+      json p = point({.cache_dtype = c, .batch = "decode", .seqs = 7, .context = 97, .heads = "32x8", .head_size = 128,
+                      .soft_cap = cap, .dtype = dtype()});
+      p["values"] = "nonfinite";
+      out.push_back(p);
+    }
+  }
+  json empty = point({.cache_dtype = c, .batch = "decode", .seqs = 1, .context = 16, .heads = "8x8", .head_size = 64,
+                      .dtype = dtype()});
+  empty["empty"] = true;
+  out.push_back(empty);
+  for (json& p : out) fit(p);
+  return out;
+}
+
+std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
+  std::vector<json> points;
+  const auto cache_dtypes = options::choices(o, "cache_dtype", {"int8", "float8_e4m3fn"}, {"int8", "float8_e4m3fn"});
+  bool axis_given = false;
+  for (const char* axis : {"batch", "seqs", "context", "heads", "head_size", "block_size", "soft_cap", "window",
+                           "layout", "lengths", "chunk"}) {
+    axis_given |= options::given(o, axis);
+  }
+  if (options::given(o, "preset") && !axis_given) {
+    // The timing cases: decode of 16 sequences at context 4096, 32x8 heads of 128.
+    for (const json& cache_dtype : cache_dtypes) {
+      for (const json& dtype : options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"bfloat16"})) {
+        json p = point({.cache_dtype = cache_dtype, .batch = "decode", .seqs = 16, .context = 4096, .heads = "32x8",
+                        .head_size = 128, .dtype = dtype});
+        if (cache_bytes(p) <= kMaxCacheBytes) points.push_back(p);
+      }
+    }
+  } else {
+    const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"});
+    const std::vector<Dimension> dims = {
+        {"cache_dtype", cache_dtypes},
+        {"batch", options::choices(o, "batch", {"decode", "prefill", "chunked", "mixed"},
+                                  {"decode", "prefill", "chunked", "mixed"})},
+        {"dtype", dtypes},
+    };
+    const auto heads = heads_values(o);
+    const auto head_sizes = options::integers(o, "head_size", {64, 128}, 1);
+    const auto seqs = options::integers(o, "seqs", {1, 7, 33}, 1);
+    const auto contexts = options::integers(o, "context", {1, 15, 16, 17, 97, 512}, 1);
+    const auto blocks = options::integers(o, "block_size", {16, 32}, 1);
+    const auto caps = options::integers(o, "soft_cap", {0, 30}, 0);
+    const auto windows = options::integers(o, "window", {0, 32}, 0);
+    const auto layouts = options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"});
+    const auto lengths = options::choices(o, "lengths", {"equal", "varied"}, {"equal", "varied"});
+    const auto chunks = options::integers(o, "chunk", {0}, 0);
+    if (axis_given) {
+      // The full cartesian product of the axes (the given ones and the defaults).
+      std::vector<Dimension> all = dims;
+      all.push_back({"heads", heads});
+      all.push_back({"head_size", head_sizes});
+      all.push_back({"seqs", seqs});
+      all.push_back({"context", contexts});
+      all.push_back({"block_size", blocks});
+      all.push_back({"soft_cap", caps});
+      all.push_back({"window", windows});
+      all.push_back({"layout", layouts});
+      all.push_back({"lengths", lengths});
+      all.push_back({"chunk", chunks});
+      points = cartesian(all);
+    } else {
+      // The first case is small and general (the bad-input test starts from it): a mixed batch of
+      // three sequences over int8 caches, whose scales have a shape to get wrong.
+      if (!options::given(o, "dtype") && !options::given(o, "cache_dtype")) {
+        points.push_back(point({.cache_dtype = "int8", .batch = "mixed", .seqs = 3, .context = 17, .heads = "9x3",
+                                .head_size = 64, .dtype = "float32", .lengths = "varied"}));
+      }
+      std::mt19937 rng(20261203);
+      auto pick = [&](const std::vector<json>& values) { return values[rng() % values.size()]; };
+      for (json p : cartesian(dims)) {
+        p["heads"] = pick(heads);
+        p["head_size"] = pick(head_sizes);
+        p["seqs"] = pick(seqs);
+        p["context"] = pick(contexts);
+        p["block_size"] = pick(blocks);
+        p["soft_cap"] = pick(caps);
+        p["window"] = pick(windows);
+        p["layout"] = pick(layouts);
+        p["lengths"] = pick(lengths);
+        p["chunk"] = chunks.front();
+        fit(p);
+        points.push_back(p);
+      }
+      for (const json& cache_dtype : cache_dtypes) {
+        for (json& p : targeted_points(cache_dtype, dtypes, true)) points.push_back(std::move(p));
+      }
+    }
+  }
+  std::vector<std::shared_ptr<const KernelCase>> out;
+  for (const json& p : points) {
+    out.push_back(std::make_shared<TensorCase>(paged_attention_quant_contract().operation, p, build));
+  }
+  return out;
+}
+
+SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
+
+// The rows the kernels write (each head of each query row) and their width (head_size).
+RowShape row_shape(const json& p) {
+  const Batch b = batch_of(p);
+  int64_t rows = b.padding_rows;
+  for (const Sequence& q : b.seqs) rows += q.q_len;
+  return {rows * parse_heads(p.at("heads")).q, p.at("head_size").get<int64_t>()};
+}
+
+}  // namespace
+
+const OperationSuite& paged_attention_quant_suite() {
+  static const OperationSuite suite{
+      .operation = paged_attention_quant_contract().operation,
+      .description = "Attention over the quantized (float8_e4m3fn or int8) paged KV cache: decode, prefill, chunked "
+                     "prefill and mixed batches",
+      .add_arguments = add_arguments,
+      .cases = cases,
+      .has_reference = true,
+      .benchmark_defaults = benchmark_defaults(),
+      .row_shape = row_shape,
+      .accepted_bad_inputs = {
+          {.argument = "query",
+           .variant = "dim 0 + 1",
+           .as = AcceptedAs::kValidPrefix,
+           .why = "query rows from query_start_loc[seqs] on are padding: their output rows are zero"},
+          {.argument = "block_tables",
+           .variant = "dim 1 + 1",
+           .as = AcceptedAs::kSameResults,
+           .why = "block table columns past a sequence's blocks are never read"},
+          {.argument = "sliding_window",
+           .variant = "negative",
+           .as = AcceptedAs::kSameResults,
+           .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+          {.argument = "sliding_window",
+           .variant = "0",
+           .as = AcceptedAs::kSameResults,
+           .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+          {.argument = "key_scale",
+           .variant = "non-contiguous last dimension",
+           .as = AcceptedAs::kSameResults,
+           .why = "int8 scales are read through their strides (any non-negative strides)"},
+          {.argument = "value_scale",
+           .variant = "non-contiguous last dimension",
+           .as = AcceptedAs::kSameResults,
+           .why = "int8 scales are read through their strides (any non-negative strides)"},
+          {.argument = "query",
+           .variant = "empty",
+           .as = AcceptedAs::kEmptyResults,
+           .why = "on CUDA the values of query_start_loc are not checked (a synchronization): its rows past "
+                  "query's are never written",
+           .devices = {Device::kCuda}},
+      },
+      .batch_rows = BatchRows::kFamilyTest,
+      .batch_invariance_test =
+          "test/ops/attention/attention_quant_test.cpp: CpuAttentionQuant.BatchInvariantRowsAreTheSameAloneAndInAnyBatch"};
+  return suite;
+}
+
+XLLM_REGISTER_SUITE(paged_attention_quant_suite);
+
+}  // namespace xllm_kernel::numerics
