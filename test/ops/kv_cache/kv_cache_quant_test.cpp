@@ -222,7 +222,9 @@ TEST_P(KvCacheQuantImpl, WritesTheReferenceBitForBitOverLayoutsAndDtypes) {
 TEST_P(KvCacheQuantImpl, InterleavedInt8ScalesAreAccepted) {
   at::manual_seed(15);
   const Shape s{37, 8, 128, 5, 16};
-  const auto [key, value] = make_inputs(s, at::kBFloat16, kLayouts[1], /*bits=*/false);
+  // Not a structured binding: the lambda below captures them (clang before 16 cannot).
+  const auto inputs = make_inputs(s, at::kBFloat16, kLayouts[1], /*bits=*/false);
+  const at::Tensor &key = inputs.first, &value = inputs.second;
   Caches c = make_caches(s, at::kChar, kLayouts[1]);
   const at::Tensor scales = random_bits({s.num_blocks, 2, s.block_size, s.kv_heads}, at::kFloat);
   c.key_scale = scales.select(1, 0);
