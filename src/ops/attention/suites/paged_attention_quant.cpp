@@ -45,12 +45,15 @@
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
+#include "src/ops/attention/suites/batches.h"
 #include "src/ops/attention/suites/reference.h"
 #include "src/ops/kv_cache/suites/quant_reference.h"
 #include "xllm_kernel/ops/attention.h"
 
 namespace xllm_kernel::numerics {
 namespace {
+
+using namespace paged_batches;  // NOLINT: the attention suites' batches (paged_attention's)
 
 // The most multiply-adds a validation case's reference may cost (an eighth of paged_attention's).
 constexpr double kBudget = double{1} * (1 << 24);
@@ -84,107 +87,19 @@ void add_arguments(CLI::App& app, SuiteOptions& o) {
       ->check(CLI::IsMember({"benchmark"}));
 }
 
-struct Heads {
-  int64_t q = 0, kv = 0;
-};
-
-Heads parse_heads(const std::string& text) {
-  const size_t x = text.find('x');
-  try {
-    if (x != std::string::npos) {
-      const Heads h{std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1))};
-      if (h.q >= 1 && h.kv >= 1 && h.q % h.kv == 0) return h;
-    }
-  } catch (const std::exception&) {
-  }
-  throw CLI::ValidationError("--heads", "'" + text + "' is not QxKV with Q a multiple of KV, both >= 1 (e.g. 32x8)");
-}
-
 std::vector<json> heads_values(const SuiteOptions& o) {
-  std::vector<json> out;
-  const auto it = o.find("heads");
-  const std::vector<std::string> given =
-      it == o.end() || it->second.empty() ? std::vector<std::string>{"32x8", "8x8", "16x1", "9x3"} : it->second;
-  for (const auto& text : given) {
-    parse_heads(text);
-    out.push_back(text);
-  }
-  return out;
+  return paged_batches::heads_values(o, {"32x8", "8x8", "16x1", "9x3"});
 }
 
 at::ScalarType cache_dtype_of(const json& p) {
   return p.at("cache_dtype").get<std::string>() == "int8" ? at::kChar : at::kFloat8_e4m3fn;
 }
 
-// One sequence of a batch, and a batch: paged_attention's suite's (the same lengths and kinds).
-struct Sequence {
-  int64_t len = 0;    // context, its query rows included
-  int64_t q_len = 0;  // query rows
-};
-
-struct Batch {
-  std::vector<Sequence> seqs;
-  int64_t padding_rows = 0;  // query rows after the last sequence's
-};
-
-int64_t chunk_of(const json& p) {
-  const int64_t chunk = p.at("chunk");
-  return chunk > 0 ? chunk : std::max<int64_t>(1, (p.at("context").get<int64_t>() + 1) / 2);
-}
-
-// `seqs` sequences of context `context` ("equal") or from context down to about half of it
-// ("varied"; with 7 or more sequences sequence 3 is padding and two padding rows follow). Kinds:
-// decode (one query row a sequence), prefill (every position), chunked (the last `chunk`
-// positions), mixed (sequence 0 a chunk, the others decodes).
-Batch batch_of(const json& p) {
-  const int64_t n = p.at("seqs"), context = p.at("context");
-  const std::string mode = p.at("batch"), lengths = p.at("lengths");
-  const int64_t chunk = chunk_of(p);
-  Batch b;
-  if (p.contains("empty")) {  // one padding sequence
-    b.seqs.emplace_back();
-    return b;
-  }
-  for (int64_t s = 0; s < n; ++s) {
-    Sequence q;
-    q.len = lengths == "equal" ? context : context - (s * 7919) % std::max<int64_t>(1, (context + 1) / 2);
-    if (mode == "decode") q.q_len = 1;
-    if (mode == "prefill") q.q_len = q.len;
-    if (mode == "chunked") q.q_len = std::min(q.len, chunk);
-    if (mode == "mixed") q.q_len = s == 0 ? std::min(q.len, chunk) : 1;
-    if (lengths == "varied" && n >= 7 && s == 3) q = {};
-    b.seqs.push_back(q);
-  }
-  if (lengths == "varied" && n >= 7) b.padding_rows = 2;
-  return b;
-}
-
-// First key a sequence's rows read (its first row's window start).
-int64_t first_key(const Sequence& q, int64_t window) {
-  return window > 0 ? std::max<int64_t>(0, q.len - q.q_len - window + 1) : 0;
-}
-
-// Multiply-adds of the reference: every query row's visible keys, both products, every head.
-double work_of(const json& p) {
-  const Heads h = parse_heads(p.at("heads"));
-  const int64_t window = p.at("window"), head_size = p.at("head_size");
-  double keys = 0;
-  for (const Sequence& q : batch_of(p).seqs) {
-    for (int64_t i = 0; i < q.q_len; ++i) {
-      const int64_t pos = q.len - q.q_len + i;
-      keys += static_cast<double>(window > 0 ? std::min(pos + 1, window) : pos + 1);
-    }
-  }
-  return 2 * keys * static_cast<double>(h.q * head_size);
-}
-
 // Bytes of both caches and their scales (one byte an element).
 int64_t cache_bytes(const json& p) {
   const Heads h = parse_heads(p.at("heads"));
   const int64_t block = p.at("block_size");
-  int64_t blocks = 3;
-  for (const Sequence& q : batch_of(p).seqs) blocks += (q.len + block - 1) / block;
-  return 2 * blocks * block * h.kv * (p.at("head_size").get<int64_t>() + 4);
+  return 2 * cache_blocks(batch_of(p), block) * block * h.kv * (p.at("head_size").get<int64_t>() + 4);
 }
 
 // The "nonfinite" plants, in the float32 query and caches before they are quantized (decode
@@ -214,12 +129,6 @@ void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int6
   row(v, 5, 0, h.kv - 1)[0] = nan;
 }
 
-// The per-tensor fp8 scale of a float cache: amax / 448 over its finite values, in float32.
-float calibrated_scale(const at::Tensor& x) {
-  const float amax = x.nan_to_num(0, 0, 0).abs().max().item<float>();
-  return amax > 0 ? amax / kernels::kFp8E4M3Max : 1.0f;
-}
-
 Example build(const json& p, at::Generator& g) {
   const Heads h = parse_heads(p.at("heads"));
   const int64_t head_size = p.at("head_size"), block = p.at("block_size"), window = p.at("window");
@@ -229,53 +138,20 @@ Example build(const json& p, at::Generator& g) {
   const bool int8 = cache_dtype == at::kChar;
   const bool strided = p.at("layout").get<std::string>() == "strided";
   const Batch batch = batch_of(p);
-  const int64_t n = static_cast<int64_t>(batch.seqs.size());
-
   // Blocks: each sequence's from a shuffled list; three spares (never read) for the extra column.
-  int64_t used = 0, widest = 0;
-  for (const Sequence& q : batch.seqs) {
-    const int64_t need = (q.len + block - 1) / block;
-    used += need;
-    widest = std::max(widest, need);
-  }
-  const int64_t num_blocks = used + 3;
-  const at::Tensor order = at::randperm(num_blocks, g, at::kLong);
-  const int64_t* ids = order.const_data_ptr<int64_t>();
-  const int64_t width = widest + 1;
-  std::vector<int32_t> table_v(n * width), qsl_v(n + 1), lens_v(n);
-  std::vector<uint8_t> owned(num_blocks * block, 0);  // the cache rows a sequence owns
-  int64_t next = 0, rows = 0;
-  for (int64_t s = 0; s < n; ++s) {
-    const Sequence& q = batch.seqs[s];
-    const int64_t need = (q.len + block - 1) / block;
-    for (int64_t b = 0; b < width; ++b) {
-      const int64_t spare = ids[used + (s + b) % 3];
-      table_v[s * width + b] = static_cast<int32_t>(b < need ? ids[next + b] : spare);
-    }
-    for (int64_t b = 0; b < need; ++b) {
-      const int64_t id = ids[next + b];
-      std::fill_n(owned.begin() + id * block, std::min(block, q.len - b * block), 1);
-    }
-    next += need;
-    qsl_v[s] = static_cast<int32_t>(rows);
-    lens_v[s] = static_cast<int32_t>(q.len);
-    rows += q.q_len;
-  }
-  qsl_v[n] = static_cast<int32_t>(rows);
-  const int64_t tokens = rows + batch.padding_rows;
-  const at::Tensor table = at::tensor(table_v, at::kInt).view({n, width});
-  const at::Tensor qsl = at::tensor(qsl_v, at::kInt), lens = at::tensor(lens_v, at::kInt);
+  const Pages pg = lay_out(batch, block, g);
+  const int64_t num_blocks = pg.num_blocks, tokens = pg.tokens;
 
   // Float caches: randn in every row a sequence owns, NaN elsewhere (quantized below into fp8 0x7F
   // and int8 rows of NaN scale).
-  const at::Tensor unowned = at::tensor(owned, at::kByte).eq(0).view({num_blocks, block, 1, 1});
+  const at::Tensor& unowned = pg.unowned;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const at::Tensor k32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
   const at::Tensor v32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
   at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
   if (soft_cap > 0) q32.mul_(8);
   if (p.value("values", "finite") == "nonfinite") {
-    plant_nonfinite(batch, table_v, width, qsl_v, block, h, q32, k32, v32);
+    plant_nonfinite(batch, pg.table, pg.width, pg.qsl, block, h, q32, k32, v32);
   }
 
   at::Tensor query, key_cache, value_cache, key_scale, value_scale;
@@ -300,8 +176,8 @@ Example build(const json& p, at::Generator& g) {
       value_scale = at::empty({num_blocks, block, h.kv}, at::kFloat);
     }
   } else {
-    key_scale = at::full({1}, calibrated_scale(k32), at::kFloat);
-    value_scale = at::full({1}, calibrated_scale(v32), at::kFloat);
+    key_scale = at::full({1}, kv_cache::calibrated_fp8_scale(k32, 1.0f), at::kFloat);
+    value_scale = at::full({1}, kv_cache::calibrated_fp8_scale(v32, 1.0f), at::kFloat);
   }
   kv_cache::quantize_cache(key_cache, key_scale, k32);
   kv_cache::quantize_cache(value_cache, value_scale, v32);
@@ -310,7 +186,7 @@ Example build(const json& p, at::Generator& g) {
   Example ex;
   ex.names = {"query",        "key_cache",       "value_cache", "key_scale", "value_scale",
               "block_tables", "query_start_loc", "seq_lens"};
-  ex.tensors = {query, key_cache, value_cache, key_scale, value_scale, table, qsl, lens};
+  ex.tensors = {query, key_cache, value_cache, key_scale, value_scale, pg.block_tables, pg.query_start_loc, pg.seq_lens};
   ex.mutates = paged_attention_quant_contract().mutates;
   ex.call = [scale, soft_cap, window](const PreparedKernel& k, std::vector<at::Tensor>& t) {
     return std::vector<at::Tensor>{k.function<PagedAttentionQuantFn>()(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
@@ -321,23 +197,12 @@ Example build(const json& p, at::Generator& g) {
     return Expected{
         {attention::reference_paged_attention(t[0], k, v, t[5], t[6], t[7], scale, soft_cap, window)}, {}};
   };
-  int64_t keys = 1;
-  int64_t kv_rows = 0;
-  for (const Sequence& q : batch.seqs) {
-    if (q.q_len == 0) continue;
-    keys = std::max(keys, q.len - first_key(q, window));
-    kv_rows += q.len - first_key(q, window);
-  }
-  Tolerance tol = accumulate_tolerance(dtype, keys + head_size);
-  if (dtype != at::kFloat) {
-    const double floor = 4 * unit_roundoff(dtype);
-    tol = {std::max(tol.atol, floor), std::max(tol.rtol, floor)};
-  }
-  ex.tolerance = tol;
+  const Reads reads = reads_of(batch, window);
+  ex.tolerance = attention_tolerance(dtype, reads.keys, head_size);
   const int64_t es = at::elementSize(dtype);
   const int64_t query_bytes = tokens * h.q * head_size * es;
-  const int64_t scale_bytes = int8 ? 2 * kv_rows * h.kv * 4 : 2 * 4;
-  ex.metadata = {2 * kv_rows * h.kv * head_size + scale_bytes + query_bytes, query_bytes, 2 * work_of(p), {}};
+  const int64_t scale_bytes = int8 ? 2 * reads.kv_rows * h.kv * 4 : 2 * 4;
+  ex.metadata = {2 * reads.kv_rows * h.kv * head_size + scale_bytes + query_bytes, query_bytes, 2 * work_of(p), {}};
   // The roofline's compute class: the kernels dequantize to float32 and multiply-add in float32.
   ex.metadata.work = {{"f32_fma", ex.metadata.flops}};
   return ex;
@@ -503,14 +368,6 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
 }
 
 SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
-
-// The rows the kernels write (each head of each query row) and their width (head_size).
-RowShape row_shape(const json& p) {
-  const Batch b = batch_of(p);
-  int64_t rows = b.padding_rows;
-  for (const Sequence& q : b.seqs) rows += q.q_len;
-  return {rows * parse_heads(p.at("heads")).q, p.at("head_size").get<int64_t>()};
-}
 
 }  // namespace
 
