@@ -32,6 +32,7 @@ using attention::expect_close;
 using attention::kContiguous;
 using attention::make_call;
 using attention::reference_paged_attention;
+using numerics::kv_cache::calibrated_fp8_scale;
 using numerics::kv_cache::dequantized_cache;
 using numerics::kv_cache::quantize_cache;
 
@@ -55,11 +56,6 @@ at::Tensor reference(const QuantCall& c) {
   return reference_paged_attention(c.query, dequantized_cache(c.key_cache, c.key_scale),
                                    dequantized_cache(c.value_cache, c.value_scale), c.block_tables, c.query_start_loc,
                                    c.seq_lens, c.scale, c.soft_cap, c.window);
-}
-
-// The per-tensor fp8 scale of a float cache: amax / 448 over its finite values.
-float calibrated_scale(const at::Tensor& x) {
-  return x.nan_to_num(0, 0, 0).abs().max().item<float>() / kernels::kFp8E4M3Max;
 }
 
 // make_call's batch (float32 pages, NaN in every row no sequence owns) with the query in `dtype`
@@ -87,8 +83,8 @@ QuantCall make_quant_call(const Batch& b, at::ScalarType dtype, at::ScalarType c
     c.key_scale = strided ? at::empty({nb, 2, bs, kv}).select(1, 0) : at::empty({nb, bs, kv});
     c.value_scale = strided ? at::empty({nb, kv, bs}).transpose(1, 2) : at::empty({nb, bs, kv});
   } else {
-    c.key_scale = at::full({1}, calibrated_scale(f.key_cache), at::kFloat);
-    c.value_scale = at::full({1}, calibrated_scale(f.value_cache), at::kFloat);
+    c.key_scale = at::full({1}, calibrated_fp8_scale(f.key_cache, 1.0f), at::kFloat);
+    c.value_scale = at::full({1}, calibrated_fp8_scale(f.value_cache, 1.0f), at::kFloat);
   }
   quantize_cache(c.key_cache, c.key_scale, f.key_cache);
   quantize_cache(c.value_cache, c.value_scale, f.value_cache);

@@ -32,6 +32,14 @@ inline uint8_t fp8_reciprocal_form(float x, float scale) {
   return kernels::float8_e4m3fn_from_float(x * (1.0f / scale));
 }
 
+// A per-tensor fp8 scale calibrated on values x (any dtype): amax / 448 over the finite values, in
+// float32; `if_zero` where there are none or all are zero.
+inline float calibrated_fp8_scale(const at::Tensor& x, float if_zero) {
+  const at::Tensor f = x.to(at::kFloat);
+  const float amax = f.numel() == 0 ? 0.0f : f.nan_to_num(0, 0, 0).abs().max().item<float>();
+  return amax > 0 ? amax / kernels::kFp8E4M3Max : if_zero;
+}
+
 // int8: one row of n float32 values into q; returns the row's scale (the canonical NaN when the row
 // holds a NaN: then every q is 0).
 inline float quantize_int8_row(const float* x, int64_t n, int8_t* q) {

@@ -46,6 +46,7 @@
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/ops/kv_cache/suites/quant_reference.h"
+#include "src/ops/kv_cache/suites/slots.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
 namespace xllm_kernel::numerics {
@@ -75,44 +76,6 @@ at::ScalarType cache_dtype_of(const json& p) {
   return p.at("cache_dtype").get<std::string>() == "int8" ? at::kChar : at::kFloat8_e4m3fn;
 }
 
-// Distinct slots of [0, slots) in random order, about one token in eight -1 (none for one token);
-// more tokens than slots: the rest -1. (reshape_and_cache's suite draws them the same way.)
-at::Tensor random_slots(int64_t tokens, int64_t slots, at::Generator& g) {
-  at::Tensor out = at::full({tokens}, -1, at::kLong);
-  if (tokens == 0) return out;
-  const at::Tensor perm = at::randperm(slots, g, at::kLong);
-  const at::Tensor pad = at::rand({tokens}, g, at::kDouble);
-  int64_t* o = out.mutable_data_ptr<int64_t>();
-  const int64_t* p = perm.const_data_ptr<int64_t>();
-  const double* r = pad.const_data_ptr<double>();
-  for (int64_t t = 0, next = 0; t < tokens && next < slots; ++t) {
-    if (tokens > 1 && r[t] < 0.125) continue;
-    o[t] = p[next++];
-  }
-  return out;
-}
-
-// A prefill batch: sequences of 1 to 1024 tokens, each filling blocks from offset 0 in order, a
-// sequence's next block the next one of a shuffled free list; tokens for which no block is left: -1.
-at::Tensor prefill_slots(int64_t tokens, int64_t num_blocks, int64_t block_size, at::Generator& g) {
-  at::Tensor out = at::full({tokens}, -1, at::kLong);
-  if (tokens == 0) return out;
-  const at::Tensor free_list = at::randperm(num_blocks, g, at::kLong);
-  const at::Tensor lengths = at::randint(1, 1025, {tokens}, g, at::kLong);
-  int64_t* o = out.mutable_data_ptr<int64_t>();
-  const int64_t* blocks = free_list.const_data_ptr<int64_t>();
-  const int64_t* length = lengths.const_data_ptr<int64_t>();
-  for (int64_t t = 0, next = 0, sequence = 0; t < tokens; ++sequence) {
-    const int64_t end = std::min(tokens, t + length[sequence]);
-    for (int64_t i = 0; t < end; ++i, ++t) {
-      if (i % block_size == 0) ++next;
-      if (next > num_blocks) return out;
-      o[t] = blocks[next - 1] * block_size + i % block_size;
-    }
-  }
-  return out;
-}
-
 // Old cache contents, distinct from anything the write produces where it matters: fp8 values of
 // randn + 4, int8 random bytes; old int8 scales in [0.5, 1.5).
 at::Tensor old_cache(at::IntArrayRef shape, at::ScalarType cache_dtype, at::Generator& g) {
@@ -120,13 +83,8 @@ at::Tensor old_cache(at::IntArrayRef shape, at::ScalarType cache_dtype, at::Gene
   return (at::randn(shape, g, at::kFloat) + 4).to(at::kFloat8_e4m3fn);
 }
 
-// The per-tensor fp8 scale of a calibrated cache: amax / 448 over the finite values (1 / 64 for no
-// or only zero values), in float32.
-float calibrated_scale(const at::Tensor& x) {
-  const at::Tensor f = x.to(at::kFloat);
-  const float amax = f.numel() == 0 ? 0.0f : f.nan_to_num(0, 0, 0).abs().max().item<float>();
-  return amax > 0 ? amax / kernels::kFp8E4M3Max : 1.0f / 64;
-}
+// The per-tensor fp8 scale of a calibrated cache (1 / 64 for no or only zero values).
+float calibrated_scale(const at::Tensor& x) { return kv_cache::calibrated_fp8_scale(x, 1.0f / 64); }
 
 // The "nonfinite" plants (tokens > 2): NaN and +-inf elements, a row of zeros and one of -0.
 void plant_nonfinite(at::Tensor& key, at::Tensor& value) {
@@ -197,8 +155,8 @@ Example build(const json& p, at::Generator& g) {
     value_scale = fused ? at::scalar_tensor(kValueScale, at::kFloat) : at::full({1}, kValueScale, at::kFloat);
   }
   const at::Tensor slots = p.at("slots").get<std::string>() == "prefill"
-                               ? prefill_slots(tokens, num_blocks, block_size, g)
-                               : random_slots(tokens, num_blocks * block_size, g);
+                               ? kv_cache::prefill_slots(tokens, num_blocks, block_size, g)
+                               : kv_cache::random_slots(tokens, num_blocks * block_size, g);
 
   Example ex;
   ex.names = {"key", "value", "key_cache", "value_cache", "slot_mapping", "key_scale", "value_scale"};
