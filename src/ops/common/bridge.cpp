@@ -51,6 +51,16 @@ void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t,
               "'s last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
 }
 
+void check_quantized_cache(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device) {
+  TORCH_CHECK(t.defined(), op, ": ", arg, " must be a defined tensor, got an undefined one");
+  TORCH_CHECK(t.device().type() == device, op, ": ", arg, " must be on ", c10::DeviceTypeName(device, true),
+              " for this implementation, got ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kChar, op, ": ", arg,
+              " must be float8_e4m3fn or int8, got ", dtype_name(t.scalar_type()));
+  TORCH_CHECK(t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", arg,
+              "'s last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
 namespace {
 
 constexpr size_t kMaxRowTensors = 5;

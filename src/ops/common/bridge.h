@@ -28,6 +28,10 @@ kernels::DType kernel_dtype(at::ScalarType t);
 // contiguous last dimension`: the checks every floating tensor argument of a kernel gets.
 void check_floating_tensor(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
 
+// The same for a quantized KV cache (reshape_and_cache_quant, paged_attention_quant): defined, on
+// `device`, float8_e4m3fn or int8, a contiguous last dimension (where it has one).
+void check_quantized_cache(const char* op, const char* arg, const at::Tensor& t, c10::DeviceType device);
+
 // Describes the leading dimensions of same-shaped tensors (all but the last) for a torch-free
 // kernel: size-1 dimensions dropped, neighbours merged where every tensor lays them out as one.
 // Fills row_sizes[0, ndim) and, for each (tensor, strides) pair, strides[0, ndim) (arrays of

@@ -47,13 +47,7 @@ bool caches_overlap(const at::Tensor& k, const at::Tensor& v, int64_t block_byte
 void check_cache(const char* name, const char* arg, const at::Tensor& cache, const at::Tensor& key,
                  c10::DeviceType device, bool quant) {
   if (quant) {
-    TORCH_CHECK(cache.defined(), name, ": ", arg, " must be a defined tensor, got an undefined one");
-    TORCH_CHECK(cache.device().type() == device, name, ": ", arg, " must be on ", c10::DeviceTypeName(device, true),
-                " for this implementation, got ", cache.device());
-    TORCH_CHECK(cache.scalar_type() == at::kFloat8_e4m3fn || cache.scalar_type() == at::kChar, name, ": ", arg,
-                " must be float8_e4m3fn or int8, got ", bridge::dtype_name(cache.scalar_type()));
-    TORCH_CHECK(cache.dim() == 0 || cache.size(-1) <= 1 || cache.stride(-1) == 1, name, ": ", arg,
-                "'s last dimension must be contiguous (stride 1), got stride ", cache.stride(-1));
+    bridge::check_quantized_cache(name, arg, cache, device);
   } else {
     bridge::check_floating_tensor(name, arg, cache, device);
   }
