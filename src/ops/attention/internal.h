@@ -123,6 +123,30 @@ inline kernels::PagedAttentionParams kernel_params(const Call& call, const Atten
   return p;
 }
 
+// The two operations' signatures over one function of a Call on kDevice (each bridge's run), so
+// that a bridge writes its work once for paged_attention and paged_attention_quant:
+//   XLLM_REGISTER_NAMED("cpu.native.paged_attention", ..., paged_attention_entry<kCpu, run<false>>);
+template <c10::DeviceType kDevice, at::Tensor (*kRun)(const Call&)>
+at::Tensor paged_attention_entry(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
+  return kRun({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+               .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+               .sliding_window = sliding_window, .device = kDevice});
+}
+
+template <c10::DeviceType kDevice, at::Tensor (*kRun)(const Call&)>
+at::Tensor paged_attention_quant_entry(const at::Tensor& query, const at::Tensor& key_cache,
+                                       const at::Tensor& value_cache, const at::Tensor& key_scale,
+                                       const at::Tensor& value_scale, const at::Tensor& block_tables,
+                                       const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                                       double soft_cap, int64_t sliding_window) {
+  return kRun({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
+               .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
+               .sliding_window = sliding_window, .device = kDevice, .key_scale = &key_scale,
+               .value_scale = &value_scale});
+}
+
 // The group's backend modules (src/ops/attention/attention.cpp).
 const family::StandardModules& modules();
 

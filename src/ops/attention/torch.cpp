@@ -160,36 +160,15 @@ at::Tensor run(const Call& call) {
   return out;
 }
 
-template <c10::DeviceType kDevice>
-at::Tensor torch_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                 const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                 const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  return run<kDevice>({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
-                       .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                       .sliding_window = sliding_window, .device = kDevice});
-}
-
-template <c10::DeviceType kDevice>
-at::Tensor torch_paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache,
-                                       const at::Tensor& value_cache, const at::Tensor& key_scale,
-                                       const at::Tensor& value_scale, const at::Tensor& block_tables,
-                                       const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
-                                       double soft_cap, int64_t sliding_window) {
-  return run<kDevice>({.query = query, .key_cache = key_cache, .value_cache = value_cache, .block_tables = block_tables,
-                       .query_start_loc = query_start_loc, .seq_lens = seq_lens, .scale = scale, .soft_cap = soft_cap,
-                       .sliding_window = sliding_window, .device = kDevice, .key_scale = &key_scale,
-                       .value_scale = &value_scale});
-}
-
 }  // namespace
 
 XLLM_REGISTER_NAMED("cpu.torch.paged_attention_quant", modules().torch_cpu, paged_attention_quant_operation(),
-                    torch_paged_attention_quant<c10::DeviceType::CPU>);
+                    (paged_attention_quant_entry<c10::DeviceType::CPU, run<c10::DeviceType::CPU>>));
 XLLM_REGISTER_NAMED("cuda.torch.paged_attention_quant", modules().torch_cuda, paged_attention_quant_operation(),
-                    torch_paged_attention_quant<c10::DeviceType::CUDA>);
+                    (paged_attention_quant_entry<c10::DeviceType::CUDA, run<c10::DeviceType::CUDA>>));
 XLLM_REGISTER_NAMED("cpu.torch.paged_attention", modules().torch_cpu, paged_attention_operation(),
-                    torch_paged_attention<c10::DeviceType::CPU>);
+                    (paged_attention_entry<c10::DeviceType::CPU, run<c10::DeviceType::CPU>>));
 XLLM_REGISTER_NAMED("cuda.torch.paged_attention", modules().torch_cuda, paged_attention_operation(),
-                    torch_paged_attention<c10::DeviceType::CUDA>);
+                    (paged_attention_entry<c10::DeviceType::CUDA, run<c10::DeviceType::CUDA>>));
 
 }  // namespace xllm_kernel::attention

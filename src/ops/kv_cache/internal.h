@@ -104,6 +104,24 @@ inline kernels::KvCacheParams kernel_params(const Call& call, const CacheShape& 
   return p;
 }
 
+// The two operations' signatures over one function of a Call on kDevice (each bridge's run), so
+// that a bridge writes its work once for reshape_and_cache and reshape_and_cache_quant:
+//   XLLM_REGISTER_NAMED("cpu.native.reshape_and_cache", ..., reshape_and_cache_entry<kCpu, run>);
+template <c10::DeviceType kDevice, void (*kRun)(const Call&)>
+void reshape_and_cache_entry(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                             at::Tensor& value_cache, const at::Tensor& slot_mapping) {
+  kRun({.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache, .slot_mapping = slot_mapping,
+        .device = kDevice});
+}
+
+template <c10::DeviceType kDevice, void (*kRun)(const Call&)>
+void reshape_and_cache_quant_entry(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                                   at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
+                                   at::Tensor& value_scale) {
+  kRun({.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache, .slot_mapping = slot_mapping,
+        .device = kDevice, .key_scale = &key_scale, .value_scale = &value_scale});
+}
+
 // The group's backend modules (src/ops/kv_cache/kv_cache.cpp).
 const family::StandardModules& modules();
 

@@ -12,45 +12,30 @@
 namespace xllm_kernel::kv_cache {
 namespace {
 
-void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                              at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
-                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CPU};
+// Either operation: reshape_and_cache_quant's kernel quantizes each (token, head) row with the
+// quantization family's row kernels on its way into the cache.
+void run(const Call& call) {
+  const char* const name = call_name(call);
   const CacheShape s = check_arguments(call);
-  const int64_t written = check_slots_cpu(s, slot_mapping);
+  check_fp8_scales_cpu(call);
+  const int64_t written = check_slots_cpu(s, call.slot_mapping, name);
   if (written == 0) return;
   cpu::KvCacheParams p = kernel_params(call, s);
   // Streamed when the rows read and written together pass the threshold: both occupy the cache
   // during the call, so the destination rows (scattered, their old contents never needed) would
   // be evicted before anyone reads them again, and plain stores would first read every line.
   const int64_t row = s.kv_heads * s.head_size;
-  p.stream_out = detail::stream_cpu_output(4 * written * row * key.element_size());
-  bridge::run_rows(op_name(), p, s.tokens, 2 * row, cpu::reshape_and_cache);
-}
-
-// The quantized write: the same kernel, which quantizes each (token, head) row with the
-// quantization family's row kernels on its way into the cache.
-void native_reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                                    at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
-                                    at::Tensor& value_scale) {
-  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
-                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CPU, .key_scale = &key_scale,
-                  .value_scale = &value_scale};
-  const CacheShape s = check_arguments(call);
-  check_fp8_scales_cpu(call);
-  const int64_t written = check_slots_cpu(s, slot_mapping, call_name(call));
-  if (written == 0) return;
-  cpu::KvCacheParams p = kernel_params(call, s);
-  const int64_t row = s.kv_heads * s.head_size;
-  p.stream_out = detail::stream_cpu_output(2 * written * row * (key.element_size() + 1));
-  bridge::run_rows(call_name(call), p, s.tokens, 8 * row, cpu::reshape_and_cache);
+  p.stream_out = detail::stream_cpu_output(2 * written * row * (call.key.element_size() + call.key_cache.element_size()));
+  // A quantized row costs about four copies of it (its amax pass, then the conversion).
+  const bool quant = call.key_scale != nullptr;
+  bridge::run_rows(name, p, s.tokens, (quant ? 8 : 2) * row, cpu::reshape_and_cache);
 }
 
 }  // namespace
 
 XLLM_REGISTER_NAMED("cpu.native.reshape_and_cache_quant", modules().native_cpu, reshape_and_cache_quant_operation(),
-                    native_reshape_and_cache_quant);
+                    (reshape_and_cache_quant_entry<c10::DeviceType::CPU, run>));
 XLLM_REGISTER_NAMED("cpu.native.reshape_and_cache", modules().native_cpu, reshape_and_cache_operation(),
-                    native_reshape_and_cache);
+                    (reshape_and_cache_entry<c10::DeviceType::CPU, run>));
 
 }  // namespace xllm_kernel::kv_cache

@@ -28,23 +28,6 @@ void write(at::Tensor& cache, const at::Tensor& rows, const at::Tensor& slots, c
   }
 }
 
-template <c10::DeviceType kDevice>
-void torch_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                             at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const CacheShape s = check_arguments({.key = key, .value = value, .key_cache = key_cache,
-                                        .value_cache = value_cache, .slot_mapping = slot_mapping, .device = kDevice});
-  if constexpr (kDevice == c10::DeviceType::CPU) {
-    if (check_slots_cpu(s, slot_mapping) == 0) return;
-  }
-  if (s.tokens == 0 || s.slots == 0) return;
-  const at::Tensor valid = slot_mapping.ge(0).logical_and_(slot_mapping.lt(s.slots));
-  const at::Tensor tokens = valid.nonzero().squeeze(1);
-  if (tokens.size(0) == 0) return;
-  const at::Tensor slots = slot_mapping.index_select(0, tokens);
-  write(key_cache, key.index_select(0, tokens), slots, s);
-  write(value_cache, value.index_select(0, tokens), slots, s);
-}
-
 // The contract's quantization of rows [n, kv_heads, head_size] into `cache` (and, int8, `scale`) at
 // the slots, in ATen float32 arithmetic: fp8 q = e4m3(x / scale) (the true division, clamped to
 // +-448 first: ATen's conversion gives NaN past the e4m3 range); int8 per (token, head) row
@@ -70,13 +53,11 @@ void write_quantized(at::Tensor& cache, at::Tensor& scale, const at::Tensor& row
   write(scale, row_scale.squeeze(-1), slots, s);
 }
 
+// Either operation: the tokens with a slot to write, their rows gathered and written (quantized
+// for reshape_and_cache_quant).
 template <c10::DeviceType kDevice>
-void torch_reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                                   at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
-                                   at::Tensor& value_scale) {
-  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
-                  .slot_mapping = slot_mapping, .device = kDevice, .key_scale = &key_scale,
-                  .value_scale = &value_scale};
+void run(const Call& call) {
+  const at::Tensor& slot_mapping = call.slot_mapping;
   const CacheShape s = check_arguments(call);
   if constexpr (kDevice == c10::DeviceType::CPU) {
     check_fp8_scales_cpu(call);
@@ -87,19 +68,26 @@ void torch_reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& valu
   const at::Tensor tokens = valid.nonzero().squeeze(1);
   if (tokens.size(0) == 0) return;
   const at::Tensor slots = slot_mapping.index_select(0, tokens);
-  write_quantized(key_cache, key_scale, key.index_select(0, tokens), slots, s);
-  write_quantized(value_cache, value_scale, value.index_select(0, tokens), slots, s);
+  at::Tensor key_cache = call.key_cache, value_cache = call.value_cache;  // handles of the caller's caches
+  if (call.key_scale == nullptr) {
+    write(key_cache, call.key.index_select(0, tokens), slots, s);
+    write(value_cache, call.value.index_select(0, tokens), slots, s);
+    return;
+  }
+  at::Tensor key_scale = *call.key_scale, value_scale = *call.value_scale;
+  write_quantized(key_cache, key_scale, call.key.index_select(0, tokens), slots, s);
+  write_quantized(value_cache, value_scale, call.value.index_select(0, tokens), slots, s);
 }
 
 }  // namespace
 
 XLLM_REGISTER_NAMED("cpu.torch.reshape_and_cache_quant", modules().torch_cpu, reshape_and_cache_quant_operation(),
-                    torch_reshape_and_cache_quant<c10::DeviceType::CPU>);
+                    (reshape_and_cache_quant_entry<c10::DeviceType::CPU, run<c10::DeviceType::CPU>>));
 XLLM_REGISTER_NAMED("cuda.torch.reshape_and_cache_quant", modules().torch_cuda, reshape_and_cache_quant_operation(),
-                    torch_reshape_and_cache_quant<c10::DeviceType::CUDA>);
+                    (reshape_and_cache_quant_entry<c10::DeviceType::CUDA, run<c10::DeviceType::CUDA>>));
 XLLM_REGISTER_NAMED("cpu.torch.reshape_and_cache", modules().torch_cpu, reshape_and_cache_operation(),
-                    torch_reshape_and_cache<c10::DeviceType::CPU>);
+                    (reshape_and_cache_entry<c10::DeviceType::CPU, run<c10::DeviceType::CPU>>));
 XLLM_REGISTER_NAMED("cuda.torch.reshape_and_cache", modules().torch_cuda, reshape_and_cache_operation(),
-                    torch_reshape_and_cache<c10::DeviceType::CUDA>);
+                    (reshape_and_cache_entry<c10::DeviceType::CUDA, run<c10::DeviceType::CUDA>>));
 
 }  // namespace xllm_kernel::kv_cache

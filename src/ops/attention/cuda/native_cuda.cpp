@@ -45,38 +45,16 @@ at::Tensor run(const Call& call) {
   return out;
 }
 
-template <bool kBatchInvariant>
-at::Tensor native_paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& query_start_loc,
-                                  const at::Tensor& seq_lens, double scale, double soft_cap, int64_t sliding_window) {
-  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
-                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
-                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
-                               .device = c10::DeviceType::CUDA});
-}
-
-template <bool kBatchInvariant>
-at::Tensor native_paged_attention_quant(const at::Tensor& query, const at::Tensor& key_cache,
-                                        const at::Tensor& value_cache, const at::Tensor& key_scale,
-                                        const at::Tensor& value_scale, const at::Tensor& block_tables,
-                                        const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
-                                        double soft_cap, int64_t sliding_window) {
-  return run<kBatchInvariant>({.query = query, .key_cache = key_cache, .value_cache = value_cache,
-                               .block_tables = block_tables, .query_start_loc = query_start_loc, .seq_lens = seq_lens,
-                               .scale = scale, .soft_cap = soft_cap, .sliding_window = sliding_window,
-                               .device = c10::DeviceType::CUDA, .key_scale = &key_scale, .value_scale = &value_scale});
-}
-
 }  // namespace
 
 XLLM_REGISTER_NAMED("cuda.native.paged_attention", modules().native_cuda, paged_attention_operation(),
-                    native_paged_attention<false>);
+                    (paged_attention_entry<c10::DeviceType::CUDA, run<false>>));
 XLLM_REGISTER_NAMED("cuda.native.paged_attention.batch_invariant", modules().native_cuda, paged_attention_operation(),
-                    native_paged_attention<true>);
+                    (paged_attention_entry<c10::DeviceType::CUDA, run<true>>));
 
 XLLM_REGISTER_NAMED("cuda.native.paged_attention_quant", modules().native_cuda, paged_attention_quant_operation(),
-                    native_paged_attention_quant<false>);
+                    (paged_attention_quant_entry<c10::DeviceType::CUDA, run<false>>));
 XLLM_REGISTER_NAMED("cuda.native.paged_attention_quant.batch_invariant", modules().native_cuda,
-                    paged_attention_quant_operation(), native_paged_attention_quant<true>);
+                    paged_attention_quant_operation(), (paged_attention_quant_entry<c10::DeviceType::CUDA, run<true>>));
 
 }  // namespace xllm_kernel::attention

@@ -18,37 +18,21 @@
 namespace xllm_kernel::kv_cache {
 namespace {
 
-void native_reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                              at::Tensor& value_cache, const at::Tensor& slot_mapping) {
-  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
-                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CUDA};
+void run(const Call& call) {
+  const char* const name = call_name(call);
   const CacheShape s = check_arguments(call);
-  bridge::check_capability(op_name(), key);
+  bridge::check_capability(name, call.key);
   if (s.tokens == 0 || s.slots == 0) return;
-  const c10::cuda::CUDAGuard guard(key.device());
+  const c10::cuda::CUDAGuard guard(call.key.device());
   const cuda::KvCacheParams p = kernel_params(call, s);
-  bridge::check_launch(op_name(), cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
-}
-
-void native_reshape_and_cache_quant(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
-                                    at::Tensor& value_cache, const at::Tensor& slot_mapping, at::Tensor& key_scale,
-                                    at::Tensor& value_scale) {
-  const Call call{.key = key, .value = value, .key_cache = key_cache, .value_cache = value_cache,
-                  .slot_mapping = slot_mapping, .device = c10::DeviceType::CUDA, .key_scale = &key_scale,
-                  .value_scale = &value_scale};
-  const CacheShape s = check_arguments(call);
-  bridge::check_capability(call_name(call), key);
-  if (s.tokens == 0 || s.slots == 0) return;
-  const c10::cuda::CUDAGuard guard(key.device());
-  const cuda::KvCacheParams p = kernel_params(call, s);
-  bridge::check_launch(call_name(call), cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
+  bridge::check_launch(name, cuda::reshape_and_cache(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 }  // namespace
 
 XLLM_REGISTER_NAMED("cuda.native.reshape_and_cache_quant", modules().native_cuda, reshape_and_cache_quant_operation(),
-                    native_reshape_and_cache_quant);
+                    (reshape_and_cache_quant_entry<c10::DeviceType::CUDA, run>));
 XLLM_REGISTER_NAMED("cuda.native.reshape_and_cache", modules().native_cuda, reshape_and_cache_operation(),
-                    native_reshape_and_cache);
+                    (reshape_and_cache_entry<c10::DeviceType::CUDA, run>));
 
 }  // namespace xllm_kernel::kv_cache
