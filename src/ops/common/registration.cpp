@@ -1,5 +1,7 @@
 #include "src/ops/common/registration.h"
 
+#include <c10/util/Exception.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +31,12 @@ void register_named(const char* name, const BackendModule& module, const Operati
     return;
   }
   detail::ImplementationRegistrar::add(module, operation, std::move(fn), variant.c_str());
+}
+
+PreparedKernel registered_kernel(const char* who, const std::string& name) {
+  const auto found = registry().find(name);
+  TORCH_CHECK(found != nullptr, who, ": the implementation ", name, " it composes is not registered");
+  return PreparedKernel(found->spec, found->function, "");
 }
 
 }  // namespace xllm_kernel::family

@@ -33,6 +33,16 @@ struct NamedRegistrar {
   }
 };
 
+// The implementation registered as `name` ("cpu.torch.per_token_quant"), prepared: what a family's
+// fused operation composes from another family's (declared with XLLM_FAMILY_BUILDS_ON). Not
+// registered: an error naming `who` (the operation that needs it). Call once, at first use.
+PreparedKernel registered_kernel(const char* who, const std::string& name);
+
+template <class Sig>
+KernelFunction<Sig> registered_function(const char* who, const std::string& name) {
+  return registered_kernel(who, name).function<Sig>();
+}
+
 }  // namespace xllm_kernel::family
 
 #define XLLM_REGISTER_NAMED_JOIN2(A, B) A##B

@@ -91,10 +91,7 @@ at::Tensor static_scheme(const at::Tensor& x, QuantDType qdtype, const at::Tenso
 template <class Sig>
 KernelFunction<Sig> torch_sibling(c10::DeviceType device, const std::string& operation) {
   const std::string name = std::string(device == kCpu ? "cpu" : "cuda") + ".torch." + operation;
-  for (const auto& k : registry().kernels()) {
-    if (k->spec.name == name) return PreparedKernel(k->spec, k->function, "").function<Sig>();
-  }
-  TORCH_CHECK(false, "quantization: the implementation ", name, " the fused torch operations compose is not registered");
+  return family::registered_function<Sig>("quantization", name);
 }
 
 at::Tensor as_float(const at::Tensor& t) { return t.to(at::kFloat); }
