@@ -55,7 +55,14 @@ void ImplementationRegistrar::add(const BackendModule& module, const Operation& 
                                   "): module " + module.name + " declares no such implementation; declare it in "
                                   "the module's implementations");
     }
-    registry().add(operation, module.spec(*declared), std::move(fn));
+    KernelSpec spec = module.spec(*declared);
+    // A plugin loaded for one module registers its other modules' implementations too; where another
+    // front door (the Python package's module) registered those first, the plugin's are skipped, as
+    // ModuleLoader does not load the plugin for a module already provided.
+    if (!module.plugin.empty()) {
+      if (auto existing = registry().find(spec.name); existing != nullptr && existing->spec.module == &module) return;
+    }
+    registry().add(operation, std::move(spec), std::move(fn));
   } catch (const std::exception& e) {
     registry().record_error(e.what());
   }

@@ -1,10 +1,12 @@
-// torch_npu's vendor norms, defined with torch_npu 2.14.0's schemas and computed on the host the way
-// the vendor documents them (float32 compute, one rounding to the input dtype), with the vendor's
-// argument constraints; plus per-op call counters (npu_standin::calls / reset_calls) so tests can
-// tell that a call went through the vendor op.
+// torch_npu's vendor norms and npu_quant_matmul, defined with torch_npu 2.14.0's schemas and computed
+// on the host the way the vendor documents them (norms: float32 compute, one rounding to the input
+// dtype; npu_quant_matmul: out = (x1 @ x2 + bias) * scale * pertoken_scale + offset over the exact
+// int32 product), with the vendor's argument constraints; plus per-op call counters
+// (npu_standin::calls / reset_calls) so tests can tell that a call went through the vendor op.
 #include "npu_standin.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -12,6 +14,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace xllm_kernel::npu_standin {
@@ -20,6 +23,7 @@ namespace {
 struct Counters {
   std::atomic<int64_t> rms_norm{0};
   std::atomic<int64_t> add_rms_norm{0};
+  std::atomic<int64_t> quant_matmul{0};
 };
 
 Counters& counters() {
@@ -181,6 +185,114 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_add_rms_norm_meta(const at::T
           at::empty_symint(x1.sym_sizes(), x1.options())};
 }
 
+// npu_quant_matmul: the documented formula for int8 x1 [M, K] and x2 [K, N] (any strides, as the
+// vendor takes a transposed x2), 2-D only here:
+//   acc = x1 @ x2, exact (int64 sums of the int8 products; |acc| < 2^31 for K <= 65535)
+//   int32 bias: acc + bias, exact; then v = acc * scale[n] (* pertoken_scale[m]) (+ offset[n])
+//   (+ a float bias: v + bias[n]), computed in double, rounded once to output_dtype (int8: saturated,
+//   int32: rounded to nearest even, so scale 1 gives the accumulator itself).
+// Refused, in the vendor's words: other dtypes, K > 65535, a scale that is not float32/bfloat16 with
+// an int32 output, shapes that do not match; and the arguments the stand-in does not model (int4 in
+// int32, x1_dtype, x2_dtype, scale_dtype, pertoken_scale_dtype, group_sizes, y_scale, int64 scales).
+constexpr int64_t kInt8 = static_cast<int64_t>(at::kChar);
+constexpr int64_t kInt32 = static_cast<int64_t>(at::kInt);
+constexpr int64_t kHalf = static_cast<int64_t>(at::kHalf);
+constexpr int64_t kBFloat16 = static_cast<int64_t>(at::kBFloat16);
+
+at::ScalarType quant_matmul_out_dtype(std::optional<int64_t> output_dtype) {
+  const int64_t d = output_dtype.value_or(kInt8);
+  TORCH_CHECK(d == kInt8 || d == kInt32 || d == kHalf || d == kBFloat16,
+              "npu_quant_matmul: output_dtype must be torch.int8, torch.float16, torch.bfloat16 or torch.int32, got ",
+              d);
+  return static_cast<at::ScalarType>(d);
+}
+
+// A 1-D float tensor of t = 1 or `n` elements (the vendor's (t,) shapes), as float64 on the host.
+at::Tensor per_column(const char* name, const at::Tensor& t, int64_t n, HostAliases& aliases) {
+  TORCH_CHECK(t.dim() == 1 && (t.size(0) == 1 || t.size(0) == n), "npu_quant_matmul: ", name,
+              " shape must be 1-D (t,) with t = 1 or n = ", n, ", got ", shape(t.sizes()));
+  return aliases.of(t).to(at::kDouble).contiguous();
+}
+
+at::Tensor npu_quant_matmul(const at::Tensor& x1, const at::Tensor& x2, const at::Tensor& scale,
+                            const std::optional<at::Tensor>& offset, const std::optional<at::Tensor>& pertoken_scale,
+                            const std::optional<at::Tensor>& bias, std::optional<int64_t> output_dtype,
+                            std::optional<int64_t> x1_dtype, std::optional<int64_t> x2_dtype,
+                            std::optional<int64_t> pertoken_scale_dtype, std::optional<int64_t> scale_dtype,
+                            at::OptionalIntArrayRef group_sizes, const std::optional<at::Tensor>& y_scale) {
+  constexpr const char* op = "npu_quant_matmul";
+  TORCH_CHECK(!x1_dtype && !x2_dtype && !pertoken_scale_dtype && !scale_dtype && !group_sizes.has_value() &&
+                  !(y_scale && y_scale->defined()),
+              op, ": x1_dtype, x2_dtype, pertoken_scale_dtype, scale_dtype, group_sizes and y_scale are not "
+              "modelled by the npu stand-in");
+  std::optional<c10::Device> device;
+  check_on_npu(op, "x1", x1, device);
+  check_on_npu(op, "x2", x2, device);
+  check_on_npu(op, "scale", scale, device);
+  const bool has_offset = offset.has_value() && offset->defined();
+  const bool has_pertoken = pertoken_scale.has_value() && pertoken_scale->defined();
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (has_offset) check_on_npu(op, "offset", *offset, device);
+  if (has_pertoken) check_on_npu(op, "pertoken_scale", *pertoken_scale, device);
+  if (has_bias) check_on_npu(op, "bias", *bias, device);
+  TORCH_CHECK(x1.scalar_type() == at::kChar && x2.scalar_type() == at::kChar, op,
+              ": x1 and x2 dtype must be int8 (int4 in int32 is not modelled by the npu stand-in), got ",
+              x1.scalar_type(), " and ", x2.scalar_type());
+  TORCH_CHECK(x1.dim() == 2 && x2.dim() == 2, op, ": the npu stand-in models 2-D x1 and x2 only, got shapes ",
+              shape(x1.sizes()), " and ", shape(x2.sizes()));
+  const int64_t m = x1.size(0), k = x1.size(1), n = x2.size(1);
+  TORCH_CHECK(x2.size(0) == k, op, ": x1 [m, k] and x2 [k, n] must share k, got ", shape(x1.sizes()), " and ",
+              shape(x2.sizes()));
+  TORCH_CHECK(m > 0 && k > 0 && n > 0, op, ": empty tensors are not supported, got ", shape(x1.sizes()), " and ",
+              shape(x2.sizes()));
+  TORCH_CHECK(k <= 65535, op, ": the last dim of x1 and x2 must not exceed 65535, got ", k);
+  const at::ScalarType out_dtype = quant_matmul_out_dtype(output_dtype);
+  TORCH_CHECK(scale.scalar_type() == at::kFloat || scale.scalar_type() == at::kBFloat16, op,
+              ": scale dtype must be float32 or bfloat16 (int64 from npu_trans_quant_param is not modelled by the "
+              "npu stand-in), got ", scale.scalar_type());
+  TORCH_CHECK(scale.scalar_type() != at::kBFloat16 || out_dtype == at::kBFloat16 || out_dtype == at::kInt, op,
+              ": When scale's dtype is bfloat16, output_dtype must be bfloat16 or int32");
+  TORCH_CHECK(!has_offset || out_dtype == at::kChar, op, ": offset is supported with an int8 output only");
+  HostAliases aliases;
+  // The exact product: every int8 product and partial sum is an integer below 2^53 in float64.
+  const at::Tensor a = aliases.of(x1).to(at::kDouble);
+  const at::Tensor b = aliases.of(x2).to(at::kDouble);
+  at::Tensor v = at::matmul(a, b);  // [m, n], exact integers
+  if (has_bias && bias->scalar_type() == at::kInt) v = v.add(per_column("bias", *bias, n, aliases).view({1, -1}));
+  v = v.mul(per_column("scale", scale, n, aliases).view({1, -1}));
+  if (has_pertoken) {
+    TORCH_CHECK(pertoken_scale->scalar_type() == at::kFloat && pertoken_scale->dim() == 1 &&
+                    pertoken_scale->size(0) == m,
+                op, ": pertoken_scale must be float32 (m,) with m = ", m, ", got ", pertoken_scale->scalar_type(), " ",
+                shape(pertoken_scale->sizes()));
+    v = v.mul(aliases.of(*pertoken_scale).to(at::kDouble).view({-1, 1}));
+  }
+  if (has_offset) v = v.add(per_column("offset", *offset, n, aliases).view({1, -1}));
+  if (has_bias && bias->scalar_type() != at::kInt) v = v.add(per_column("bias", *bias, n, aliases).view({1, -1}));
+  at::Tensor host;
+  if (out_dtype == at::kChar) {
+    host = v.round().clamp(-128, 127).to(at::kChar);
+  } else if (out_dtype == at::kInt) {
+    host = v.round().clamp(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()).to(at::kInt);
+  } else {
+    host = v.to(out_dtype);
+  }
+  const c10::DeviceGuard guard(*device);
+  at::Tensor out = at::empty({m, n}, x1.options().dtype(out_dtype));
+  aliases.of(out).copy_(host);
+  counters().quant_matmul.fetch_add(1);
+  return out;
+}
+
+at::Tensor npu_quant_matmul_meta(const at::Tensor& x1, const at::Tensor& x2, const at::Tensor& /*scale*/,
+                                 const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                                 const std::optional<at::Tensor>&, std::optional<int64_t> output_dtype,
+                                 std::optional<int64_t>, std::optional<int64_t>, std::optional<int64_t>,
+                                 std::optional<int64_t>, at::OptionalIntArrayRef, const std::optional<at::Tensor>&) {
+  TORCH_CHECK(x1.dim() == 2 && x2.dim() == 2, "npu_quant_matmul: the npu stand-in models 2-D x1 and x2 only");
+  return at::empty_symint({x1.sym_size(0), x2.sym_size(1)}, x1.options().dtype(quant_matmul_out_dtype(output_dtype)));
+}
+
 int64_t calls(c10::string_view name) {
   if (name == "npu_rms_norm") {
     return counters().rms_norm.load();
@@ -188,28 +300,38 @@ int64_t calls(c10::string_view name) {
   if (name == "npu_add_rms_norm") {
     return counters().add_rms_norm.load();
   }
-  TORCH_CHECK(false, "npu_standin::calls: no counter for '", name, "'; counted: npu_rms_norm, npu_add_rms_norm");
+  if (name == "npu_quant_matmul") {
+    return counters().quant_matmul.load();
+  }
+  TORCH_CHECK(false, "npu_standin::calls: no counter for '", name,
+              "'; counted: npu_rms_norm, npu_add_rms_norm, npu_quant_matmul");
 }
 
 void reset_calls() {
   counters().rms_norm.store(0);
   counters().add_rms_norm.store(0);
+  counters().quant_matmul.store(0);
 }
 
 // torch_npu 2.14.0's schemas (torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml).
 TORCH_LIBRARY(npu, m) {
   m.def("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)");
   m.def("npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor, Tensor)");
+  m.def("npu_quant_matmul(Tensor x1, Tensor x2, Tensor scale, *, Tensor? offset=None, Tensor? pertoken_scale=None, "
+        "Tensor? bias=None, int? output_dtype=None, int? x1_dtype=None, int? x2_dtype=None, "
+        "int? pertoken_scale_dtype=None, int? scale_dtype=None, int[]? group_sizes=None, Tensor? y_scale=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_rms_norm", &npu_rms_norm);
   m.impl("npu_add_rms_norm", &npu_add_rms_norm);
+  m.impl("npu_quant_matmul", &npu_quant_matmul);
 }
 
 TORCH_LIBRARY_IMPL(npu, Meta, m) {
   m.impl("npu_rms_norm", &npu_rms_norm_meta);
   m.impl("npu_add_rms_norm", &npu_add_rms_norm_meta);
+  m.impl("npu_quant_matmul", &npu_quant_matmul_meta);
 }
 
 TORCH_LIBRARY_FRAGMENT(npu_standin, m) {

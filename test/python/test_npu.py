@@ -149,6 +149,113 @@ def test_numerics_on_npu_runs_every_case_of_the_npu_implementation(tmp_path, ope
     assert report["summary"]["passed"] > 0 and report["summary"]["unsupported"] == 0, report["summary"]
 
 
+LINEAR_OPERATIONS = ("linear_pack", "linear", "scaled_mm", "linear_dynamic_quant")
+
+
+@needs_standin
+def test_linear_on_npu_is_the_torch_arithmetic_with_npu_quant_matmul_for_the_int32_sums():
+    code = """
+    import torch, torch_npu
+    import xllm_kernel
+    from xllm_kernel.ops import linear_pack, linear, scaled_mm, linear_dynamic_quant, rms_norm
+
+    ops = ("linear_pack", "linear", "scaled_mm", "linear_dynamic_quant")
+    # normalization's Python front door registers its npu implementations, and the linear module then
+    # loads the plugin, which skips the registrations of the module already provided.
+    xllm_kernel.initialize("npu", operations=("rms_norm",) + ops)
+    assert "plugin libxllm_kernel_npu.so not loaded" in xllm_kernel.explain("npu", "rms_norm").selected.detail
+    for op in ops:
+        ex = xllm_kernel.explain("npu", op)
+        assert ex.selected.name == "npu.torch." + op, str(ex)
+    spec = next(s for s in xllm_kernel.kernels("npu") if s.name == "npu.torch.scaled_mm")
+    assert spec.execution_modes == ("eager",), spec.execution_modes  # the header is read on the host
+    xllm_kernel.initialize("cpu", operations=ops, overrides={op: "cpu.torch." + op for op in ops})
+    calls = torch.ops.npu_standin.calls
+    w = torch.randn(1, 8).npu()
+    assert rms_norm(w, torch.ones(8).npu(), 1e-6).device.type == "npu"
+
+    torch.manual_seed(0)
+    n, k = 24, 96
+    x = torch.randn(5, k, dtype=torch.bfloat16)
+    bias = torch.randn(n)
+    # The same bits as cpu.torch: the same ATen forms (the stand-in runs the CPU kernels).
+    for weight, scales, zeros, scheme, group in (
+        (torch.randn(n, k, dtype=torch.bfloat16), None, None, "bf16", 0),
+        (torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n) + 0.5, None, "int8", 0),
+        (torch.randint(0, 16, (n, k), dtype=torch.int8), torch.rand(n, 3) + 0.5, torch.randint(0, 16, (n, 3)).float(),
+         "int4", 32),
+    ):
+        on_npu = linear_pack(weight.npu(), None if scales is None else scales.npu(),
+                             None if zeros is None else zeros.npu(), scheme, group)
+        assert on_npu.device.type == "npu" and on_npu.dtype == torch.uint8
+        on_cpu = linear_pack(weight, scales, zeros, scheme, group)
+        y = linear(x.npu(), on_npu, bias.npu())
+        assert y.device.type == "npu" and y.dtype == torch.bfloat16
+        assert torch.equal(y.cpu(), linear(x, on_cpu, bias)), scheme
+    # A weight packed by another implementation is refused by name.
+    try:
+        linear(x.npu(), on_cpu.npu(), None)
+    except RuntimeError as e:
+        assert "cpu.torch.linear_pack" in str(e) and "npu.torch.linear_pack" in str(e), str(e)
+    else:
+        raise AssertionError("a cpu.torch packing was accepted on npu")
+
+    # scaled_mm, w8a8-int8 and w4a8: the int32 sums from npu_quant_matmul, one call per K group.
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+    s = torch.rand(n) + 0.5
+    a = torch.randint(-128, 128, (7, k), dtype=torch.int8)
+    sa = torch.rand(7, 1) + 0.1
+    azp = torch.randint(-128, 128, (7, 1), dtype=torch.int32)
+    for scheme, weight, scales, zeros, group, groups, use_azp in (
+        ("w8a8-int8", q, s, None, 0, 1, True),
+        ("w4a8", torch.randint(0, 16, (n, k), dtype=torch.int8), torch.rand(n, 3) + 0.5,
+         torch.randint(0, 16, (n, 3)).float(), 32, 3, False),
+    ):
+        on_npu = linear_pack(weight.npu(), scales.npu(), None if zeros is None else zeros.npu(), scheme, group)
+        on_cpu = linear_pack(weight, scales, zeros, scheme, group)
+        z = azp if use_azp else None
+        before = calls("npu_quant_matmul")
+        y = scaled_mm(a.npu(), on_npu, sa.npu(), None if z is None else z.npu(), bias.npu(), torch.float16)
+        assert calls("npu_quant_matmul") == before + groups, scheme
+        assert y.dtype == torch.float16 and torch.equal(y.cpu(), scaled_mm(a, on_cpu, sa, z, bias, torch.float16))
+        before = calls("npu_quant_matmul")
+        y = linear_dynamic_quant(x.npu(), on_npu, bias.npu())
+        assert calls("npu_quant_matmul") == before + groups, scheme
+        assert torch.equal(y.cpu(), linear_dynamic_quant(x, on_cpu, bias)), scheme
+    # w8a8-fp8: a float32 matmul of the e4m3 values; the vendor op is not called.
+    fp8 = (torch.randn(n, k) * 4).to(torch.float8_e4m3fn)
+    on_npu = linear_pack(fp8.npu(), torch.tensor([0.5]).npu(), None, "w8a8-fp8", 0)
+    on_cpu = linear_pack(fp8, torch.tensor([0.5]), None, "w8a8-fp8", 0)
+    before = calls("npu_quant_matmul")
+    y = linear_dynamic_quant(x.npu(), on_npu, None)
+    assert calls("npu_quant_matmul") == before
+    assert torch.equal(y.cpu(), linear_dynamic_quant(x, on_cpu, None))
+    # Zero rows.
+    assert scaled_mm(a[:0].npu(), linear_pack(q.npu(), s.npu(), None, "w8a8-int8", 0), sa[:0].npu(), None, None,
+                     torch.bfloat16).shape == (0, n)
+    print("linear ok")
+    """
+    assert "linear ok" in run_python(code, env=standin()).stdout
+
+
+@needs_standin
+@pytest.mark.parametrize("operation", LINEAR_OPERATIONS)
+def test_numerics_on_npu_runs_every_linear_case_of_the_npu_implementation(tmp_path, operation):
+    out = tmp_path / "report.json"
+    code = f"""
+    import sys
+    from xllm_kernel import _tools
+    sys.exit(_tools.run("numerics", ["--operation", "{operation}", "--device", "npu", "--tokens", "0,3,17",
+                                     "--output", r"{out}"]))
+    """
+    run_python(code, env=standin())
+    report = json.loads(out.read_text())
+    assert report["device"] == "npu" and report["summary"]["status"] == "passed", report["summary"]
+    names = [i["implementation"]["name"] for i in report["implementations"]]
+    assert names == [f"npu.torch.{operation}"], names
+    assert report["summary"]["passed"] > 0 and report["summary"]["unsupported"] == 0, report["summary"]
+
+
 @needs_standin
 def test_aclgraph_mode_on_npu_is_unsupported_here_with_its_reason(tmp_path):
     out = tmp_path / "report.json"

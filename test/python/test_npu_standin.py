@@ -284,6 +284,71 @@ assert torch_npu.calls("npu_rms_norm") == 7 and torch_npu.calls("npu_add_rms_nor
 """, env=standin_env())
 
 
+def test_vendor_quant_matmul_is_the_documented_formula_over_the_exact_int32_product():
+    out = run("""
+        torch.manual_seed(0)
+        torch_npu.reset_calls()
+        m, k, n = 5, 300, 24
+        x1 = torch.randint(-128, 128, (m, k), dtype=torch.int8)
+        w = torch.randint(-128, 128, (n, k), dtype=torch.int8)
+        acc = x1.long() @ w.long().t()  # exact
+        # int32 output, scale 1: the accumulator itself; x2 as the transposed view [k, n].
+        one = torch.ones(1, device="npu")
+        out = torch_npu.npu_quant_matmul(x1.npu(), w.npu().t(), one, output_dtype=torch.int32)
+        assert out.device.type == "npu" and out.dtype == torch.int32 and torch.equal(out.cpu().long(), acc)
+        # The largest sums: K = 65535 of (-128) * (-128), beyond float32's exact integers.
+        big = torch.full((2, 65535), -128, dtype=torch.int8)
+        out = torch.ops.npu.npu_quant_matmul(big.npu(), big.npu().t(), one, output_dtype=3)
+        assert out.cpu().tolist() == [[65535 * 16384] * 2] * 2
+        # Float outputs: ((acc + int32 bias) * scale * pertoken_scale), one rounding.
+        scale = torch.rand(n) + 0.5
+        pertoken = torch.rand(m) + 0.5
+        bias = torch.randint(-100, 100, (n,), dtype=torch.int32)
+        want = (acc + bias).double() * scale.double() * pertoken.double()[:, None]
+        out = torch_npu.npu_quant_matmul(x1.npu(), w.t().contiguous().npu(), scale.npu(), pertoken_scale=pertoken.npu(),
+                                         bias=bias.npu(), output_dtype=torch.bfloat16)
+        assert out.dtype == torch.bfloat16 and torch.equal(out.cpu(), want.to(torch.bfloat16))
+        # int8 output (the default): rounded and saturated, offset added.
+        offset = torch.randn(n)
+        out = torch_npu.npu_quant_matmul(x1.npu(), w.npu().t(), scale.npu() * 1e-3, offset=offset.npu())
+        want = (acc.double() * (scale * 1e-3).double() + offset.double()).round().clamp(-128, 127).to(torch.int8)
+        assert out.dtype == torch.int8 and torch.equal(out.cpu(), want)
+        assert torch_npu.calls("npu_quant_matmul") == 4
+        # Meta: shape and dtype.
+        meta = torch.ops.npu.npu_quant_matmul(x1.to("meta"), w.t().to("meta"), one.to("meta"), output_dtype=15)
+        assert meta.shape == (m, n) and meta.dtype == torch.bfloat16
+        # The vendor's refusals, without a count.
+        bad = {
+            "float_x1": lambda: torch.ops.npu.npu_quant_matmul(x1.float().npu(), w.npu().t(), one, output_dtype=3),
+            "k": lambda: torch.ops.npu.npu_quant_matmul(x1.npu(), w.npu(), one, output_dtype=3),
+            "k_bound": lambda: torch.ops.npu.npu_quant_matmul(torch.zeros(1, 65536, dtype=torch.int8, device="npu"),
+                                                              torch.zeros(65536, 1, dtype=torch.int8, device="npu"),
+                                                              one, output_dtype=3),
+            "int32_scale": lambda: torch.ops.npu.npu_quant_matmul(x1.npu(), w.npu().t(), torch.ones(1, dtype=torch.int64,
+                                                                  device="npu"), output_dtype=3),
+            "output_dtype": lambda: torch.ops.npu.npu_quant_matmul(x1.npu(), w.npu().t(), one, output_dtype=6),
+            "unmodelled": lambda: torch.ops.npu.npu_quant_matmul(x1.npu(), w.npu().t(), one, output_dtype=3, x1_dtype=1),
+        }
+        for name, call in bad.items():
+            try:
+                call()
+            except RuntimeError as e:
+                print(name, "=", str(e).splitlines()[0])
+            else:
+                raise AssertionError(name + " was accepted")
+        assert torch_npu.calls("npu_quant_matmul") == 4
+        print("quant matmul ok")
+    """)
+    errors = dict(line.split(" = ", 1) for line in out.stdout.splitlines() if " = " in line)
+    assert "quant matmul ok" in out.stdout
+    assert errors["float_x1"].startswith("npu_quant_matmul: x1 and x2 dtype must be int8"), errors
+    assert errors["k"].startswith("npu_quant_matmul: x1 [m, k] and x2 [k, n] must share k"), errors
+    assert errors["k_bound"].startswith("npu_quant_matmul: the last dim of x1 and x2 must not exceed 65535"), errors
+    assert errors["int32_scale"].startswith("npu_quant_matmul: scale dtype must be float32 or bfloat16"), errors
+    assert errors["output_dtype"].startswith("npu_quant_matmul: output_dtype must be torch.int8"), errors
+    assert errors["unmodelled"].startswith("npu_quant_matmul: x1_dtype, x2_dtype"), errors
+
+
 def test_vendor_errors_name_the_op_and_do_not_count():
     out = run("""
         x = torch.randn(4, 8, device="npu"); g = torch.ones(8, device="npu")

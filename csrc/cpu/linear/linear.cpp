@@ -23,6 +23,7 @@
 #include "hwy/aligned_allocator.h"
 
 #include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/linear/scaled_mm-inl.h"  // scaled_mm's per-target driver
 
 HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
@@ -341,6 +342,9 @@ void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
     case LinearScheme::kInt4:
       if (p.zeros != nullptr) return PanelsT<T>(p, SrcInt4<true>{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
       return PanelsT<T>(p, SrcInt4<false>{nullptr, {}, {}}, k * kP / 2, panel_begin, panel_end);
+    case LinearScheme::kW8A8Int8:  // scaled_mm's schemes: linear() refuses them before dispatch
+    case LinearScheme::kW8A8Fp8:
+    case LinearScheme::kW4A8: return;
   }
 }
 
@@ -476,4 +480,6 @@ Status linear_pack_panels(const LinearPackSource& s, void* weights, float* scale
 }
 
 }  // namespace xllm_kernel::cpu
+
+#include "csrc/cpu/linear/scaled_mm_entries.h"  // scaled_mm's entry points and packing
 #endif  // HWY_ONCE

@@ -14,6 +14,9 @@
 //   "int4"                weight int8 [N, K] holding [-8, 7] (symmetric) or [0, 15] with zeros
 //                         [N, K / g]; scales [N, K / g]; group_size g >= 1 dividing K (or -1: g = K);
 //                         W = (q - z) * s
+//   "w8a8-int8"           for scaled_mm: weight int8 [N, K] in [-127, 127], scales [N]
+//   "w8a8-fp8"            for scaled_mm: weight float8_e4m3fn [N, K], scales as "fp8"
+//   "w4a8"                for scaled_mm: as "int4", group_size g a multiple of 8 dividing K
 // Scales and zeros are float32, bfloat16 or float16 (converted exactly to float32); zeros hold
 // integers in [0, 15].
 //
@@ -38,12 +41,21 @@ namespace xllm_kernel {
 using LinearPackFn = at::Tensor(const at::Tensor& weight, const std::optional<at::Tensor>& scales,
                                 const std::optional<at::Tensor>& zeros, std::string scheme, int64_t group_size);
 using LinearFn = at::Tensor(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias);
+using ScaledMmFn = at::Tensor(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                              const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                              at::ScalarType out_dtype);
+using LinearDynamicQuantFn = at::Tensor(const at::Tensor& input, const at::Tensor& packed,
+                                        const std::optional<at::Tensor>& bias);
 
 const OpContract& linear_pack_contract();
 const OpContract& linear_contract();
+const OpContract& scaled_mm_contract();
+const OpContract& linear_dynamic_quant_contract();
 
 const TypedOperation<LinearPackFn>& linear_pack_operation();
 const TypedOperation<LinearFn>& linear_operation();
+const TypedOperation<ScaledMmFn>& scaled_mm_operation();
+const TypedOperation<LinearDynamicQuantFn>& linear_dynamic_quant_operation();
 
 // The family's group (its operations and backend modules), registered in the catalog.
 const Group& linear_group();
@@ -56,6 +68,25 @@ at::Tensor linear_pack(const at::Tensor& weight, const std::optional<at::Tensor>
 
 // input [..., K] (float32, bfloat16, float16; rows may be strided) -> [..., N] in input's dtype.
 at::Tensor linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias);
+
+// ---- Quantized activations (docs/scaled-mm.md): weights packed with "w8a8-int8", "w8a8-fp8" or
+// "w4a8", activations quantized per token (or per tensor) by the quantization family.
+//
+//   at::Tensor packed = ops::linear_pack(q_int8, scales_n, std::nullopt, "w8a8-int8", 0);
+//   auto [a, scale_a] = ops::per_token_quant(x, at::kChar, std::nullopt);
+//   at::Tensor y = ops::scaled_mm(a, packed, scale_a, std::nullopt, std::nullopt, at::kBFloat16);
+//   at::Tensor same = ops::linear_dynamic_quant(x, packed, std::nullopt);   // the two steps, fused
+//
+// a [..., K] int8 (w8a8-int8, w4a8) or float8_e4m3fn (w8a8-fp8); scale_a float32 [..., 1] or one
+// element; azp int32 like scale_a (w8a8-int8 only) -> [..., N] of out_dtype (float32, bfloat16, float16).
+at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                     const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                     at::ScalarType out_dtype);
+
+// scaled_mm(per_token_quant(input, int8 or float8_e4m3fn by the packed scheme), ..., input's dtype),
+// bit for bit.
+at::Tensor linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
+                                const std::optional<at::Tensor>& bias);
 
 // ---- Checkpoint formats into the canonical form (docs/checkpoint-formats.md).
 //

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "csrc/common/linear.h"
 #include "src/ops/common/family.h"
@@ -61,9 +62,30 @@ NewPacked new_packed(const PackShape& shape, LinearLayout layout, const std::str
 
 // The header of `packed` for `op` on `device`, checked: a uint8 [N, row_bytes] tensor, the magic, the
 // version, sizes that match the header, and the packer: packed by another implementation (or
-// layout) is an error naming both and saying to pack again with the selected linear_pack.
+// layout) is an error naming both and saying to pack again with the selected linear_pack. A scheme of
+// the other kind (quantized_activations: w8a8-int8, w8a8-fp8, w4a8 for scaled_mm; the others for
+// linear) is an error naming the operations that take it.
 LinearHeader read_header(const char* op, const at::Tensor& packed, c10::DeviceType device,
-                         const std::string& expected_packer);
+                         const std::string& expected_packer, bool quantized_activations = false);
+
+// scaled_mm's arguments checked against the header (errors name op, the argument, the expected and
+// the given value): a [..., K] of the scheme's dtype, scale_a float32 [..., 1] or one element, azp
+// int32 like scale_a (w8a8-int8 only), bias [N] of out_dtype or float32, out_dtype float32,
+// bfloat16 or float16.
+struct ScaledRows {
+  at::Tensor a;                    // [M, K], last dimension contiguous
+  at::Tensor scale_a;              // float32 [M] (per_token) or [1]
+  at::Tensor azp;                  // int32 like scale_a, or undefined
+  at::Tensor bias;                 // float32 [N] contiguous, or undefined
+  bool per_token = true;
+  std::vector<int64_t> out_shape;  // [..., N]
+};
+ScaledRows check_scaled_input(const char* op, const at::Tensor& a, const at::Tensor& scale_a,
+                              const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                              at::ScalarType out_dtype, const LinearHeader& header, c10::DeviceType device);
+
+// The quantized dtype of a scheme's activations: int8 (w8a8-int8, w4a8) or float8_e4m3fn (w8a8-fp8).
+at::ScalarType activation_dtype(LinearScheme scheme);
 
 // input [..., K] checked against the header's K (dtype, device, contiguous last dimension) and
 // bias ([N], the input's dtype or float32, or none): the rows of input as a 2-D [M, K] tensor (a
@@ -74,6 +96,33 @@ struct Rows {
 };
 Rows check_input(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
                  const LinearHeader& header, c10::DeviceType device);
+
+// The ATen forms of the torch bridges (src/ops/linear/torch.cpp), shared by cpu.torch, cuda.torch and
+// npu.torch (src/ops/linear/npu/torch_npu.cpp):
+//   pack_rows     linear_pack in LinearLayout::kRows (the canonical rows) on weight's device, `device`,
+//                 recording packer_name(module)
+//   linear_rows   linear of a kRows weight packed by `module`'s linear_pack on `device`: at::linear in
+//                 the input's dtype where weight and bias have it, else in float32 (quantized weights:
+//                 dequantized, float32; on the CPU int8 per channel: at::_weight_int8pack_mm)
+//   section       bytes [offset, offset + count * element size) of packed as a tensor of dtype (a view)
+//   centered_int4 the int4 weights (int4, w4a8) as float32 q - z [N, K] (z: the zeros, or 8 when stored
+//                 as q + 8), from kRows
+//   dequantized   W in float32 [N, K] as the contract forms it (int8, fp8, int4), from kRows
+//   scaled_rows   scaled_mm on checked rows of a kRows weight: acc per K group (int8 schemes: int_mm,
+//                 which must return the exact int32 a w^T of int8 a [M, k] and int8 w [N, k]; w8a8-fp8:
+//                 at::matmul of the float32 values), then the contract's float32 epilogue, one ATen
+//                 operation per step in its order; the result in out_dtype [M, N]
+using IntMm = at::Tensor (*)(const at::Tensor& a, const at::Tensor& w);
+at::Tensor pack_rows(const at::Tensor& weight, const std::optional<at::Tensor>& scales,
+                     const std::optional<at::Tensor>& zeros, const std::string& scheme, int64_t group_size,
+                     c10::DeviceType device, const BackendModule& module);
+at::Tensor linear_rows(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                       c10::DeviceType device, const BackendModule& module);
+at::Tensor section(const at::Tensor& packed, int64_t offset, int64_t count, at::ScalarType dtype);
+at::Tensor centered_int4(const at::Tensor& packed, const LinearHeader& h);
+at::Tensor dequantized(const at::Tensor& packed, const LinearHeader& h);
+at::Tensor scaled_rows(const ScaledRows& r, const at::Tensor& packed, const LinearHeader& h, at::ScalarType out_dtype,
+                       IntMm int_mm);
 
 // The name of the implementation of linear_pack in `module` ("cpu.native.linear_pack").
 std::string packer_name(const BackendModule& module);

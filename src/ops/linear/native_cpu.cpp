@@ -5,11 +5,13 @@
 #include <c10/util/Exception.h>
 
 #include "csrc/cpu/linear/linear.h"
+#include "csrc/cpu/linear/scaled_mm.h"
 #include "src/ops/common/bridge.h"
 #include "src/ops/common/cpu.h"
 #include "src/ops/common/registration.h"
 #include "src/ops/linear/internal.h"
 #include "xllm_kernel/ops/linear.h"
+#include "xllm_kernel/ops/quantization.h"
 
 namespace xllm_kernel::linear {
 namespace {
@@ -20,9 +22,28 @@ at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>
   const PackShape shape = pack_shape(op, weight, scales, zeros, scheme, group_size);
   TORCH_CHECK(weight.device().is_cpu(), op, ": weight must be on cpu, got ", weight.device().str());
   const Canonical c = canonicalize(op, weight, scales, zeros, shape);
-  const NewPacked made = new_packed(shape, LinearLayout::kPanels, packer_name(modules().native_cpu));
+  const bool scaled = kernels::scheme_quantizes_activations(shape.scheme);
+  const NewPacked made =
+      new_packed(shape, scaled ? LinearLayout::kQuads : LinearLayout::kPanels, packer_name(modules().native_cpu));
   uint8_t* base = made.packed.mutable_data_ptr<uint8_t>();
   const kernels::LinearSizes& z = made.sizes;
+  if (scaled) {
+    const cpu::ScaledMmPackSource src{.scheme = shape.scheme,
+                                      .n = shape.n,
+                                      .k = shape.k,
+                                      .group = shape.group,
+                                      .groups = shape.groups,
+                                      .weight = c.weight.const_data_ptr(),
+                                      .weight_stride = shape.k,
+                                      .scales = c.scales.const_data_ptr<float>(),
+                                      .zeros = c.zeros.defined() ? c.zeros.const_data_ptr<float>() : nullptr};
+    const kernels::Status s = cpu::scaled_mm_pack(
+        src, base + z.weights_offset, reinterpret_cast<float*>(base + z.scales_offset),
+        z.zeros_offset > 0 ? base + z.zeros_offset : nullptr,
+        z.sums_offset > 0 ? reinterpret_cast<int32_t*>(base + z.sums_offset) : nullptr);
+    bridge::check_not_rejected(op, s.is_ok() ? nullptr : s.reason);
+    return made.packed;
+  }
   const cpu::LinearPackSource src{.scheme = shape.scheme,
                                   .n = shape.n,
                                   .k = shape.k,
@@ -70,8 +91,69 @@ at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, cons
   return out.view(r.out_shape);
 }
 
+// scaled_mm on checked rows.
+at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& packed, const LinearHeader& h,
+                       at::ScalarType out_dtype) {
+  at::Tensor a = r.a;
+  const int64_t m = a.size(0);
+  if (m > 1 && a.stride(0) < h.k) a = a.contiguous();  // overlapping rows
+  at::Tensor out = at::empty({m, h.n}, a.options().dtype(out_dtype));
+  const at::Tensor scale_a = r.scale_a.contiguous();
+  const at::Tensor azp = r.azp.defined() ? r.azp.contiguous() : at::Tensor();
+  const uint8_t* base = packed.const_data_ptr<uint8_t>();
+  const kernels::LinearSizes z = kernels::linear_sizes(h.scheme, h.n, h.k, h.groups, h.has_zeros != 0);
+  cpu::ScaledMmParams p;
+  p.scheme = h.scheme;
+  p.out_dtype = bridge::kernel_dtype(out_dtype);
+  p.m = m;
+  p.n = h.n;
+  p.k = h.k;
+  p.group = h.group;
+  p.groups = h.groups;
+  p.a = a.const_data_ptr();
+  p.a_stride = m > 1 ? a.stride(0) : h.k;
+  p.scale_a = scale_a.const_data_ptr<float>();
+  p.scale_a_stride = r.per_token ? 1 : 0;
+  p.azp = azp.defined() ? azp.const_data_ptr<int32_t>() : nullptr;
+  p.azp_stride = r.per_token ? 1 : 0;
+  p.out = out.mutable_data_ptr();
+  p.out_stride = h.n;
+  p.weights = base + h.weights_offset;
+  p.scales = reinterpret_cast<const float*>(base + h.scales_offset);
+  p.zeros = h.zeros_offset > 0 ? base + h.zeros_offset : nullptr;
+  p.sums = z.sums_offset > 0 ? reinterpret_cast<const int32_t*>(base + z.sums_offset) : nullptr;
+  p.bias = r.bias.defined() ? r.bias.const_data_ptr<float>() : nullptr;
+  bridge::run_rows(op, p, cpu::linear_panels(h.n), std::max<int64_t>(1, m) * h.k * kernels::kPanel, cpu::scaled_mm);
+  return out;
+}
+
+at::Tensor native_scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                            const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                            at::ScalarType out_dtype) {
+  const char* op = "scaled_mm";
+  const LinearHeader h = read_header(op, packed, c10::DeviceType::CPU, packer_name(modules().native_cpu), true);
+  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, c10::DeviceType::CPU);
+  return scaled_rows(op, r, packed, h, out_dtype).view(r.out_shape);
+}
+
+at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
+                                       const std::optional<at::Tensor>& bias) {
+  const char* op = "linear_dynamic_quant";
+  static const auto quant =
+      family::registered_function<PerTokenQuantFn>(op, "cpu.native." + per_token_quant_operation().name());
+  const LinearHeader h = read_header(op, packed, c10::DeviceType::CPU, packer_name(modules().native_cpu), true);
+  const Rows rows = check_input(op, input, bias, h, c10::DeviceType::CPU);
+  const auto [q, scale] = quant(rows.x, activation_dtype(h.scheme), std::nullopt);
+  const ScaledRows r = check_scaled_input(op, q, scale, std::nullopt, bias, input.scalar_type(), h,
+                                          c10::DeviceType::CPU);
+  return scaled_rows(op, r, packed, h, input.scalar_type()).view(rows.out_shape);
+}
+
 }  // namespace
 
+XLLM_REGISTER_NAMED("cpu.native.scaled_mm", modules().native_cpu, scaled_mm_operation(), native_scaled_mm);
+XLLM_REGISTER_NAMED("cpu.native.linear_dynamic_quant", modules().native_cpu, linear_dynamic_quant_operation(),
+                    native_linear_dynamic_quant);
 XLLM_REGISTER_NAMED("cpu.native.linear_pack", modules().native_cpu, linear_pack_operation(), native_pack);
 XLLM_REGISTER_NAMED("cpu.native.linear", modules().native_cpu, linear_operation(), native_linear);
 

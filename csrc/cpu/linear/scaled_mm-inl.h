@@ -1,0 +1,129 @@
+// scaled_mm's per-target driver (scaled_mm.h), included by linear.cpp once per Highway target:
+// picks the panel kernel for the scheme on this target and CPU, prepares the activations once per
+// call, runs the kernel panel by panel and finishes each panel's rows (+ bias, one rounding to the
+// output type). The kernels (scaled_mm_internal.h) are the x86 ones of scaled_mm_x86.cpp on the
+// AVX2 and AVX-512 targets and the scalar ones of scaled_mm_entries.h elsewhere:
+//
+//   target  w8a8-int8 / w4a8                      w8a8-fp8
+//   AVX3    vpdpbusd (AVX512_VNNI), else AVX2's    vdpbf16ps (AVX512_BF16), else AVX2's
+//   AVX2    vpmaddubsw + vpmaddwd                  float32 FMA
+//   others  scalar int32                           scalar float32 (the same bits as AVX2's)
+//
+// set_scaled_mm_dot_products_for_test(false) turns vpdpbusd and vdpbf16ps off, so that a test
+// reaches the AVX3 target's AVX2 kernels on a CPU that has them.
+//
+// Loop order: chunks of rows (about 2 MiB of prepared activations), then panels, then the kernel's
+// row tiles, so a panel's weights (K * 32 bytes) are read from memory once per chunk and from the
+// cache by its other tiles of rows.
+
+// Per-target include guard (Highway's idiom): included once per target by foreach_target.
+#if defined(XLLM_KERNEL_CPU_LINEAR_SCALED_MM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef XLLM_KERNEL_CPU_LINEAR_SCALED_MM_INL_H_
+#undef XLLM_KERNEL_CPU_LINEAR_SCALED_MM_INL_H_
+#else
+#define XLLM_KERNEL_CPU_LINEAR_SCALED_MM_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "csrc/cpu/common/convert-inl.h"
+#include "csrc/cpu/common/cpu_features.h"
+#include "csrc/cpu/linear/scaled_mm_internal.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The panel kernel of scheme s on this target and CPU.
+inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s) {
+  namespace d = scaled_mm_detail;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#if HWY_TARGET <= HWY_AVX3
+  const CpuFeatures& f = cpu_features();
+  if (d::dot_products_allowed()) {
+    if (f.avx512_vnni && s == LinearScheme::kW8A8Int8) return d::Int8Avx512VnniKernel();
+    if (f.avx512_vnni && s == LinearScheme::kW4A8) return d::W4a8Avx512VnniKernel();
+    if (f.avx512_bf16 && s == LinearScheme::kW8A8Fp8) return d::Fp8Avx512Bf16Kernel();
+  }
+#endif
+  switch (s) {
+    case LinearScheme::kW4A8: return d::W4a8Avx2Kernel();
+    case LinearScheme::kW8A8Fp8: return d::Fp8Avx2Kernel();
+    default: return d::Int8Avx2Kernel();
+  }
+#else
+  return d::ScalarKernel(s);
+#endif
+}
+
+// out[m, panel's columns] = round(t[m] + bias) for every row.
+template <typename T>
+void FinishScaledMmPanel(const ScaledMmParams& p, int64_t panel, const float* t) {
+  constexpr size_t kP = static_cast<size_t>(kernels::kPanel);
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  const int64_t n0 = panel * kernels::kPanel;
+  const size_t cols = static_cast<size_t>(std::min<int64_t>(kernels::kPanel, p.n - n0));
+  HWY_ALIGN float bias[kP] = {};
+  if (p.bias != nullptr) std::memcpy(bias, p.bias + n0, cols * sizeof(float));
+  T* out = static_cast<T*>(p.out);
+  for (int64_t r = 0; r < p.m; ++r) {
+    T* y = out + r * p.out_stride + n0;
+    T tmp[kP];
+    T* dst = cols == kP ? y : tmp;
+    for (size_t j = 0; j < kP; j += lanes) {
+      VF v = hn::LoadU(d, t + static_cast<size_t>(r) * kP + j);
+      if (p.bias != nullptr) v = hn::Add(v, hn::Load(d, bias + j));  // adding 0 would turn -0 into +0
+      StoreF(v, dst + j);
+    }
+    if (cols != kP) std::memcpy(y, tmp, cols * sizeof(T));
+  }
+}
+
+void ScaledMmPanels(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end) {
+  const scaled_mm_detail::PanelKernel kernel = ScaledMmKernel(p.scheme);
+  // Rows in chunks whose prepared activations take about 2 MiB (at least 64 rows): the scratch
+  // stays bounded for long prefills; a panel's weights are read once per chunk (from memory
+  // the first time, the cache after). A row's bits do not depend on the chunks.
+  const int64_t k4 = kernels::round_up(p.k, 4);
+  const int64_t elem = kernel.form == scaled_mm_detail::AForm::kFloat32 ? 4
+                       : kernel.form == scaled_mm_detail::AForm::kBf16  ? 2
+                                                                          : 1;
+  const int64_t chunk = std::max<int64_t>(64, (int64_t{2} << 20) / (k4 * elem)) / 8 * 8;
+  hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;
+  const int64_t scratch_bytes = kernel.scratch_bytes != nullptr ? kernel.scratch_bytes(std::min(p.m, chunk), k4) : 0;
+  if (scratch_bytes > 0) scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(scratch_bytes));
+  auto t = hwy::AllocateAligned<float>(static_cast<size_t>(std::min(p.m, chunk) * kernels::kPanel));
+  scaled_mm_detail::Activations act;
+  for (int64_t r0 = 0; r0 < p.m; r0 += chunk) {
+    ScaledMmParams c = p;
+    c.m = std::min(chunk, p.m - r0);
+    c.a = static_cast<const uint8_t*>(p.a) + r0 * p.a_stride;
+    c.scale_a = p.scale_a + r0 * p.scale_a_stride;
+    if (p.azp != nullptr) c.azp = p.azp + r0 * p.azp_stride;
+    c.out = static_cast<uint8_t*>(p.out) + r0 * p.out_stride * kernels::element_size(p.out_dtype);
+    scaled_mm_detail::PrepareActivations(c, kernel.form, act);
+    act.x.scratch = scratch.get();
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      kernel.fn(act.x, panel, t.get());
+      switch (c.out_dtype) {
+        case DType::kFloat32: FinishScaledMmPanel<float>(c, panel, t.get()); break;
+        case DType::kBFloat16: FinishScaledMmPanel<bfloat16_t>(c, panel, t.get()); break;
+        case DType::kFloat16: FinishScaledMmPanel<float16_t>(c, panel, t.get()); break;
+      }
+    }
+  }
+}
+
+const char* ScaledMmIsa() { return ScaledMmKernel(LinearScheme::kW8A8Int8).isa; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // XLLM_KERNEL_CPU_LINEAR_SCALED_MM_INL_H_

@@ -1,0 +1,586 @@
+// scaled_mm's x86 panel kernels (scaled_mm_internal.h), compiled with function-level targets so
+// the rest of the build keeps its baseline; the per-target driver (scaled_mm-inl.h) calls them
+// only where cpu_features() has what their names say. Each computes t, the epilogue's sum over
+// the K groups before the bias, for every row of the call and the kPanel channels of one panel,
+// over the kQuads layout (scaled_mm.h):
+//
+//   w8a8-int8, AVX-512 VNNI: vpdpbusd(acc, a ^ 0x80, q): the activation as the unsigned operand
+//     (a + 128, broadcast 4 bytes per instruction), the weight quads as the signed one, 8 rows x 32
+//     channels of int32 per tile; then acc - (128 + azp) * sum_k q (the sums section). Every
+//     partial sum stays in int32: |sum (a + 128) q| <= 255 * 127 * kScaledMmMaxK < 2^31.
+//   w8a8-int8, AVX2: vpmaddubsw(|a|, q * sign(a)) (vpsignb), then vpmaddwd with ones into int32:
+//     |a| <= 128 and |q| <= 127, so a pair's int16 sum (<= 2 * 128 * 127 = 32512) never saturates.
+//   w4a8: the nibbles u (0..15) are the unsigned operand of vpdpbusd / vpmaddubsw (a 64-byte load
+//     gives two quads: u & 0xF and (u >> 4) & 0xF), the activations the signed one (no shift, no
+//     saturation: 2 * 15 * 128 < 2^15); acc_g - z * sum_{k in g} a per group.
+//   w8a8-fp8, AVX512_BF16: e4m3 weights converted in registers to bf16 (exact: a two-table vpermi2w
+//     lookup of the 7 magnitude bits, the sign or-ed in) and vdpbf16ps against the activations in
+//     bf16 (converted once per call): lane 2c of a zmm holds channel c's k = 4i, 4i + 1 products and
+//     lane 2c + 1 its 4i + 2, 4i + 3 ones, added (even + odd) per group. vdpbf16ps treats bf16
+//     subnormal inputs as zero and flushes float32 subnormal results: every e4m3 value is a normal
+//     bf16 (>= 2^-9), and every partial sum is 0 or a multiple of 2^-18 in magnitude, so neither
+//     happens. More than one row tile: the panel is converted once into scratch (the same bits).
+//   w8a8-fp8, AVX2: blocks of the panel converted to float32 in [k][channel] order (through
+//     float16: the e4m3 bits shifted into a float16 of 2^-8 its value, subnormals included, then
+//     vcvtph2ps), then acc = fma(a, w, acc) for k = 0, 1, ... in order: every product is exact,
+//     so this is the plain float32 sum in k order, the same bits as the scalar kernel; the 2^-8
+//     comes back as an exact * 256 (no partial sum is subnormal).
+//
+// The int schemes' epilogue, (float(acc) * scale_a) * s, then t + that, is separate float32
+// multiplies and adds: this file is compiled with -ffp-contract=off (CMakeLists.txt) so that the
+// compiler does not fuse them. The order of every fp8 sum depends on K (and the group) alone.
+#if defined(__x86_64__) || defined(_M_X64)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "csrc/cpu/linear/scaled_mm_internal.h"
+
+#define XK_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define XK_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define XK_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define XK_VNNI_INLINE \
+  inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define XK_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XK_BF16_INLINE \
+  inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace xllm_kernel::cpu::scaled_mm_detail {
+namespace {
+
+inline int32_t Load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline int64_t Load64(const void* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// ================================================================ AVX-512
+
+// t[0, 32) = (float(c) * sa) * s, or t + that after the first group.
+XK_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
+  __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c0), sa), s0);
+  __m512 f1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c1), sa), s1);
+  if (!first) {
+    f0 = _mm512_add_ps(_mm512_loadu_ps(t), f0);
+    f1 = _mm512_add_ps(_mm512_loadu_ps(t + 16), f1);
+  }
+  _mm512_storeu_ps(t, f0);
+  _mm512_storeu_ps(t + 16, f1);
+}
+
+// ---------------------------------------------------------------- w8a8-int8, vpdpbusd
+
+constexpr int kInt8VnniRows = 8;
+
+// Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8.
+template <int R>
+XK_VNNI_INLINE void Int8VnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
+                                 const int32_t* sums, const float* scales, float* t) {
+  // Few rows: two accumulator sets (even and odd quads) so that vpdpbusd's latency is hidden.
+  constexpr int kSets = R <= 2 ? 2 : 1;
+  __m512i acc[kSets][R][2];
+  for (int s = 0; s < kSets; ++s) {
+    for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = _mm512_setzero_si512();
+  }
+  const uint8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const uint8_t*>(x.a) + (m0 + r) * x.stride;
+  int64_t q = 0;
+  for (; q + kSets <= quads; q += kSets) {
+#pragma GCC unroll 2
+    for (int s = 0; s < kSets; ++s) {
+      const __m512i w0 = _mm512_loadu_si512(w + (q + s) * 128);
+      const __m512i w1 = _mm512_loadu_si512(w + (q + s) * 128 + 64);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512i b = _mm512_set1_epi32(Load32(a[r] + (q + s) * 4));
+        acc[s][r][0] = _mm512_dpbusd_epi32(acc[s][r][0], b, w0);
+        acc[s][r][1] = _mm512_dpbusd_epi32(acc[s][r][1], b, w1);
+      }
+    }
+  }
+  for (; q < quads; ++q) {
+    const __m512i w0 = _mm512_loadu_si512(w + q * 128);
+    const __m512i w1 = _mm512_loadu_si512(w + q * 128 + 64);
+    for (int r = 0; r < R; ++r) {
+      const __m512i b = _mm512_set1_epi32(Load32(a[r] + q * 4));
+      acc[0][r][0] = _mm512_dpbusd_epi32(acc[0][r][0], b, w0);
+      acc[0][r][1] = _mm512_dpbusd_epi32(acc[0][r][1], b, w1);
+    }
+  }
+  const __m512i sum0 = _mm512_loadu_si512(sums), sum1 = _mm512_loadu_si512(sums + 16);
+  const __m512 s0 = _mm512_loadu_ps(scales), s1 = _mm512_loadu_ps(scales + 16);
+  for (int r = 0; r < R; ++r) {
+    __m512i c0 = acc[0][r][0], c1 = acc[0][r][1];
+    if constexpr (kSets == 2) {
+      c0 = _mm512_add_epi32(c0, acc[1][r][0]);
+      c1 = _mm512_add_epi32(c1, acc[1][r][1]);
+    }
+    // sum (a + 128) q - (128 + azp) sum q; the int32 wraps cancel (the result fits).
+    const __m512i shift = _mm512_set1_epi32(128 + (x.azp != nullptr ? x.azp[m0 + r] : 0));
+    c0 = _mm512_sub_epi32(c0, _mm512_mullo_epi32(sum0, shift));
+    c1 = _mm512_sub_epi32(c1, _mm512_mullo_epi32(sum1, shift));
+    Epilogue512(t + (m0 + r) * kP, c0, c1, _mm512_set1_ps(x.scale_a[m0 + r]), s0, s1, true);
+  }
+}
+
+XK_VNNI void Int8VnniPanel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4;
+  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
+  const int32_t* sums = p.sums + panel * kP;
+  const float* scales = p.scales + panel * kP;
+  for (int64_t m0 = 0; m0 < p.m; m0 += kInt8VnniRows) {
+    switch (std::min<int64_t>(kInt8VnniRows, p.m - m0)) {
+      case 1: Int8VnniRows<1>(x, w, quads, m0, sums, scales, t); break;
+      case 2: Int8VnniRows<2>(x, w, quads, m0, sums, scales, t); break;
+      case 3: Int8VnniRows<3>(x, w, quads, m0, sums, scales, t); break;
+      case 4: Int8VnniRows<4>(x, w, quads, m0, sums, scales, t); break;
+      case 5: Int8VnniRows<5>(x, w, quads, m0, sums, scales, t); break;
+      case 6: Int8VnniRows<6>(x, w, quads, m0, sums, scales, t); break;
+      case 7: Int8VnniRows<7>(x, w, quads, m0, sums, scales, t); break;
+      default: Int8VnniRows<8>(x, w, quads, m0, sums, scales, t); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- w4a8, vpdpbusd
+
+constexpr int kW4a8VnniRows = 8;
+
+// Rows [m0, m0 + R) of a panel: w the panel's blocks of 8 k, [K / 8][2][16][4] bytes.
+template <int R>
+XK_VNNI_INLINE void W4a8VnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
+  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
+  const int32_t* zeros = static_cast<const int32_t*>(p.zeros);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // Few rows: the low and high quads in accumulators of their own, so that vpdpbusd's latency
+  // is hidden; more rows: one accumulator per 16 channels (registers).
+  constexpr int kSets = R <= 2 ? 2 : 1;
+  const int8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[kSets][R][2];  // channels 0-15, 16-31
+    for (int s = 0; s < kSets; ++s) {
+      for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = _mm512_setzero_si512();
+    }
+    const int64_t b1 = std::min(blocks, (g + 1) * per_group);
+    for (int64_t b = g * per_group; b < b1; ++b) {
+      const __m512i v0 = _mm512_loadu_si512(w + b * 128), v1 = _mm512_loadu_si512(w + b * 128 + 64);
+      const __m512i lo0 = _mm512_and_si512(v0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
+      const __m512i lo1 = _mm512_and_si512(v1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512i alo = _mm512_set1_epi32(Load32(a[r] + b * 8));
+        const __m512i ahi = _mm512_set1_epi32(Load32(a[r] + b * 8 + 4));
+        acc[0][r][0] = _mm512_dpbusd_epi32(acc[0][r][0], lo0, alo);
+        acc[0][r][1] = _mm512_dpbusd_epi32(acc[0][r][1], lo1, alo);
+        acc[kSets - 1][r][0] = _mm512_dpbusd_epi32(acc[kSets - 1][r][0], hi0, ahi);
+        acc[kSets - 1][r][1] = _mm512_dpbusd_epi32(acc[kSets - 1][r][1], hi1, ahi);
+      }
+    }
+    const int64_t at = (panel * groups + g) * kP;
+    const __m512i z0 = zeros != nullptr ? _mm512_loadu_si512(zeros + at) : _mm512_set1_epi32(8);
+    const __m512i z1 = zeros != nullptr ? _mm512_loadu_si512(zeros + at + 16) : _mm512_set1_epi32(8);
+    const __m512 s0 = _mm512_loadu_ps(p.scales + at), s1 = _mm512_loadu_ps(p.scales + at + 16);
+    for (int r = 0; r < R; ++r) {
+      __m512i c0 = acc[0][r][0], c1 = acc[0][r][1];
+      if constexpr (kSets == 2) {
+        c0 = _mm512_add_epi32(c0, acc[1][r][0]);
+        c1 = _mm512_add_epi32(c1, acc[1][r][1]);
+      }
+      const __m512i asum = _mm512_set1_epi32(x.asum[(m0 + r) * groups + g]);
+      c0 = _mm512_sub_epi32(c0, _mm512_mullo_epi32(z0, asum));
+      c1 = _mm512_sub_epi32(c1, _mm512_mullo_epi32(z1, asum));
+      Epilogue512(t + (m0 + r) * kP, c0, c1, _mm512_set1_ps(x.scale_a[m0 + r]), s0, s1, g == 0);
+    }
+  }
+}
+
+XK_VNNI void W4a8VnniPanel(const Prepared& x, int64_t panel, float* t) {
+  const int64_t m = x.p->m;
+  for (int64_t m0 = 0; m0 < m; m0 += kW4a8VnniRows) {
+    switch (std::min<int64_t>(kW4a8VnniRows, m - m0)) {
+      case 1: W4a8VnniRows<1>(x, panel, m0, t); break;
+      case 2: W4a8VnniRows<2>(x, panel, m0, t); break;
+      case 3: W4a8VnniRows<3>(x, panel, m0, t); break;
+      case 4: W4a8VnniRows<4>(x, panel, m0, t); break;
+      case 5: W4a8VnniRows<5>(x, panel, m0, t); break;
+      case 6: W4a8VnniRows<6>(x, panel, m0, t); break;
+      case 7: W4a8VnniRows<7>(x, panel, m0, t); break;
+      default: W4a8VnniRows<8>(x, panel, m0, t); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- w8a8-fp8, vdpbf16ps
+
+constexpr int kFp8Bf16Rows = 4;
+
+// bf16 bits of the e4m3 magnitudes 0..127 (127: NaN), four tables of 32 for vpermi2w.
+struct Bf16Table {
+  alignas(64) uint16_t v[128];
+  constexpr Bf16Table() : v() {
+    for (int em = 0; em < 128; ++em) {
+      const int e = em >> 3, mant = em & 7;
+      if (em == 127) {
+        v[em] = 0x7FC0;
+      } else if (e == 0) {
+        // mant * 2^-9: 0, 2^-9, 2^-8, 1.5 * 2^-8, 2^-7, 1.25 * 2^-7, ...
+        uint16_t bits = 0;
+        if (mant != 0) {
+          int lead = 2;
+          while ((mant >> lead) == 0) --lead;  // mant = 2^lead * (1 + f)
+          const int frac = (mant - (1 << lead)) << (7 - lead);
+          bits = static_cast<uint16_t>(((127 - 9 + lead) << 7) | frac);
+        }
+        v[em] = bits;
+      } else {
+        v[em] = static_cast<uint16_t>(((e + 120) << 7) | (mant << 4));
+      }
+    }
+  }
+};
+constexpr Bf16Table kBf16Table{};
+
+struct Bf16Tables {
+  __m512i t0, t1, t2, t3;
+};
+
+XK_BF16_INLINE Bf16Tables LoadBf16Tables() {
+  return {_mm512_load_si512(kBf16Table.v), _mm512_load_si512(kBf16Table.v + 32), _mm512_load_si512(kBf16Table.v + 64),
+          _mm512_load_si512(kBf16Table.v + 96)};
+}
+
+// 32 e4m3 bytes -> 32 bf16, exact (NaN stays NaN).
+XK_BF16_INLINE __m512i E4m3ToBf16(__m256i bytes, const Bf16Tables& tb) {
+  const __m512i x = _mm512_cvtepu8_epi16(bytes);
+  const __m512i lo = _mm512_permutex2var_epi16(tb.t0, x, tb.t1);  // magnitudes 0..63 (index bits 0-5)
+  const __m512i hi = _mm512_permutex2var_epi16(tb.t2, x, tb.t3);  // 64..127
+  const __m512i mag = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(x, _mm512_set1_epi16(0x40)), lo, hi);
+  // mag | (x << 8 & 0x8000): ternlog 0xF8 = a | (b & c).
+  return _mm512_ternarylogic_epi32(mag, _mm512_slli_epi16(x, 8), _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8);
+}
+
+// Converts quads [q0, q1) of a panel (e4m3, [quads][32][4]) to bf16, 4 zmm per quad.
+XK_BF16 void ConvertFp8PanelBf16(const uint8_t* w, int64_t q0, int64_t q1, __m512i* dst) {
+  const Bf16Tables tb = LoadBf16Tables();
+  for (int64_t q = q0; q < q1; ++q) {
+    for (int j = 0; j < 4; ++j) {
+      dst[q * 4 + j] = E4m3ToBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32)), tb);
+    }
+  }
+}
+
+// Rows [m0, m0 + R) of a panel: w its e4m3 quads, or (kConverted) `conv` its bf16 quads.
+template <int R, bool kConverted>
+XK_BF16_INLINE void Fp8Bf16Rows(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, int64_t m0,
+                                float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4, groups = p.groups;
+  const int64_t per_group = groups == 1 ? quads : p.group / 4;
+  const Bf16Tables tb = LoadBf16Tables();
+  const uint16_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const uint16_t*>(x.a) + (m0 + r) * x.stride;
+  // The channels of the even lanes of (lo, hi): 0, 2, .., 14 of lo then of hi.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps();
+    const int64_t q1 = std::min(quads, (g + 1) * per_group);
+    for (int64_t q = g * per_group; q < q1; ++q) {
+      __m512i b[4];
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kConverted) {
+          b[j] = _mm512_load_si512(conv + q * 4 + j);
+        } else {
+          b[j] = E4m3ToBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32)), tb);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi64(Load64(a[r] + q * 4));
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)b[j], av);
+      }
+    }
+    const int64_t at = (panel * groups + g) * kP;
+    const __m512 s0 = _mm512_loadu_ps(p.scales + at), s1 = _mm512_loadu_ps(p.scales + at + 16);
+    for (int r = 0; r < R; ++r) {
+      __m512 c[4];
+      // even + odd lanes: the k = 4i, 4i + 1 and 4i + 2, 4i + 3 sums of each channel (a + b = b + a).
+      for (int j = 0; j < 4; ++j) c[j] = _mm512_add_ps(acc[r][j], _mm512_permute_ps(acc[r][j], 0xB1));
+      const __m512 g0 = _mm512_permutex2var_ps(c[0], even, c[1]), g1 = _mm512_permutex2var_ps(c[2], even, c[3]);
+      const __m512 sa = _mm512_set1_ps(x.scale_a[m0 + r]);
+      float* tr = t + (m0 + r) * kP;
+      __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(g0, sa), s0), f1 = _mm512_mul_ps(_mm512_mul_ps(g1, sa), s1);
+      if (g > 0) {
+        f0 = _mm512_add_ps(_mm512_loadu_ps(tr), f0);
+        f1 = _mm512_add_ps(_mm512_loadu_ps(tr + 16), f1);
+      }
+      _mm512_storeu_ps(tr, f0);
+      _mm512_storeu_ps(tr + 16, f1);
+    }
+  }
+}
+
+template <bool kConverted>
+XK_BF16_INLINE void Fp8Bf16Tiles(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, float* t) {
+  const int64_t m = x.p->m;
+  for (int64_t m0 = 0; m0 < m; m0 += kFp8Bf16Rows) {
+    switch (std::min<int64_t>(kFp8Bf16Rows, m - m0)) {
+      case 1: Fp8Bf16Rows<1, kConverted>(x, panel, w, conv, m0, t); break;
+      case 2: Fp8Bf16Rows<2, kConverted>(x, panel, w, conv, m0, t); break;
+      case 3: Fp8Bf16Rows<3, kConverted>(x, panel, w, conv, m0, t); break;
+      default: Fp8Bf16Rows<4, kConverted>(x, panel, w, conv, m0, t); break;
+    }
+  }
+}
+
+XK_BF16 void Fp8Bf16Panel(const Prepared& x, int64_t panel, float* t) {
+  const int64_t quads = x.k4 / 4;
+  const uint8_t* w = static_cast<const uint8_t*>(x.p->weights) + panel * quads * 128;
+  if (x.p->m <= kFp8Bf16Rows) return Fp8Bf16Tiles<false>(x, panel, w, nullptr, t);
+  // Several tiles: the panel converted once; the same bf16 and the same dot products.
+  __m512i* conv = static_cast<__m512i*>(x.scratch);
+  ConvertFp8PanelBf16(w, 0, quads, conv);
+  Fp8Bf16Tiles<true>(x, panel, w, conv, t);
+}
+
+int64_t Fp8Bf16Scratch(int64_t m, int64_t k4) { return m > kFp8Bf16Rows ? k4 / 4 * 4 * 64 : 0; }
+
+// ================================================================ AVX2
+
+XK_AVX2_INLINE void Epilogue256(float* t, __m256i c, __m256 sa, __m256 s, bool first) {
+  __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), sa), s);
+  if (!first) f = _mm256_add_ps(_mm256_loadu_ps(t), f);
+  _mm256_storeu_ps(t, f);
+}
+
+// ---------------------------------------------------------------- w8a8-int8, vpmaddubsw
+
+constexpr int kInt8Avx2Rows = 2;
+
+template <int R>
+XK_AVX2_INLINE void Int8Avx2Rows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0, const int32_t* sums,
+                                 const float* scales, float* t) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[R][4];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm256_setzero_si256();
+  const int8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
+  for (int64_t q = 0; q < quads; ++q) {
+    __m256i wv[4];
+    for (int j = 0; j < 4; ++j) wv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32));
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const __m256i av = _mm256_set1_epi32(Load32(a[r] + q * 4));
+      const __m256i mag = _mm256_abs_epi8(av);  // -128 -> 0x80 = 128 as unsigned
+      for (int j = 0; j < 4; ++j) {
+        const __m256i prod = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(wv[j], av));
+        acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(prod, ones));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256i azp = _mm256_set1_epi32(x.azp != nullptr ? x.azp[m0 + r] : 0);
+    const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i sum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + j * 8));
+      const __m256i c = _mm256_sub_epi32(acc[r][j], _mm256_mullo_epi32(sum, azp));
+      Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(scales + j * 8), true);
+    }
+  }
+}
+
+XK_AVX2 void Int8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4;
+  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
+  for (int64_t m0 = 0; m0 < p.m; m0 += kInt8Avx2Rows) {
+    if (p.m - m0 >= 2) {
+      Int8Avx2Rows<2>(x, w, quads, m0, p.sums + panel * kP, p.scales + panel * kP, t);
+    } else {
+      Int8Avx2Rows<1>(x, w, quads, m0, p.sums + panel * kP, p.scales + panel * kP, t);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- w4a8, vpmaddubsw
+
+constexpr int kW4a8Avx2Rows = 2;
+
+template <int R>
+XK_AVX2_INLINE void W4a8Avx2Rows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
+  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
+  const int32_t* zeros = static_cast<const int32_t*>(p.zeros);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const int8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i acc[R][4];  // channels 8j .. 8j + 7
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm256_setzero_si256();
+    const int64_t b1 = std::min(blocks, (g + 1) * per_group);
+    for (int64_t b = g * per_group; b < b1; ++b) {
+      __m256i alo[R], ahi[R];
+      for (int r = 0; r < R; ++r) {
+        alo[r] = _mm256_set1_epi32(Load32(a[r] + b * 8));
+        ahi[r] = _mm256_set1_epi32(Load32(a[r] + b * 8 + 4));
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * 128 + j * 32));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int r = 0; r < R; ++r) {
+          // Two int16 pair sums of at most 2 * 15 * 128 each: no saturation.
+          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[r]), _mm256_maddubs_epi16(hi, ahi[r]));
+          acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(s16, ones));
+        }
+      }
+    }
+    const int64_t at = (panel * groups + g) * kP;
+    for (int r = 0; r < R; ++r) {
+      const __m256i asum = _mm256_set1_epi32(x.asum[(m0 + r) * groups + g]);
+      const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i z = zeros != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zeros + at + j * 8))
+                                           : _mm256_set1_epi32(8);
+        const __m256i c = _mm256_sub_epi32(acc[r][j], _mm256_mullo_epi32(z, asum));
+        Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(p.scales + at + j * 8), g == 0);
+      }
+    }
+  }
+}
+
+XK_AVX2 void W4a8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+  const int64_t m = x.p->m;
+  for (int64_t m0 = 0; m0 < m; m0 += kW4a8Avx2Rows) {
+    if (m - m0 >= 2) {
+      W4a8Avx2Rows<2>(x, panel, m0, t);
+    } else {
+      W4a8Avx2Rows<1>(x, panel, m0, t);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- w8a8-fp8, float32 FMA
+
+constexpr int kFp8Avx2Rows = 3;
+constexpr int64_t kFp8Avx2BlockQuads = 64;  // 256 k of the panel in float32: 32 KiB
+
+// 16 e4m3 bytes (u16 lanes) -> float16 bits of 2^-8 their value (exact; NaN stays NaN).
+XK_AVX2_INLINE __m256i E4m3ToF16Scaled(__m256i x) {
+  const __m256i em = _mm256_and_si256(x, _mm256_set1_epi16(0x7F));
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(x, 8), _mm256_set1_epi16(static_cast<short>(0x8000)));
+  const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7C00));
+  return _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(em, 7), sign), nan);
+}
+
+// Quads [q0, q1) of a panel (e4m3, [quads][32][4]) as float32 2^-8 their value, [k][32].
+XK_AVX2 void ConvertFp8BlockF32(const uint8_t* w, int64_t q0, int64_t q1, float* dst) {
+  // Within each 128-bit lane (4 channels x 4 k) gather by k, then the lanes' dwords in k order:
+  // bytes 8i .. 8i + 7 of the result are channels 0..7 at k = i.
+  const __m256i by_k = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9,
+                                        13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i lanes = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t q = q0; q < q1; ++q) {
+    float* out = dst + (q - q0) * 4 * kP;
+    for (int j = 0; j < 4; ++j) {  // channels 8j .. 8j + 7
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32));
+      const __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(raw, by_k), lanes);
+      const __m256i h01 = E4m3ToF16Scaled(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)));       // k = 0, 1
+      const __m256i h23 = E4m3ToF16Scaled(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)));  // k = 2, 3
+      _mm256_storeu_ps(out + 0 * kP + j * 8, _mm256_cvtph_ps(_mm256_castsi256_si128(h01)));
+      _mm256_storeu_ps(out + 1 * kP + j * 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h01, 1)));
+      _mm256_storeu_ps(out + 2 * kP + j * 8, _mm256_cvtph_ps(_mm256_castsi256_si128(h23)));
+      _mm256_storeu_ps(out + 3 * kP + j * 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h23, 1)));
+    }
+  }
+}
+
+// acc = fma(a[k], W[k], acc) for k in [k0, k1) of the block (W: [k - kb][32] float32), rows [m0, m0 + R),
+// the partial sums carried in `partial` ([m][32], exact float32) between blocks.
+template <int R>
+XK_AVX2_INLINE void Fp8Avx2Chain(const Prepared& x, const float* block, int64_t kb, int64_t k0, int64_t k1,
+                                 int64_t m0, bool first, float* partial) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < 4; ++j) acc[r][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + (m0 + r) * kP + j * 8);
+  }
+  const float* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const float*>(x.a) + (m0 + r) * x.stride;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* wk = block + (k - kb) * kP;
+    const __m256 w0 = _mm256_loadu_ps(wk), w1 = _mm256_loadu_ps(wk + 8), w2 = _mm256_loadu_ps(wk + 16),
+                 w3 = _mm256_loadu_ps(wk + 24);
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a[r] + k);
+      acc[r][0] = _mm256_fmadd_ps(av, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, w1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(av, w2, acc[r][2]);
+      acc[r][3] = _mm256_fmadd_ps(av, w3, acc[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(partial + (m0 + r) * kP + j * 8, acc[r][j]);
+  }
+}
+
+XK_AVX2 void Fp8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4, groups = p.groups, m = p.m;
+  const int64_t per_group = groups == 1 ? quads : p.group / 4;
+  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * quads * 128;
+  float* block = static_cast<float*>(x.scratch);
+  float* partial = block + kFp8Avx2BlockQuads * 4 * kP;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t g0 = g * per_group, g1 = std::min(quads, g0 + per_group);
+    for (int64_t q0 = g0; q0 < g1; q0 += kFp8Avx2BlockQuads) {
+      const int64_t q1 = std::min(g1, q0 + kFp8Avx2BlockQuads);
+      ConvertFp8BlockF32(w, q0, q1, block);
+      for (int64_t m0 = 0; m0 < m; m0 += kFp8Avx2Rows) {
+        switch (std::min<int64_t>(kFp8Avx2Rows, m - m0)) {
+          case 1: Fp8Avx2Chain<1>(x, block, q0 * 4, q0 * 4, q1 * 4, m0, q0 == g0, partial); break;
+          case 2: Fp8Avx2Chain<2>(x, block, q0 * 4, q0 * 4, q1 * 4, m0, q0 == g0, partial); break;
+          default: Fp8Avx2Chain<3>(x, block, q0 * 4, q0 * 4, q1 * 4, m0, q0 == g0, partial); break;
+        }
+      }
+    }
+    const int64_t at = (panel * groups + g) * kP;
+    for (int64_t r = 0; r < m; ++r) {
+      const __m256 sa = _mm256_set1_ps(x.scale_a[r]);
+      for (int j = 0; j < 4; ++j) {
+        // The sum in true scale (* 2^8, exact), then the epilogue.
+        const __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(partial + r * kP + j * 8), _mm256_set1_ps(256.0f));
+        __m256 f = _mm256_mul_ps(_mm256_mul_ps(acc, sa), _mm256_loadu_ps(p.scales + at + j * 8));
+        if (g > 0) f = _mm256_add_ps(_mm256_loadu_ps(t + r * kP + j * 8), f);
+        _mm256_storeu_ps(t + r * kP + j * 8, f);
+      }
+    }
+  }
+}
+
+int64_t Fp8Avx2Scratch(int64_t m, int64_t) { return (kFp8Avx2BlockQuads * 4 + m) * kP * 4; }
+
+}  // namespace
+
+PanelKernel Int8Avx512VnniKernel() { return {Int8VnniPanel, AForm::kUint8, "avx512-vnni", nullptr}; }
+PanelKernel W4a8Avx512VnniKernel() { return {W4a8VnniPanel, AForm::kInt8, "avx512-vnni", nullptr}; }
+PanelKernel Fp8Avx512Bf16Kernel() { return {Fp8Bf16Panel, AForm::kBf16, "avx512-bf16", Fp8Bf16Scratch}; }
+PanelKernel Int8Avx2Kernel() { return {Int8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
+PanelKernel W4a8Avx2Kernel() { return {W4a8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
+PanelKernel Fp8Avx2Kernel() { return {Fp8Avx2Panel, AForm::kFloat32, "avx2-fma", Fp8Avx2Scratch}; }
+
+}  // namespace xllm_kernel::cpu::scaled_mm_detail
+
+#endif  // x86-64
