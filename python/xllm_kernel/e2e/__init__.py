@@ -6,7 +6,7 @@ one static batch, prefill then decode into a paged cache that lives for one run.
 
 Modules: config (presets, workload, usage checks, --weights' schemes and bytes), model (the runner's
 decoder), quantize (--weights: the quantized linears and the reference's W), reference (the float64
-model it is validated against), worker (one side in its own process), invariance (--batch-invariant:
-each sequence alone against the batch, bit for bit), report (JSON, Markdown, plot), cli (the
-command, the sides, --distributed).
+model it is validated against, quantizing its activations where the runner's linears do), worker
+(one side in its own process), invariance (--batch-invariant: each sequence alone against the
+batch, bit for bit), report (JSON, Markdown, plot), cli (the command, the sides, --distributed).
 """

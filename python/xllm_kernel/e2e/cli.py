@@ -5,6 +5,7 @@
     torchrun --nproc-per-node 2 -m xllm_kernel.e2e --distributed --preset tiny --output e2e.json
     python -m xllm_kernel.e2e --preset tiny --batch 4 --prompt-len 5,9,13,17 --batch-invariant --sides selected
     python -m xllm_kernel.e2e --preset tiny --kv-cache-dtype int8 --output e2e.json
+    python -m xllm_kernel.e2e --preset tiny --weights w8a8-int8 --output e2e.json
 
 Each side runs in a process of its own (initialize() selects once per process): `selected` (what
 initialize picks), `torch` (every operation overridden to the torch solution), `compile`
@@ -12,9 +13,13 @@ initialize picks), `torch` (every operation overridden to the torch solution), `
 `attn-torch=paged_attention:torch`). GEMMs are torch's F.linear unless --weights SCHEME: then every
 linear (qkv, o_proj, gate_up, down, LM head) is the library's `linear` on weights quantized from the
 random ones and packed once at load by the side's own `linear_pack` (the torch and compile sides:
-the torch solution's). --kv-cache-dtype fp8|int8 stores the paged KV cache in one byte per element
-with float32 scales: reshape_and_cache_quant writes it and paged_attention_quant reads it in place
-of reshape_and_cache and paged_attention (the float64 reference quantizes its K/V the same way).
+the torch solution's). The activation-quantized schemes (--weights w8a8-int8|w8a8-fp8|w4a8)
+quantize each linear's input per token in the operation that writes it (rms_norm_per_token_quant,
+fused_add_rms_norm_per_token_quant, silu_and_mul_per_token_quant) and multiply with scaled_mm;
+o_proj and the LM head use linear_dynamic_quant (the float64 reference quantizes its inputs the
+same way). --kv-cache-dtype fp8|int8 stores the paged KV cache in one byte per element with float32
+scales: reshape_and_cache_quant writes it and paged_attention_quant reads it in place of
+reshape_and_cache and paged_attention (the float64 reference quantizes its K/V the same way).
 --batch-invariant adds the side `invariant` after `selected`:
 initialize(batch_invariant=True), timed like the others (the report gives its tokens/s over
 selected's), then every sequence of the workload rerun alone (greedy) and compared bit for bit with
@@ -37,10 +42,11 @@ import sys
 import tempfile
 
 from xllm_kernel.e2e import report as rep
-from xllm_kernel.e2e.config import (DTYPES, KV_CACHE_DTYPES, KV_CACHE_SCALES, PRESETS, WEIGHT_SCHEMES, UsageError,
-                                    Workload, check, check_kv_cache_dtype, check_weights, kv_cache_operations,
-                                    kv_cache_report, model_config, normalize_kv_cache_dtype, weight_report,
-                                    weight_spec)
+from xllm_kernel.e2e.config import (ACTIVATION_SCHEMES, DTYPES, KV_CACHE_DTYPES, KV_CACHE_SCALES,
+                                    PACKED_OPERATIONS, PRESETS, QUANTIZED_PRODUCERS, WEIGHT_SCHEMES, UsageError,
+                                    WeightSpec, Workload, check, check_kv_cache_dtype, check_weights,
+                                    kv_cache_operations, kv_cache_report, model_config, normalize_kv_cache_dtype,
+                                    weight_operations, weight_report, weight_spec)
 
 PROG = "python -m xllm_kernel.e2e"
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
@@ -66,11 +72,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="bfloat16", help=f"{', '.join(DTYPES)} (default bfloat16)")
     g.add_argument("--device", default="cpu", help="cpu, cuda or npu (a rank of --distributed: cuda/npu:LOCAL_RANK)")
     g.add_argument("--weights", metavar="SCHEME",
-                   help=f"one of {', '.join(WEIGHT_SCHEMES)}: every linear through the library's linear on weights "
-                        "in that scheme, packed once at load (int8 per channel, fp8 128x128 blocks, int4 symmetric "
-                        "groups); default: torch's F.linear on the --dtype weights")
+                   help=f"one of {', '.join(WEIGHT_SCHEMES)}: every linear through the library's linear family on "
+                        "weights in that scheme, packed once at load (int8 per channel, fp8 128x128 blocks, int4 "
+                        "symmetric groups: linear; w8a8-int8 per channel, w8a8-fp8 per channel, w4a8 int4 groups: "
+                        "activations quantized per token by the norm / activation before the GEMM, scaled_mm, and "
+                        "linear_dynamic_quant for o_proj and the LM head); default: torch's F.linear on the --dtype "
+                        "weights")
     g.add_argument("--lm-head-weights", metavar="SCHEME", help="the LM head's scheme (default: --weights')")
-    g.add_argument("--group-size", type=int, default=128, help="int4's group along K (default 128)")
+    g.add_argument("--group-size", type=int, default=128,
+                   help="the group along K of int4 and w4a8 (w4a8: a multiple of 8; default 128)")
     g.add_argument("--kv-cache-dtype", default="auto", metavar="DTYPE",
                    help=f"one of {', '.join(KV_CACHE_DTYPES)}: the paged KV cache's storage. auto: the --dtype "
                         "(reshape_and_cache, paged_attention; also spelled bf16, f16 or f32, the --dtype's name); fp8 (float8_e4m3fn) and int8: one byte per element, "
@@ -123,12 +133,29 @@ def _lens(text: str, batch: int, flag: str) -> tuple[int, ...]:
     return tuple(values[i % len(values)] for i in range(batch))
 
 
-def sides(text: str, linear: bool = False, kv_cache_dtype: str = "auto") -> list[dict]:
+# The operations only some --weights call, and what makes a run call them (a custom side naming
+# one the run does not call is a usage error saying so).
+_WEIGHT_ONLY = ", ".join(s for s in WEIGHT_SCHEMES if s not in ACTIVATION_SCHEMES)
+_ACTIVATION = ", ".join(ACTIVATION_SCHEMES)
+_NEEDS = {"linear_pack": "--weights", "linear": f"--weights (or --lm-head-weights) {_WEIGHT_ONLY}",
+          "scaled_mm": f"--weights {_ACTIVATION}",
+          "linear_dynamic_quant": f"--weights (or --lm-head-weights) {_ACTIVATION}",
+          "fused_add_rms_norm_per_token_quant": f"--weights {_ACTIVATION}",
+          **{q: f"--weights {_ACTIVATION}" for q in QUANTIZED_PRODUCERS.values()},
+          **{p: f"no --weights or --weights {_WEIGHT_ONLY}" for p in QUANTIZED_PRODUCERS}}
+
+
+def sides(text: str, linear: bool = False, kv_cache_dtype: str = "auto",
+          weights: WeightSpec | None = None) -> list[dict]:
     """The --sides list; with `linear` (--weights) the torch and compile sides also override
-    linear_pack and linear, and a custom side may name either (the other follows: a packed weight
-    is only accepted by the linear of the implementation that packed it). With a quantized
-    `kv_cache_dtype` the cache's operations are reshape_and_cache_quant and paged_attention_quant."""
-    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype) + (LINEAR_OPERATIONS if linear else ())
+    linear_pack and linear (with `weights`, every operation its forward calls:
+    config.weight_operations, scaled_mm, linear_dynamic_quant and the quantizing producers for the
+    activation-quantized schemes), and a custom side may name any of the operations on packed
+    weights (the others follow: a packed weight is only accepted by the operations of the
+    implementation that packed it). With a quantized `kv_cache_dtype` the cache's operations are
+    reshape_and_cache_quant and paged_attention_quant."""
+    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype)
+    ops = weight_operations(ops, weights) if weights is not None else ops + (LINEAR_OPERATIONS if linear else ())
     other_cache = set(kv_cache_operations(OPERATIONS, "int8" if kv_cache_dtype == "auto" else "auto")) - set(ops)
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
@@ -141,8 +168,11 @@ def sides(text: str, linear: bool = False, kv_cache_dtype: str = "auto") -> list
             overrides = {}
             for pair in filter(None, spec.split("+")):
                 op, _, target = pair.partition(":")
-                if op in LINEAR_OPERATIONS and not linear:
-                    raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with --weights")
+                if op in _NEEDS and op not in ops:
+                    this = f" (this run: --weights {weights.scheme}, LM head {weights.lm_head_scheme})" if weights \
+                        else ""
+                    raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with "
+                                     f"{_NEEDS[op]}{this}")
                 if op in other_cache:
                     runs = "--kv-cache-dtype fp8 or int8" if op.endswith("_quant") else "--kv-cache-dtype auto"
                     raise UsageError(f"--sides: {pair!r} in {item!r} overrides {op}, which runs only with {runs} "
@@ -151,9 +181,11 @@ def sides(text: str, linear: bool = False, kv_cache_dtype: str = "auto") -> list
                     raise UsageError(f"--sides: {pair!r} in {item!r} must be OPERATION:TARGET with OPERATION one of "
                                      f"{', '.join(ops)}")
                 overrides[op] = target
-            for a, b in (LINEAR_OPERATIONS, LINEAR_OPERATIONS[::-1]):
-                if a in overrides and b not in overrides:
-                    overrides[b] = _paired_target(overrides[a], a, b)
+            given = [op for op in PACKED_OPERATIONS if op in overrides]
+            if given:  # the first named (linear_pack first) sets the others' target
+                for b in PACKED_OPERATIONS:
+                    if b in ops and b not in overrides:
+                        overrides[b] = _paired_target(overrides[given[0]], given[0], b)
             out.append({"name": name, "kind": "custom", "overrides": overrides})
         else:
             raise UsageError(f"--sides: expected selected, torch, compile or NAME=op:target, got {item!r}")
@@ -186,8 +218,9 @@ def with_invariant_side(side_list: list[dict], work: Workload, distributed: bool
 
 
 def _paired_target(target: str, op: str, other: str) -> str:
-    """linear_pack's override for linear's (or the reverse): a solution names both; a full name
-    (cpu.native.linear) the same implementation of the other operation."""
+    """linear_pack's override for linear's (or the reverse, or scaled_mm's, linear_dynamic_quant's):
+    a solution names both; a full name (cpu.native.linear) the same implementation of the other
+    operation."""
     prefix, dot, leaf = target.rpartition(".")
     return f"{prefix}.{other}" if dot and leaf == op else target
 
@@ -358,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         wspec = weight_spec(args.weights, args.lm_head_weights, args.group_size)
         args.kv_cache_dtype = normalize_kv_cache_dtype(args.kv_cache_dtype, args.dtype)
         check_kv_cache_dtype(args.kv_cache_dtype)
-        side_list = sides(args.sides, linear=wspec is not None, kv_cache_dtype=args.kv_cache_dtype)
+        side_list = sides(args.sides, linear=wspec is not None, kv_cache_dtype=args.kv_cache_dtype, weights=wspec)
         if args.batch_invariant:
             side_list = with_invariant_side(side_list, work, args.distributed)
         if args.warmup < 0 or args.repeats < 1:

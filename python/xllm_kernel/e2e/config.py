@@ -203,13 +203,19 @@ def check(model: ModelConfig, work: Workload, world_size: int = 1, dtype: str = 
                          f"(contexts up to {longest}), past the cache's --num-blocks {w.num_blocks}")
 
 
-# ---- --weights: the linears through the library's linear family ---------------------------------------
+# ---- --weights: the linears through the library's linear family -------------------------------------
 
-# linear_pack's schemes, in --weights' spelling.
-WEIGHT_SCHEMES = ("bf16", "f16", "f32", "int8", "fp8", "int4")
+# linear_pack's schemes, in --weights' spelling: weight-only (linear) and activation-quantized
+# (scaled_mm, linear_dynamic_quant).
+WEIGHT_SCHEMES = ("bf16", "f16", "f32", "int8", "fp8", "int4", "w8a8-int8", "w8a8-fp8", "w4a8")
+# The schemes whose linears take activations quantized per token, and the activations' dtype.
+ACTIVATION_SCHEMES = {"w8a8-int8": "int8", "w8a8-fp8": "fp8", "w4a8": "int8"}
+GROUPED_SCHEMES = ("int4", "w4a8")  # --group-size applies to these
 LINEAR_ROLES = ("qkv", "o_proj", "gate_up", "down", "lm_head")
 FP8_BLOCK = 128  # fp8 weights get one scale per 128 x 128 block
-_BITS = {"f32": 32, "bf16": 16, "f16": 16, "int8": 8, "fp8": 8, "int4": 4}
+SCALED_MM_MAX_K = 65535  # scaled_mm's int32 sums are exact up to this K (the contract checks it)
+_BITS = {"f32": 32, "bf16": 16, "f16": 16, "int8": 8, "fp8": 8, "int4": 4, "w8a8-int8": 8, "w8a8-fp8": 8,
+         "w4a8": 4}
 _DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
 
 # How the random weights become each scheme's canonical form (the report quotes it).
@@ -219,13 +225,34 @@ QUANTIZATION = {
     "fp8": "float8_e4m3fn with a scale per 128 x 128 block: s = absmax / 448, q = e4m3fn(w / s) (nearest even)",
     "int4": "symmetric in groups of group_size along K: s = absmax / 8, q = clamp(round(w / s), -8, 7) "
             "(GGUF Q4_0's scale; a group's largest positive value clips to 7 s)",
+    "w8a8-int8": "weights as int8 (symmetric per output channel: s = absmax / 127, q = round(w / s) in [-127, 127]); "
+                 "activations int8 per token (scale = amax / 127), int32 sums, scaled_mm",
+    "w8a8-fp8": "weights float8_e4m3fn with a scale per output channel: s = absmax / 448, q = e4m3fn(w / s) (nearest "
+                "even; per channel as vLLM's w8a8-fp8 checkpoints are, linear_pack also takes per-tensor and 128 x 128 "
+                "block scales); activations e4m3 per token (scale = max(amax / 448, 1 / (448 * 512))), float32 sums, "
+                "scaled_mm",
+    "w4a8": "weights as int4 (symmetric in groups of group_size along K, a multiple of 8: s = absmax / 8, "
+            "q = clamp(round(w / s), -8, 7)); activations int8 per token (scale = amax / 127), int32 sums per group, "
+            "scaled_mm",
 }
+
+# The activation-quantized forward (ACTIVATION_SCHEMES): the producers of qkv's, gate_up's and
+# down's inputs quantize per token as they write (the first layer's input norm, which has no
+# residual yet, is rms_norm_per_token_quant; the others fused_add_rms_norm_per_token_quant), those
+# GEMMs are scaled_mm, o_proj (fed by the attention) and the LM head (by the final norm)
+# linear_dynamic_quant.
+QUANTIZED_PRODUCERS = {"rms_norm": "rms_norm_per_token_quant", "silu_and_mul": "silu_and_mul_per_token_quant"}
+# The operations on packed weights: a packed tensor is accepted only by the implementation (device
+# and solution) whose linear_pack made it, so a side overrides them together.
+PACKED_OPERATIONS = ("linear_pack", "linear", "scaled_mm", "linear_dynamic_quant")
 
 
 @dataclasses.dataclass(frozen=True)
 class WeightSpec:
-    """--weights: the scheme of qkv, o_proj, gate_up and down, the LM head's, and int4's group.
-    Every linear then runs through the library's linear on weights packed once at load."""
+    """--weights: the scheme of qkv, o_proj, gate_up and down, the LM head's, and the group of int4
+    and w4a8. Every linear then runs through the library's linear family on weights packed once at
+    load: linear for the weight-only schemes, scaled_mm / linear_dynamic_quant for the
+    activation-quantized ones."""
 
     scheme: str
     lm_head_scheme: str
@@ -235,8 +262,12 @@ class WeightSpec:
         return self.lm_head_scheme if role == "lm_head" else self.scheme
 
     def pack_group(self, role: str) -> int:
-        """linear_pack's group_size argument: the group for int4, 0 otherwise."""
-        return self.group_size if self.scheme_for(role) == "int4" else 0
+        """linear_pack's group_size argument: the group for int4 and w4a8, 0 otherwise."""
+        return self.group_size if self.scheme_for(role) in GROUPED_SCHEMES else 0
+
+    def activations(self, role: str) -> str | None:
+        """The dtype the role's input is quantized to ("int8", "fp8"), None for a weight-only scheme."""
+        return ACTIVATION_SCHEMES.get(self.scheme_for(role))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -253,7 +284,37 @@ def weight_spec(weights: str | None, lm_head: str | None, group_size: int) -> We
         return None
     if group_size < 1:
         raise UsageError(f"--group-size must be at least 1, got {group_size}")
-    return WeightSpec(weights, lm_head or weights, group_size)
+    spec = WeightSpec(weights, lm_head or weights, group_size)
+    w4a8 = [flag for flag, s in (("--weights", spec.scheme), ("--lm-head-weights", spec.lm_head_scheme))
+            if s == "w4a8"]
+    if w4a8 and group_size % 8:
+        raise UsageError(f"--group-size {group_size} must be a multiple of 8 for {w4a8[0]} w4a8 (scaled_mm's int4 "
+                         f"weights are packed 8 K values at a time)")
+    return spec
+
+
+def weight_operations(operations: tuple[str, ...], spec: WeightSpec | None) -> tuple[str, ...]:
+    """`operations` (model.OPERATIONS, after kv_cache_operations) as the forward of `spec` calls
+    them, plus the operations on packed weights: linear_pack, linear (for a weight-only scheme),
+    scaled_mm and linear_dynamic_quant (for an activation-quantized one), and for activation-quantized
+    layers the quantizing producers in place of rms_norm and silu_and_mul, and
+    fused_add_rms_norm_per_token_quant beside fused_add_rms_norm (which the final norm keeps)."""
+    if spec is None:
+        return operations
+    layers, head = spec.activations("qkv") is not None, spec.activations("lm_head") is not None
+    out: list[str] = []
+    for op in operations:
+        out.append(QUANTIZED_PRODUCERS.get(op, op) if layers else op)
+        if layers and op == "fused_add_rms_norm":
+            out.append("fused_add_rms_norm_per_token_quant")
+    out.append("linear_pack")
+    if not (layers and head):
+        out.append("linear")
+    if layers:
+        out.append("scaled_mm")
+    if layers or head:
+        out.append("linear_dynamic_quant")
+    return tuple(out)
 
 
 def linear_shapes(m: ModelConfig, world_size: int = 1) -> list[dict[str, Any]]:
@@ -267,40 +328,77 @@ def linear_shapes(m: ModelConfig, world_size: int = 1) -> list[dict[str, Any]]:
             {"role": "lm_head", "n": m.vocab_size, "k": h, "count": 1}]
 
 
+def _groups(scheme: str, k: int, group_size: int) -> int:
+    """linear_pack's K groups: one scale (and int32 sum) per output channel and group."""
+    if scheme in ("int8", "w8a8-int8", "w8a8-fp8"):
+        return 1
+    if scheme == "fp8":
+        return math.ceil(k / FP8_BLOCK)
+    if scheme in GROUPED_SCHEMES:
+        return k // group_size if group_size else 0
+    return 0
+
+
 def linear_bytes(scheme: str, n: int, k: int, group_size: int = 128) -> int:
-    """The bytes linear reads for one [N, K] weight: the stored weights (N K bits / 8) and, for the
-    quantized schemes, linear_pack's float32 scales: one per output channel and K group (int8: one
-    group; fp8: ceil(K / 128) groups, the block scales expanded per channel; int4: K / group_size).
-    The packed tensor's header and its padding of N to panels of 32 rows are not counted."""
+    """The bytes linear (or scaled_mm) reads for one [N, K] weight: the stored weights (N K bits / 8)
+    and, for the quantized schemes, linear_pack's float32 scales: one per output channel and K group
+    (int8, w8a8-int8 and w8a8-fp8 (per channel): one group; fp8: ceil(K / 128) groups, the block
+    scales expanded per channel; int4, w4a8: K / group_size), and for w8a8-int8 and w4a8 the int32
+    sums of each channel's weights over each group (what an activation zero point, or a kernel's
+    unsigned shift, subtracts): 4 bytes per channel and group. The packed tensor's header and its
+    padding of N to panels of 32 rows (and of K to 4 for w8a8) are not counted."""
     payload = n * math.ceil(k * _BITS[scheme] / 8)
-    groups = {"int8": 1, "fp8": math.ceil(k / FP8_BLOCK), "int4": k // group_size if group_size else 0}.get(scheme, 0)
-    return payload + 4 * n * groups
+    groups = _groups(scheme, k, group_size)
+    sums = 4 * n * groups if scheme in ("w8a8-int8", "w4a8") else 0
+    return payload + 4 * n * groups + sums
 
 
 def weight_report(m: ModelConfig, spec: WeightSpec | None, dtype: str, world_size: int = 1) -> dict[str, Any]:
-    """The report's `weights`: the schemes, how they were made, and the bytes of all linears one
-    decode step reads (on one rank)."""
+    """The report's `weights`: the schemes, how they were made, the operations each linear ran, and
+    the bytes of all linears one decode step reads (on one rank)."""
     roles = []
     for s in linear_shapes(m, world_size):
         if spec is None:
             scheme, per = dtype, s["n"] * s["k"] * _DTYPE_BITS[dtype] // 8
+            ops = ["F.linear"]
         else:
             scheme = spec.scheme_for(s["role"])
             per = linear_bytes(scheme, s["n"], s["k"], spec.group_size)
-        roles.append(dict(s, scheme=scheme, bytes=per * s["count"]))
+            ops = linear_role_operations(spec, s["role"])
+        row = dict(s, scheme=scheme, bytes=per * s["count"], operations=ops)
+        if spec is not None and scheme in ACTIVATION_SCHEMES:
+            payload = s["n"] * math.ceil(s["k"] * _BITS[scheme] / 8)
+            groups = _groups(scheme, s["k"], spec.group_size)
+            row.update(weight_bytes=payload * s["count"], scale_bytes=4 * s["n"] * groups * s["count"],
+                       sum_bytes=(per - payload - 4 * s["n"] * groups) * s["count"],
+                       activations=ACTIVATION_SCHEMES[scheme])
+        roles.append(row)
     used = [] if spec is None else list(dict.fromkeys(spec.scheme_for(r) for r in LINEAR_ROLES))
+    quantized_activations = any(s in ACTIVATION_SCHEMES for s in used)
+    if spec is None:
+        linear = "torch F.linear on the --dtype weights"
+    elif quantized_activations:
+        linear = ("xllm_kernel linear family (weights packed once at load by the side's linear_pack; activations "
+                  "quantized per token: scaled_mm after the quantizing norm / activation, linear_dynamic_quant "
+                  "for o_proj and the LM head" + (", linear for the weight-only schemes" if
+                                                     any(s not in ACTIVATION_SCHEMES for s in used) else "") + ")")
+    else:
+        linear = "xllm_kernel linear (weights packed once at load by the side's linear_pack)"
     return {
         "scheme": spec.scheme if spec else None,
         "lm_head_scheme": spec.lm_head_scheme if spec else None,
-        "group_size": spec.group_size if spec and "int4" in used else None,
-        "linear": "xllm_kernel linear (weights packed once at load by the side's linear_pack)" if spec
-        else "torch F.linear on the --dtype weights",
+        "group_size": spec.group_size if spec and any(s in GROUPED_SCHEMES for s in used) else None,
+        "linear": linear,
         "quantization": {s: QUANTIZATION[s] for s in used},
         "bytes_per_decode_step": sum(r["bytes"] for r in roles),
         "bytes_counted": ("per decode step, every linear's weight once (qkv, o_proj, gate_up, down of each layer and "
                           "the LM head" + (", this rank's shards" if world_size > 1 else "") + "): the stored "
                           "weights (N K bits / 8) plus linear_pack's float32 scales (one per output channel and K "
-                          "group); packed headers, panel padding and biases not counted") if spec else
+                          "group)" + (" and, for w8a8-int8 and w4a8, its int32 weight sums (one per output channel "
+                                      "and K group)" if any(s in ("w8a8-int8", "w4a8") for s in used) else "") +
+                          "; packed headers, panel padding and biases not counted"
+                          + ("; the activations' per-token scales not counted" if quantized_activations else ""))
+        if spec else
                          ("per decode step, every linear's weight once (qkv, o_proj, gate_up, down of each layer and "
                           "the LM head" + (", this rank's shards" if world_size > 1 else "") + "): N K elements "
                           "of the --dtype; biases not counted"),
@@ -308,15 +406,29 @@ def weight_report(m: ModelConfig, spec: WeightSpec | None, dtype: str, world_siz
     }
 
 
+def linear_role_operations(spec: WeightSpec, role: str) -> list[str]:
+    """The operations that make a role's output from its input (the report's roles[].operations)."""
+    if spec.activations(role) is None:
+        return ["linear"]
+    return {"qkv": ["rms_norm_per_token_quant (first layer) / fused_add_rms_norm_per_token_quant", "scaled_mm"],
+            "gate_up": ["fused_add_rms_norm_per_token_quant", "scaled_mm"],
+            "down": ["silu_and_mul_per_token_quant", "scaled_mm"]}.get(role, ["linear_dynamic_quant"])
+
+
 def check_weights(model: ModelConfig, spec: WeightSpec | None, world_size: int = 1) -> None:
-    """int4's group must divide K of every int4 linear (on each rank)."""
+    """The group of int4 and w4a8 must divide K of every such linear (on each rank); scaled_mm's
+    K is at most SCALED_MM_MAX_K."""
     if spec is None:
         return
+    where = f" on each of {world_size} ranks" if world_size > 1 else ""
     for s in linear_shapes(model, world_size):
-        if spec.scheme_for(s["role"]) == "int4" and s["k"] % spec.group_size:
-            where = f" on each of {world_size} ranks" if world_size > 1 else ""
-            raise UsageError(f"--group-size {spec.group_size} must divide K of every int4 linear: {s['role']} has "
+        scheme = spec.scheme_for(s["role"])
+        if scheme in GROUPED_SCHEMES and s["k"] % spec.group_size:
+            raise UsageError(f"--group-size {spec.group_size} must divide K of every {scheme} linear: {s['role']} has "
                              f"K = {s['k']}{where}")
+        if scheme in ACTIVATION_SCHEMES and s["k"] > SCALED_MM_MAX_K:
+            raise UsageError(f"--weights {scheme}: scaled_mm's int32 sums are exact for K up to {SCALED_MM_MAX_K}, "
+                             f"and {s['role']} has K = {s['k']}{where}")
 
 
 # ---- --kv-cache-dtype: the paged KV cache's storage ------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from xllm_kernel.e2e.config import Workload
-from xllm_kernel.e2e.model import Ops, Runner
+from xllm_kernel.e2e.model import ROLE_OPERATIONS, Ops, Runner
 
 _INTEGER_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -131,10 +131,15 @@ def generate(runner: Runner, ops: Ops | None = None, after_step: Callable[[], No
 
 # ---- where the first difference comes from -----------------------------------------------------------
 
-# What each step of the forward writes: its result, or (in place) the arguments at these positions.
-_IN_PLACE = {"fused_add_rms_norm": ((0, "hidden"), (1, "residual")), "rotary_embedding": ((1, "query"), (2, "key"))}
+# What each step of the forward writes: its result (each tensor of a tuple: a quantizing producer's
+# q and scale), and (in place) the arguments at these positions.
+_IN_PLACE = {"fused_add_rms_norm": ((0, "hidden"), (1, "residual")), "rotary_embedding": ((1, "query"), (2, "key")),
+             "fused_add_rms_norm_per_token_quant": ((1, "residual"),)}
+_TUPLE_OUTPUTS = ("quantized", "scale")
 _LIBRARY = {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
-            "reshape_and_cache_quant", "paged_attention_quant", "silu_and_mul", "sample", "linear"}
+            "reshape_and_cache_quant", "paged_attention_quant", "silu_and_mul", "sample", "linear",
+            "rms_norm_per_token_quant", "fused_add_rms_norm_per_token_quant", "silu_and_mul_per_token_quant",
+            "scaled_mm", "linear_dynamic_quant"}
 
 
 class Tracer:
@@ -178,28 +183,35 @@ class Tracer:
                     for what, scale in zip(("key scale rows", "value scale rows"), args[5:7]):
                         if scale.dim() == 3:  # int8: the scale of each written (slot, KV head) row
                             self._keep(name, what, scale.view(-1, scale.shape[-1]).index_select(0, slots), library)
-                elif name in _IN_PLACE:
-                    for i, what in _IN_PLACE[name]:
+                else:
+                    for i, what in _IN_PLACE.get(name, ()):
                         self._keep(name, what, args[i], library)
-                elif isinstance(out, torch.Tensor):
-                    self._keep(name, "output", out, library)
+                    if isinstance(out, tuple):
+                        for what, t in zip(_TUPLE_OUTPUTS, out):
+                            self._keep(name, what, t, library)
+                    elif isinstance(out, torch.Tensor) and name not in _IN_PLACE:
+                        self._keep(name, "output", out, library)
             return out
         return traced
 
     def ops(self, ops: Ops) -> Ops:
         fields = {f.name: getattr(ops, f.name) for f in dataclasses.fields(ops)}
-        wrapped = {k: (self.wrap(k, v) if callable(v) and k != "linear" else v) for k, v in fields.items()}
-        linear, step, library = ops.linear, ops.linear_step, ops.linear_step == "linear"
+        wrapped = {k: (self.wrap(k, v) if callable(v) and k not in ROLE_OPERATIONS else v) for k, v in fields.items()}
 
-        def traced_linear(x, w, b=None, role="gemm"):
-            out = linear(x, w, b, role=role)
-            if self.active:
-                self._keep(f"{step}.{role}", "output", out, library)
-            if role == "down":
-                self._downs += 1
-            return out
+        def traced_gemm(fn: Callable, step: str, library: bool) -> Callable:
+            def traced(*args, role="gemm"):
+                out = fn(*args, role=role)
+                if self.active:
+                    self._keep(f"{step}.{role}", "output", out, library)
+                if role == "down":
+                    self._downs += 1
+                return out
+            return traced
 
-        wrapped["linear"] = traced_linear
+        wrapped["linear"] = traced_gemm(ops.linear, ops.linear_step, ops.linear_step == "linear")
+        for op in ("scaled_mm", "linear_dynamic_quant"):
+            if fields[op] is not None:
+                wrapped[op] = traced_gemm(fields[op], op, True)
         return Ops(**wrapped)
 
 

@@ -12,6 +12,12 @@ over a paged KV cache, every non-GEMM step a catalog operation, GEMMs torch's (F
     loaded = load(model, weights, device=..., dtype=..., linears=shards, pack=bindings["linear_pack"].function)
     runner = Runner(model, loaded, work, ops=library_ops(bindings, linear=True), ...)
 
+    # --weights w8a8-int8 (w8a8-fp8, w4a8): activations quantized per token, scaled_mm
+    spec = weight_spec("w8a8-int8", None, 128)
+    shards = quantize.quantize_shards(model, weights, spec)
+    loaded = load(model, weights, ..., linears=shards, pack=bindings["linear_pack"].function)
+    runner = Runner(model, loaded, work, ops=library_ops(bindings, weights=spec), ...)
+
     # --kv-cache-dtype int8 (or fp8): one-byte caches with float32 scales
     runner = Runner(model, weights, work, ops=library_ops(bindings, kv_cache_dtype="int8"), ..., kv_cache_dtype="int8")
 
@@ -23,6 +29,15 @@ quantized KV cache (kv_cache_dtype fp8 or int8) reshape_and_cache_quant and page
 take the place of reshape_and_cache and paged_attention: fp8 caches with a k_scale and v_scale per
 layer, calibrated on the runner's first prefill unless given (kv_scales); int8 caches with a scale
 per (slot, KV head) that the write stores.
+
+Activation-quantized linears (--weights w8a8-int8, w8a8-fp8, w4a8; the LM head by its own scheme):
+the norm before qkv is rms_norm_per_token_quant (first layer: no residual yet) or
+fused_add_rms_norm_per_token_quant (residual += h in place, as fused_add_rms_norm, then the norm
+quantized per token: int8, or e4m3 for w8a8-fp8), whose (q, scale) feed scaled_mm for qkv; the one
+before gate_up likewise; silu_and_mul_per_token_quant feeds scaled_mm for down; o_proj (on the
+attention's output) and the LM head (on the final norm's) are linear_dynamic_quant. scaled_mm's
+out_dtype is the run's dtype. The residual stream and the normalized rows are those of the plain
+path bit for bit: the fused producers round them as the unfused operations do before quantizing.
 
 Tensor parallel (world > 1): qkv and gate_up are column-parallel (each rank its heads and its
 slice of the intermediate size), o_proj and down row-parallel followed by an all-reduce; the
@@ -39,14 +54,20 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from xllm_kernel.e2e.config import ModelConfig, Workload, check_kv_cache_dtype, kv_cache_operations
+from xllm_kernel.e2e.config import (ACTIVATION_SCHEMES, ModelConfig, WeightSpec, Workload, check_kv_cache_dtype,
+                                    kv_cache_operations, weight_operations)
 
 # The catalog operations the runner calls, in layer order (kv_cache_operations(OPERATIONS, kv_cache_dtype):
 # those of a quantized KV cache).
 OPERATIONS = ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "reshape_and_cache", "paged_attention",
               "silu_and_mul", "sample")
-# With --weights, also these: linear_pack at load, linear for every GEMM.
+# With --weights, also these: linear_pack at load, linear for every GEMM (a weight-only scheme; an
+# activation-quantized one: config.weight_operations).
 LINEAR_OPERATIONS = ("linear_pack", "linear")
+# The GEMM steps, called with role= (qkv, o_proj, gate_up, down, lm_head): the profile names each
+# call <step>.<role>.
+ROLE_OPERATIONS = ("linear", "scaled_mm", "linear_dynamic_quant")
+_ACTIVATION_DTYPES = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 _KV_STORAGE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 _FP8_MAX = 448.0  # the largest float8_e4m3fn value: an fp8 scale maps the calibrated amax onto it
 
@@ -134,6 +155,10 @@ class Loaded:
     head: torch.Tensor
     layers: list[dict]
     packed: bool = False
+    # The dtype the linears' inputs are quantized to per token (int8, float8_e4m3fn: scaled_mm and
+    # linear_dynamic_quant), None for weight-only linears: the layers' and the LM head's.
+    layer_activations: torch.dtype | None = None
+    head_activations: torch.dtype | None = None
 
     def linear_tensors(self) -> list[torch.Tensor]:
         return [layer[k] for layer in self.layers for k in ("qkv", "o", "gate_up", "down")] + [self.head]
@@ -163,8 +188,17 @@ def load(m: ModelConfig, weights: dict[str, torch.Tensor], *, device: torch.devi
         layers.append({"input_norm": g("input_layernorm.weight").to(**to), "qkv": f["qkv"], "qkv_bias": bias,
                        "o": f["o_proj"], "post_norm": g("post_attention_layernorm.weight").to(**to),
                        "gate_up": f["gate_up"], "down": f["down"]})
+    acts = {}
+    if linears is not None:
+        acts = {"layer_activations": _activations(linears["layers"][0]["qkv"].scheme) if linears["layers"] else None,
+                "head_activations": _activations(linears["lm_head"].scheme)}
     return Loaded(embed=weights["model.embed_tokens.weight"].to(**to), final_norm=weights["model.norm.weight"].to(**to),
-                  head=head, layers=layers, packed=linears is not None)
+                  head=head, layers=layers, packed=linears is not None, **acts)
+
+
+def _activations(scheme: str) -> torch.dtype | None:
+    a = ACTIVATION_SCHEMES.get(scheme)
+    return None if a is None else _ACTIVATION_DTYPES[a]
 
 
 def rope_cache(m: ModelConfig, positions: int) -> torch.Tensor:
@@ -195,36 +229,62 @@ class Ops:
     all-reduce). A field per step, so that the profiling pass wraps each with a timer and the timed
     pass calls them bare."""
 
-    rms_norm: Callable
     fused_add_rms_norm: Callable
     rotary_embedding: Callable
-    silu_and_mul: Callable
     sample: Callable
+    # Weight-only linears (or torch's): the plain norm and activation; activation-quantized ones
+    # (--weights w8a8-*, w4a8): the producers that quantize per token as they write.
+    rms_norm: Callable | None = None
+    silu_and_mul: Callable | None = None
+    rms_norm_per_token_quant: Callable | None = None
+    fused_add_rms_norm_per_token_quant: Callable | None = None
+    silu_and_mul_per_token_quant: Callable | None = None
     # The cache's write and attention: the plain pair, or (a quantized KV cache) the quantized one.
     reshape_and_cache: Callable | None = None
     paged_attention: Callable | None = None
     reshape_and_cache_quant: Callable | None = None
     paged_attention_quant: Callable | None = None
     linear: Callable = linear
+    # GEMMs on quantized activations (role= as linear's): scaled_mm(a, packed, scale_a, azp, bias,
+    # out_dtype) and linear_dynamic_quant(input, packed, bias).
+    scaled_mm: Callable | None = None
+    linear_dynamic_quant: Callable | None = None
     embedding: Callable = F.embedding
     all_reduce: Callable | None = None
     linear_step: str = "gemm"  # the profile's name of the GEMMs: gemm.<role> (torch's), linear.<role> (the library's)
 
 
+def with_role(fn: Callable) -> Callable:
+    """`fn` (a binding or a torch.ops.xllm_kernel operation) taking role= for the profile, as linear does."""
+    def call(*args, role: str = ""):
+        return fn(*args)
+    return call
+
+
 def library_ops(bindings, *, dispatcher: bool = False, all_reduce: Callable | None = None,
-                linear: bool = False, kv_cache_dtype: str = "auto") -> Ops:
+                linear: bool = False, kv_cache_dtype: str = "auto", weights: WeightSpec | None = None) -> Ops:
     """The published bindings (the prepared functions, one indirect call each); with dispatcher,
     torch.ops.xllm_kernel.* (what torch.compile traces through the fakes), the same bindings.
-    With linear, the GEMMs are the library's linear (on packed weights: load(linears=...)). With
-    kv_cache_dtype fp8 or int8, the quantized cache's write and attention."""
-    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype) + (("linear",) if linear else ())
+    With linear, the GEMMs are the library's linear (on packed weights: load(linears=...)); with
+    `weights` (--weights), the operations its forward calls (config.weight_operations: linear,
+    or for activation-quantized schemes the quantizing producers, scaled_mm and
+    linear_dynamic_quant). With kv_cache_dtype fp8 or int8, the quantized cache's write and attention."""
+    ops = kv_cache_operations(OPERATIONS, kv_cache_dtype)
+    if weights is not None:
+        ops = tuple(op for op in weight_operations(ops, weights) if op != "linear_pack")
+    elif linear:
+        ops += ("linear",)
     if dispatcher:
         ns = torch.ops.xllm_kernel
         fns = {op: getattr(ns, op).default for op in ops}
     else:
         fns = {op: bindings[op].function for op in ops}
-    if linear:
+    if "linear" in fns:
         fns["linear"] = packed_linear(fns["linear"])
+    for op in ("scaled_mm", "linear_dynamic_quant"):
+        if op in fns:
+            fns[op] = with_role(fns[op])
+    if weights is not None or linear:
         fns["linear_step"] = "linear"
     return Ops(**fns, all_reduce=all_reduce)
 
@@ -266,19 +326,27 @@ class Profiler:
             self._events.clear()
 
     def ops(self, ops: Ops) -> Ops:
-        """`ops` with every step timed; GEMMs by their role (the `name` the model passes)."""
+        """`ops` with every step timed; GEMMs by their role (the `name` the model passes):
+        <linear_step>.<role> for linear (gemm: torch's, linear: the library's), scaled_mm.<role> and
+        linear_dynamic_quant.<role>."""
         fields = {f.name: getattr(ops, f.name) for f in dataclasses.fields(ops)}
-        wrapped = {k: (self.wrap(k, v) if callable(v) and k != "linear" else v) for k, v in fields.items()}
-        linear, step = ops.linear, ops.linear_step
+        wrapped = {k: (self.wrap(k, v) if callable(v) and k not in ROLE_OPERATIONS else v) for k, v in fields.items()}
         wrappers: dict[str, Callable] = {}
 
-        def timed_linear(x, w, b=None, role="gemm"):
-            fn = wrappers.get(role)
-            if fn is None:
-                fn = wrappers[role] = self.wrap(f"{step}.{role}", linear)
-            return fn(x, w, b)
+        def by_role(step: str, fn: Callable) -> Callable:
+            def timed(*args, role: str = "gemm"):
+                name = f"{step}.{role}"
+                timed_fn = wrappers.get(name)
+                if timed_fn is None:
+                    timed_fn = wrappers[name] = self.wrap(name, lambda *a: fn(*a, role=role))
+                return timed_fn(*args)
+            return timed
 
-        wrapped["linear"] = timed_linear
+        linear = ops.linear
+        wrapped["linear"] = by_role(ops.linear_step, lambda x, w, b=None, role="gemm": linear(x, w, b, role=role))
+        for op in ("scaled_mm", "linear_dynamic_quant"):
+            if fields[op] is not None:
+                wrapped[op] = by_role(op, fields[op])
         return Ops(**wrapped)
 
 
@@ -361,6 +429,7 @@ class Runner:
             weights = load(m, weights, device=device, dtype=dtype, rank=rank, world_size=world_size)
         self.embed, self.head, self.final_norm = weights.embed, weights.head, weights.final_norm
         self.layers = weights.layers
+        self.layer_activations, self.head_activations = weights.layer_activations, weights.head_activations
         longest = max(work.prompt_lens) + work.output_len
         self.cos_sin = rope_cache(m, longest).to(device)
         self.scale = hd ** -0.5
@@ -433,16 +502,25 @@ class Runner:
         (quantized with key_scales and value_scales, per layer, when given)."""
         m, hd = self.m, self.m.head_dim
         nq, nkv = self.q_heads * hd, self.kv_heads * hd
+        eps, qa = m.rms_norm_eps, self.layer_activations  # qa: the dtype of scaled_mm's activations, or None
         h = ops.embedding(tokens, self.embed)  # [T, hidden]
         residual = None
         for i, layer in enumerate(self.layers):
-            if residual is None:
-                residual = h
-                x = ops.rms_norm(h, layer["input_norm"], m.rms_norm_eps)
+            if qa is not None:  # the norm quantizes per token as it writes: (a, scale_a) [T, hidden], [T, 1]
+                if residual is None:
+                    residual = h
+                    a, scale_a = ops.rms_norm_per_token_quant(h, layer["input_norm"], eps, qa, None)
+                else:  # residual += h (in place); h is not written
+                    a, scale_a = ops.fused_add_rms_norm_per_token_quant(h, residual, layer["input_norm"], eps, qa, None)
+                qkv = ops.scaled_mm(a, layer["qkv"], scale_a, None, layer["qkv_bias"], self.dtype, role="qkv")
             else:
-                ops.fused_add_rms_norm(h, residual, layer["input_norm"], m.rms_norm_eps)  # residual += h; h = norm
-                x = h
-            qkv = ops.linear(x, layer["qkv"], layer["qkv_bias"], role="qkv")  # [T, (q + 2 kv) heads * hd]
+                if residual is None:
+                    residual = h
+                    x = ops.rms_norm(h, layer["input_norm"], eps)
+                else:
+                    ops.fused_add_rms_norm(h, residual, layer["input_norm"], eps)  # residual += h; h = norm
+                    x = h
+                qkv = ops.linear(x, layer["qkv"], layer["qkv_bias"], role="qkv")  # [T, (q + 2 kv) heads * hd]
             t = qkv.shape[0]
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
             ops.rotary_embedding(positions, q, k, hd, self.cos_sin, True)
@@ -457,17 +535,28 @@ class Runner:
                 attn = ops.paged_attention_quant(q.view(t, self.q_heads, hd), key_caches[i], value_caches[i],
                                                  key_scales[i], value_scales[i], block_tables, query_start_loc,
                                                  seq_lens, self.scale, 0.0, m.sliding_window)
-            h = ops.linear(attn.view(t, nq), layer["o"], None, role="o_proj")
+            if qa is not None:
+                h = ops.linear_dynamic_quant(attn.view(t, nq), layer["o"], None, role="o_proj")
+            else:
+                h = ops.linear(attn.view(t, nq), layer["o"], None, role="o_proj")
             if ops.all_reduce is not None:
                 ops.all_reduce(h)
-            ops.fused_add_rms_norm(h, residual, layer["post_norm"], m.rms_norm_eps)
-            gate_up = ops.linear(h, layer["gate_up"], None, role="gate_up")
-            a = ops.silu_and_mul(gate_up)
-            h = ops.linear(a, layer["down"], None, role="down")
+            if qa is not None:
+                a, scale_a = ops.fused_add_rms_norm_per_token_quant(h, residual, layer["post_norm"], eps, qa, None)
+                gate_up = ops.scaled_mm(a, layer["gate_up"], scale_a, None, None, self.dtype, role="gate_up")
+                a, scale_a = ops.silu_and_mul_per_token_quant(gate_up, qa, None)  # [T, inter], [T, 1]
+                h = ops.scaled_mm(a, layer["down"], scale_a, None, None, self.dtype, role="down")
+            else:
+                ops.fused_add_rms_norm(h, residual, layer["post_norm"], eps)
+                gate_up = ops.linear(h, layer["gate_up"], None, role="gate_up")
+                a = ops.silu_and_mul(gate_up)
+                h = ops.linear(a, layer["down"], None, role="down")
             if ops.all_reduce is not None:
                 ops.all_reduce(h)
-        ops.fused_add_rms_norm(h, residual, self.final_norm, m.rms_norm_eps)
+        ops.fused_add_rms_norm(h, residual, self.final_norm, eps)
         last = h.index_select(0, last_rows)
+        if self.head_activations is not None:
+            return ops.linear_dynamic_quant(last, self.head, None, role="lm_head")  # [S, vocab]
         return ops.linear(last, self.head, None, role="lm_head")  # [S, vocab]
 
     def step(self, ops: Ops, b: Batch, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -502,6 +591,17 @@ class Runner:
         if self.kv_cache_dtype == "fp8":
             spec["k_scales"], spec["v_scales"] = self.kv_cache_scales()
         return spec
+
+    def activation_spec(self) -> dict | None:
+        """How the linears quantize their inputs, for the float64 reference (reference_logits'
+        activations): None when none does; else {"dtype": the run's dtype name, "layers": "int8",
+        "fp8" or None, "lm_head": likewise, "shards": the tensor-parallel degree (a row-parallel
+        linear's input, o_proj's and down's, is quantized per token over each rank's columns)}."""
+        if self.layer_activations is None and self.head_activations is None:
+            return None
+        name = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", None: None}
+        return {"dtype": str(self.dtype).removeprefix("torch."), "layers": name[self.layer_activations],
+                "lm_head": name[self.head_activations], "shards": self.world}
 
     def prompts(self) -> list[torch.Tensor]:
         """The prompts of this runner's rows: those of the whole batch, drawn in turn from one generator."""

@@ -9,7 +9,10 @@ What is quantized is what the runner multiplies: the fused qkv and gate_up and t
 of each rank (their shards under tensor parallel) and the LM head, so an fp8 block or an int4
 group never straddles a fusion or a shard boundary. The reference gets the same W, formed in
 float32 as linear's contract forms it, so validation measures the kernels, not the quantization.
-How each scheme is made: config.QUANTIZATION.
+For the activation-quantized schemes (w8a8-int8, w8a8-fp8, w4a8: scaled_mm) the weights are made
+as int8's, per channel in e4m3 and as int4's, and the reference also quantizes each linear's input
+per token as the runner does (reference.quantize_activations). How each scheme is made:
+config.QUANTIZATION.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ _CHUNK = 1 << 22  # elements converted to float32 at once (the LM head is 128k x
 @dataclasses.dataclass
 class Quantized:
     """One [N, K] weight in linear_pack's canonical form: `weight` is the scheme's dtype (int8 for
-    int8 and int4, float8_e4m3fn for fp8), `scales` float32 ([N] int8, [ceil(N/128), ceil(K/128)]
-    fp8, [N, K / group_size] int4; None for the float schemes), no zeros (symmetric)."""
+    int8, int4, w8a8-int8 and w4a8, float8_e4m3fn for fp8 and w8a8-fp8), `scales` float32 ([N] int8,
+    w8a8-int8 and w8a8-fp8, [ceil(N/128), ceil(K/128)] fp8, [N, K / group_size] int4 and w4a8; None
+    for the float schemes), no zeros (symmetric)."""
 
     scheme: str
     weight: torch.Tensor
     scales: torch.Tensor | None
-    group_size: int  # linear_pack's: the int4 group, 0 otherwise
+    group_size: int  # linear_pack's: the int4 (w4a8) group, 0 otherwise
 
     @property
     def shape(self) -> torch.Size:
@@ -44,10 +48,10 @@ class Quantized:
         q = self.weight[r0:r1].to(torch.float32)
         if self.scales is None:
             return q
-        if self.scheme == "int8":
+        if self.scheme in ("int8", "w8a8-int8", "w8a8-fp8"):  # one scale per channel
             return q * self.scales[r0:r1, None]
         k = q.shape[1]
-        if self.scheme == "int4":
+        if self.scheme in ("int4", "w4a8"):
             return (q.view(q.shape[0], -1, self.group_size) * self.scales[r0:r1, :, None]).view(q.shape[0], k)
         block_rows = self.scales[torch.arange(r0, r1) // FP8_BLOCK]  # fp8: [rows, ceil(K / 128)]
         return q * block_rows.repeat_interleave(FP8_BLOCK, dim=1)[:, :k]
@@ -68,6 +72,19 @@ def quantize(w: torch.Tensor, scheme: str, group_size: int = 128) -> Quantized:
     n, k = w.shape
     if scheme in _FLOAT:
         return Quantized(scheme, w.to(_FLOAT[scheme]).contiguous(), None, 0)
+    if scheme in ("w8a8-int8", "w4a8"):  # the weights of int8 and int4; scaled_mm takes them
+        same = quantize(w, {"w8a8-int8": "int8", "w4a8": "int4"}[scheme], group_size)
+        return dataclasses.replace(same, scheme=scheme)
+    if scheme == "w8a8-fp8":  # e4m3fn with a scale per output channel
+        q, s = torch.empty((n, k), dtype=torch.float8_e4m3fn), torch.empty(n, dtype=torch.float32)
+        step = _rows(n, k)
+        for r in range(0, n, step):
+            x = w[r:r + step].to(torch.float32)
+            amax = x.abs().amax(dim=1)
+            scale = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
+            q[r:r + step] = (x / scale[:, None]).clamp_(-448, 448).to(torch.float8_e4m3fn)
+            s[r:r + step] = scale
+        return Quantized("w8a8-fp8", q, s, 0)
     if scheme == "int8":
         q, s = torch.empty((n, k), dtype=torch.int8), torch.empty(n, dtype=torch.float32)
         step = _rows(n, k)
@@ -81,7 +98,7 @@ def quantize(w: torch.Tensor, scheme: str, group_size: int = 128) -> Quantized:
     if scheme == "int4":
         g = group_size
         if k % g:
-            raise ValueError(f"int4: group_size {g} must divide K = {k}")
+            raise ValueError(f"int4, w4a8: group_size {g} must divide K = {k}")
         q, s = torch.empty((n, k), dtype=torch.int8), torch.empty((n, k // g), dtype=torch.float32)
         step = _rows(n, k)
         for r in range(0, n, step):

@@ -69,9 +69,23 @@ def _weights_line(w: dict | None) -> str:
                 f"LM head included) per decode step ÷ time per output token.")
     schemes = w["scheme"] + (f" (LM head {w['lm_head_scheme']})" if w["lm_head_scheme"] != w["scheme"] else "")
     group = f", int4 in groups of {w['group_size']}" if w.get("group_size") else ""
-    return (f"Linears: the library's linear, weights {schemes}{group}, packed once at load by each side's linear_pack; "
-            f"weight GB/s: {mb} (every linear, LM head included: stored weights + float32 scales) per decode step "
-            f"÷ time per output token.")
+    roles = w.get("roles") or []
+    quantized = [r for r in roles if r.get("activations")]
+    if not quantized:
+        return (f"Linears: the library's linear, weights {schemes}{group}, packed once at load by each side's "
+                f"linear_pack; weight GB/s: {mb} (every linear, LM head included: stored weights + float32 scales) per "
+                f"decode step ÷ time per output token.")
+    acts = ", ".join(dict.fromkeys(f"{r['activations']}" for r in quantized))
+    ran = "; ".join(f"{r['role']}: {' → '.join(r['operations'])}" for r in roles)
+    sums = sum(r.get("sum_bytes", 0) for r in roles)
+    parts = "stored weights + float32 scales" + (f" + int32 weight sums ({sums / 1e6:.4g} MB)" if sums else "")
+    return (f"Linears: the library's linear family, weights {schemes}{group}, packed once at load by each side's "
+            f"linear_pack, activations quantized per token ({acts}) by the operation that writes them ({ran}); "
+            f"weight GB/s: {mb} (every linear, LM head included: {parts}) per decode step ÷ time per output token. "
+            f"Validation: the float64 reference quantizes those linears' inputs per token with the same arithmetic; "
+            f"logits within 16·u·√(layers + 1)·max(1, max|ref|) with u = max(u_dtype, u_a) (u_a: 2^-7 for int8, "
+            f"2^-6 for e4m3 activations: a rounding that crosses a quantization boundary moves a whole step), a "
+            f"greedy token other than the reference's argmax a tie when within that of the maximum.")
 
 
 def _kv_line(kv: dict | None, sides: list[dict]) -> str:
