@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -159,7 +160,13 @@ CaseMetadata metadata(const PackArgs& w, int64_t m, int64_t a_bytes, at::ScalarT
   int64_t weight_bytes = w.scheme == "w4a8" ? n * k / 2 : n * k;
   weight_bytes += w.scales.numel() * 4 + (w.zeros.defined() ? w.zeros.numel() * 4 : 0);
   const int64_t read = weight_bytes + a_bytes + (bias.defined() ? bias.nbytes() : 0);
-  return {read, m * n * static_cast<int64_t>(c10::elementSize(out_dtype)), 2.0 * m * n * k, {}};
+  const double flops = 2.0 * m * n * k;
+  // The roofline's instruction classes: int8 dot products (VNNI, AVX2 vpmaddubsw, AMX-INT8) for the
+  // int8 schemes; e4m3 is exact in bf16, so bf16 dot products, float32 FMA or AMX-BF16 for fp8.
+  std::map<std::string, double> work =
+      is_fp8(w) ? std::map<std::string, double>{{"bf16_dot", flops}, {"f32_fma", flops}, {"amx_bf16", flops}}
+                : std::map<std::string, double>{{"int8_dot", flops}, {"amx_int8", flops}};
+  return {read, m * n * static_cast<int64_t>(c10::elementSize(out_dtype)), flops, work};
 }
 
 // The weight packed by `kernel`'s own linear_pack, once per case, keyed by the stand-in the call
