@@ -46,7 +46,7 @@ def check(y, x, w, bias=None):
 def test_the_group_module_exports_the_catalog():
     import importlib
     module = importlib.import_module("xllm_kernel.ops.linear")
-    assert [op.name for op in module.OPERATIONS] == ["linear_pack", "linear"]
+    assert [op.name for op in module.OPERATIONS] == ["linear_pack", "linear", "scaled_mm", "linear_dynamic_quant"]
     assert module.linear is linear and module.linear_pack is linear_pack
 
 
