@@ -208,7 +208,24 @@ const family::StandardModules& modules() {
                .priority = family::kNativePriority,
                .supports = bridge::vendor_operator("npu::npu_quant_matmul", kNpuQuantMatmulSchema)}},
          .batch_invariant = {.native_cpu = true}});
-    m.native_cuda.implementations.clear();  // no CUDA kernel yet
+    // cuda.native (src/ops/linear/cuda/native_cuda.cpp): the scaled_mm kernel; linear_pack packs every
+    // scheme in the canonical rows, and its linear is the ATen path of cuda.torch (no CUDA kernel of
+    // its own yet), so that a pack and its linear always come from one solution.
+    for (Implementation& i : m.native_cuda.implementations) {
+      i.input_domain =
+          i.operation == &pack_declared()
+              ? "cuda tensors (sm_80+), every scheme, in the canonical rows (packed on the host, copied to the "
+                "weight's device)"
+          : i.operation == &linear_declared()
+              ? "cuda tensors (eager only: the packed header is read on the host); ATen, as cuda.torch (no CUDA "
+                "kernel of its own)"
+          : i.operation == &scaled_mm_declared()
+              ? "cuda tensors (sm_80+, eager only: the packed header is read on the host), w8a8-int8, w8a8-fp8, w4a8 "
+                "weights, int8 or e4m3 activations with per-token or per-tensor scales"
+              : "cuda tensors (sm_80+, eager only: the packed header is read on the host), input float32/bfloat16/"
+                "float16 [..., K] quantized by cuda.native.per_token_quant, w8a8-int8, w8a8-fp8, w4a8 weights";
+    }
+    m.native_cuda.execution_modes = {ExecutionMode::kEager};  // the header is read on the host
     m.torch_npu->execution_modes = {ExecutionMode::kEager};  // the header is read on the host
     return m;
   }();

@@ -1,0 +1,111 @@
+// cuda.native.*: bridges from at::Tensor to the CUDA scaled_mm kernel (csrc/cuda/linear/scaled_mm.h),
+// built into the plugin libxllm_kernel_cuda.so:
+//   linear_pack            every scheme in LinearLayout::kRows (the canonical rows of pack_rows: checked
+//                          and laid out on the host, copied to the weight's device), recorded as packed
+//                          by cuda.native.linear_pack;
+//   linear                 the ATen path of cuda.torch (linear_rows): the plain and weight-only schemes
+//                          have no CUDA kernel of their own yet, and a weight must be used by the
+//                          solution that packed it;
+//   scaled_mm              one launch of the kernel on the current stream;
+//   linear_dynamic_quant   cuda.native.per_token_quant, then the same launch (the composition).
+// The packed header is read on the host (a copy and a synchronization per call): eager only.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include "csrc/cuda/linear/scaled_mm.h"
+#include "src/ops/common/bridge.h"
+#include "src/ops/common/cuda/launch.h"
+#include "src/ops/common/registration.h"
+#include "src/ops/linear/internal.h"
+#include "xllm_kernel/ops/linear.h"
+#include "xllm_kernel/ops/quantization.h"
+
+namespace xllm_kernel::linear {
+namespace {
+
+constexpr auto kCuda = c10::DeviceType::CUDA;
+
+at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>& scales,
+                       const std::optional<at::Tensor>& zeros, std::string scheme, int64_t group_size) {
+  const char* op = "linear_pack";
+  pack_shape(op, weight, scales, zeros, scheme, group_size);  // the arguments' errors first
+  TORCH_CHECK(weight.is_cuda(), op, ": weight must be on cuda, got ", weight.device().str());
+  return pack_rows(weight, scales, zeros, scheme, group_size, kCuda, modules().native_cuda);
+}
+
+// scaled_mm on checked rows into a new [M, N] tensor of out_dtype.
+at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& packed, const LinearHeader& h,
+                       at::ScalarType out_dtype) {
+  const at::Tensor& a = r.a;
+  TORCH_CHECK(packed.device() == a.device(), op, ": packed must be on a's device ", a.device().str(), ", got ",
+              packed.device().str());
+  const int64_t m = a.size(0);
+  at::Tensor out = at::empty({m, h.n}, a.options().dtype(out_dtype));
+  if (m == 0) return out;
+  bridge::check_capability(op, a);
+  const c10::cuda::CUDAGuard guard(a.device());
+  const at::Tensor scale_a = r.scale_a.contiguous();
+  const at::Tensor azp = r.azp.defined() ? r.azp.contiguous() : at::Tensor();
+  const uint8_t* base = packed.const_data_ptr<uint8_t>();
+  const kernels::LinearSizes z = kernels::linear_sizes(h.scheme, h.n, h.k, h.groups, h.has_zeros != 0);
+  cuda::ScaledMmParams p;
+  p.scheme = h.scheme;
+  p.out_dtype = bridge::kernel_dtype(out_dtype);
+  p.m = m;
+  p.n = h.n;
+  p.k = h.k;
+  p.group = h.group;
+  p.groups = h.groups;
+  p.a = a.const_data_ptr();
+  p.a_stride = m > 1 ? a.stride(0) : h.k;
+  p.scale_a = scale_a.const_data_ptr<float>();
+  p.scale_a_stride = r.per_token ? 1 : 0;
+  p.azp = azp.defined() ? azp.const_data_ptr<int32_t>() : nullptr;
+  p.azp_stride = r.per_token ? 1 : 0;
+  p.out = out.mutable_data_ptr();
+  p.out_stride = h.n;
+  p.weights = base + h.weights_offset;
+  p.scales = reinterpret_cast<const float*>(base + h.scales_offset);
+  p.zeros = h.zeros_offset > 0 ? reinterpret_cast<const float*>(base + h.zeros_offset) : nullptr;
+  p.sums = z.sums_offset > 0 ? reinterpret_cast<const int32_t*>(base + z.sums_offset) : nullptr;
+  p.bias = r.bias.defined() ? r.bias.const_data_ptr<float>() : nullptr;
+  bridge::check_launch(op, cuda::scaled_mm(p, c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+at::Tensor native_scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                            const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                            at::ScalarType out_dtype) {
+  const char* op = "scaled_mm";
+  const LinearHeader h = read_header(op, packed, kCuda, packer_name(modules().native_cuda), true);
+  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, kCuda);
+  return scaled_rows(op, r, packed, h, out_dtype).view(r.out_shape);
+}
+
+at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
+                                       const std::optional<at::Tensor>& bias) {
+  const char* op = "linear_dynamic_quant";
+  static const auto quant =
+      family::registered_function<PerTokenQuantFn>(op, "cuda.native." + per_token_quant_operation().name());
+  const LinearHeader h = read_header(op, packed, kCuda, packer_name(modules().native_cuda), true);
+  const Rows rows = check_input(op, input, bias, h, kCuda);
+  const auto [q, scale] = quant(rows.x, activation_dtype(h.scheme), std::nullopt);
+  const ScaledRows r = check_scaled_input(op, q, scale, std::nullopt, bias, input.scalar_type(), h, kCuda);
+  return scaled_rows(op, r, packed, h, input.scalar_type()).view(rows.out_shape);
+}
+
+at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
+  return linear_rows(input, packed, bias, kCuda, modules().native_cuda);
+}
+
+}  // namespace
+
+XLLM_REGISTER_NAMED("cuda.native.linear_pack", modules().native_cuda, linear_pack_operation(), native_pack);
+XLLM_REGISTER_NAMED("cuda.native.linear", modules().native_cuda, linear_operation(), native_linear);
+XLLM_REGISTER_NAMED("cuda.native.scaled_mm", modules().native_cuda, scaled_mm_operation(), native_scaled_mm);
+XLLM_REGISTER_NAMED("cuda.native.linear_dynamic_quant", modules().native_cuda, linear_dynamic_quant_operation(),
+                    native_linear_dynamic_quant);
+
+}  // namespace xllm_kernel::linear
