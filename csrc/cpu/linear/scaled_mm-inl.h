@@ -4,13 +4,17 @@
 // output type). The kernels (scaled_mm_internal.h) are the x86 ones of scaled_mm_x86.cpp on the
 // AVX2 and AVX-512 targets and the scalar ones of scaled_mm_entries.h elsewhere:
 //
-//   target  w8a8-int8 / w4a8                      w8a8-fp8
-//   AVX3    vpdpbusd (AVX512_VNNI), else AVX2's    vdpbf16ps (AVX512_BF16), else AVX2's
-//   AVX2    vpmaddubsw + vpmaddwd                  float32 FMA
-//   others  scalar int32                           scalar float32 (the same bits as AVX2's)
+//   target  w8a8-int8 / w4a8                        w8a8-fp8
+//   AVX3    vpdpbusd zmm (AVX512_VNNI), else as     vdpbf16ps (AVX512_BF16), else AVX2's
+//           AVX2
+//   AVX2    vpdpbusd ymm (AVX-VNNI: Alder Lake and   float32 FMA
+//           later client cores, Zen 5), else
+//           vpmaddubsw + vpmaddwd
+//   others  scalar int32                             scalar float32 (the same bits as AVX2's)
 //
-// set_scaled_mm_dot_products_for_test(false) turns vpdpbusd and vdpbf16ps off, so that a test
-// reaches the AVX3 target's AVX2 kernels on a CPU that has them.
+// set_scaled_mm_dot_products_for_test turns vpdpbusd and vdpbf16ps off (kNone), or only their
+// AVX-512 forms (kNoAvx512), so that a test reaches the AVX3 target's AVX2 and AVX-VNNI kernels
+// and the AVX2 target's vpmaddubsw ones on a CPU that has every extension.
 //
 // Loop order: chunks of rows (about 2 MiB of prepared activations), then panels, then the kernel's
 // row tiles, so a panel's weights (K * 32 bytes) are read from memory once per chunk and from the
@@ -43,14 +47,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s) {
   namespace d = scaled_mm_detail;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-#if HWY_TARGET <= HWY_AVX3
   const CpuFeatures& f = cpu_features();
-  if (d::dot_products_allowed()) {
+  const ScaledMmDotProducts dots = d::dot_products_allowed();
+#if HWY_TARGET <= HWY_AVX3
+  if (dots == ScaledMmDotProducts::kAll) {
     if (f.avx512_vnni && s == LinearScheme::kW8A8Int8) return d::Int8Avx512VnniKernel();
     if (f.avx512_vnni && s == LinearScheme::kW4A8) return d::W4a8Avx512VnniKernel();
     if (f.avx512_bf16 && s == LinearScheme::kW8A8Fp8) return d::Fp8Avx512Bf16Kernel();
   }
 #endif
+  if (dots != ScaledMmDotProducts::kNone && f.avx_vnni) {
+    if (s == LinearScheme::kW8A8Int8) return d::Int8AvxVnniKernel();
+    if (s == LinearScheme::kW4A8) return d::W4a8AvxVnniKernel();
+  }
   switch (s) {
     case LinearScheme::kW4A8: return d::W4a8Avx2Kernel();
     case LinearScheme::kW8A8Fp8: return d::Fp8Avx2Kernel();

@@ -21,12 +21,12 @@ HWY_EXPORT(ScaledMmIsa);
 
 namespace scaled_mm_detail {
 
-inline std::atomic<bool>& DotProducts() {
-  static std::atomic<bool> allowed{true};
+inline std::atomic<ScaledMmDotProducts>& DotProducts() {
+  static std::atomic<ScaledMmDotProducts> allowed{ScaledMmDotProducts::kAll};
   return allowed;
 }
 
-bool dot_products_allowed() { return DotProducts().load(std::memory_order_relaxed); }
+ScaledMmDotProducts dot_products_allowed() { return DotProducts().load(std::memory_order_relaxed); }
 
 // e4m3fn byte -> float32 (exact): bias 7, no infinities, S.1111.111 NaN.
 inline const std::array<float, 256>& Fp8Values() {
@@ -207,7 +207,7 @@ inline const char* InvalidScaledMmGroups(LinearScheme s, int64_t k, int64_t grou
 
 }  // namespace scaled_mm_detail
 
-void set_scaled_mm_dot_products_for_test(bool allowed) {
+void set_scaled_mm_dot_products_for_test(ScaledMmDotProducts allowed) {
   scaled_mm_detail::DotProducts().store(allowed, std::memory_order_relaxed);
 }
 

@@ -22,7 +22,7 @@ constexpr int64_t kP = kernels::kPanel;
 // `stride` elements apart, zero past K (the packed weights are zero there too).
 enum class AForm {
   kInt8,     // int8 as given (w8a8-int8 without VNNI, w4a8)
-  kUint8,    // a XOR 0x80 = a + 128 as uint8 (w8a8-int8 with vpdpbusd: its unsigned operand)
+  kUint8,    // a XOR 0x80 = a + 128 as uint8 (w8a8-int8 with vpdpbusd, zmm or ymm: its u8 operand)
   kBf16,     // e4m3 as bfloat16 bits (exact; w8a8-fp8 with vdpbf16ps)
   kFloat32,  // e4m3 as float32 (exact; w8a8-fp8 otherwise)
 };
@@ -63,15 +63,18 @@ void PrepareActivations(const ScaledMmParams& p, AForm form, Activations& act);
 // The scalar kernel of a scheme (scaled_mm_entries.h): targets without an x86 kernel.
 PanelKernel ScalarKernel(LinearScheme s);
 
-// Whether the kernels may use vpdpbusd and vdpbf16ps (set_scaled_mm_dot_products_for_test).
-bool dot_products_allowed();
+// Which dot-product instructions the kernels may use (set_scaled_mm_dot_products_for_test).
+ScaledMmDotProducts dot_products_allowed();
 
 #if defined(__x86_64__) || defined(_M_X64)
 // scaled_mm_x86.cpp. Each needs the CPU features its name says (AVX2: AVX2 + FMA + F16C; AVX-512:
-// F, BW, VL, DQ and the named extension); the driver checks cpu_features() first.
+// F, BW, VL, DQ and the named extension; AVX-VNNI: AVX2 + FMA + F16C + AVX-VNNI); the driver
+// checks cpu_features() first.
 PanelKernel Int8Avx512VnniKernel();  // w8a8-int8, vpdpbusd on zmm
 PanelKernel W4a8Avx512VnniKernel();  // w4a8, vpdpbusd on zmm
 PanelKernel Fp8Avx512Bf16Kernel();   // w8a8-fp8, vdpbf16ps on zmm
+PanelKernel Int8AvxVnniKernel();     // w8a8-int8, vpdpbusd on ymm (VEX)
+PanelKernel W4a8AvxVnniKernel();     // w4a8, vpdpbusd on ymm (VEX)
 PanelKernel Int8Avx2Kernel();        // w8a8-int8, vpmaddubsw with the sign trick
 PanelKernel W4a8Avx2Kernel();        // w4a8, vpmaddubsw on the unsigned nibbles
 PanelKernel Fp8Avx2Kernel();         // w8a8-fp8, float32 FMA

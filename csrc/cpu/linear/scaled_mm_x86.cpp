@@ -8,11 +8,15 @@
 //     (a + 128, broadcast 4 bytes per instruction), the weight quads as the signed one, 8 rows x 32
 //     channels of int32 per tile; then acc - (128 + azp) * sum_k q (the sums section). Every
 //     partial sum stays in int32: |sum (a + 128) q| <= 255 * 127 * kScaledMmMaxK < 2^31.
+//   w8a8-int8, AVX-VNNI (Alder Lake and later client cores, Zen 5; no AVX-512 needed): the same
+//     vpdpbusd on ymm, VEX-encoded ({vex} in inline assembly), 3 rows x 32 channels per tile (12
+//     of the 16 ymm registers accumulate); w4a8 2 rows.
 //   w8a8-int8, AVX2: vpmaddubsw(|a|, q * sign(a)) (vpsignb), then vpmaddwd with ones into int32:
 //     |a| <= 128 and |q| <= 127, so a pair's int16 sum (<= 2 * 128 * 127 = 32512) never saturates.
-//   w4a8: the nibbles u (0..15) are the unsigned operand of vpdpbusd / vpmaddubsw (a 64-byte load
-//     gives two quads: u & 0xF and (u >> 4) & 0xF), the activations the signed one (no shift, no
-//     saturation: 2 * 15 * 128 < 2^15); acc_g - z * sum_{k in g} a per group.
+//   w4a8: the nibbles u (0..15) are the unsigned operand of vpdpbusd (zmm, or ymm with AVX-VNNI)
+//     or vpmaddubsw (a 64-byte load gives two quads: u & 0xF and (u >> 4) & 0xF), the activations
+//     the signed one (no shift; vpmaddubsw's pairs do not saturate: 2 * 15 * 128 < 2^15);
+//     acc_g - z * sum_{k in g} a per group.
 //   w8a8-fp8, AVX512_BF16: e4m3 weights converted in registers to bf16 (exact: a two-table vpermi2w
 //     lookup of the 7 magnitude bits, the sign or-ed in) and vdpbf16ps against the activations in
 //     bf16 (converted once per call): lane 2c of a zmm holds channel c's k = 4i, 4i + 1 products and
@@ -41,6 +45,8 @@
 
 #define XK_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define XK_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define XK_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define XK_AVX_VNNI_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 #define XK_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define XK_VNNI_INLINE \
   inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
@@ -482,6 +488,160 @@ XK_AVX2 void W4a8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
   }
 }
 
+// ================================================================ AVX-VNNI (VEX vpdpbusd on ymm)
+
+// acc + the dot products of u's unsigned bytes with s's signed ones, per int32 lane: AVX-VNNI's
+// vpdpbusd on ymm. Inline assembly, as Dpbusd on zmm: with _mm256_dpbusd_avx_epi32, GCC 12 stores
+// most of the 3-row tile's accumulators to the stack every quad. {vex}: without it the assembler
+// encodes the AVX512_VNNI + VL (EVEX) form, which a CPU with AVX-VNNI alone does not have. Only
+// ymm0-15 ("x"); s may come from memory.
+XK_AVX_VNNI_INLINE __m256i DpbusdVex(__m256i acc, __m256i u, __m256i s) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+  return acc;
+}
+
+// ---------------------------------------------------------------- w8a8-int8, vpdpbusd ymm
+
+// 16 ymm registers: 3 rows x 32 channels = 12 accumulators, the 3 rows' broadcasts and a weight
+// vector. 12 independent chains hide vpdpbusd's latency: about 1.65x the throughput of 2 rows
+// (8 chains) on Zen 5 at K = N = 4096.
+constexpr int kInt8AvxVnniRows = 3;
+
+// Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8; the activations a + 128
+// as uint8 (AForm::kUint8), as the zmm kernel.
+template <int R>
+XK_AVX_VNNI_INLINE void Int8AvxVnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
+                                        const int32_t* sums, const float* scales, float* t) {
+  // One row: two accumulator sets (even and odd quads), so that vpdpbusd's latency is hidden.
+  constexpr int kSets = R == 1 ? 2 : 1;
+  __m256i acc[kSets][R][4];
+  for (int s = 0; s < kSets; ++s) {
+    for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = acc[s][r][2] = acc[s][r][3] = _mm256_setzero_si256();
+  }
+  const uint8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const uint8_t*>(x.a) + (m0 + r) * x.stride;
+  int64_t q = 0;
+  for (; q + kSets <= quads; q += kSets) {
+#pragma GCC unroll 2
+    for (int s = 0; s < kSets; ++s) {
+      __m256i b[R];
+      for (int r = 0; r < R; ++r) b[r] = _mm256_set1_epi32(Load32(a[r] + (q + s) * 4));
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (q + s) * 128 + j * 32));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[s][r][j] = DpbusdVex(acc[s][r][j], b[r], wv);
+      }
+    }
+  }
+  for (; q < quads; ++q) {
+    for (int r = 0; r < R; ++r) {
+      const __m256i b = _mm256_set1_epi32(Load32(a[r] + q * 4));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32));
+        acc[0][r][j] = DpbusdVex(acc[0][r][j], b, wv);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    // sum (a + 128) q - (128 + azp) sum q; the int32 wraps cancel (the result fits).
+    const __m256i shift = _mm256_set1_epi32(128 + (x.azp != nullptr ? x.azp[m0 + r] : 0));
+    const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
+    for (int j = 0; j < 4; ++j) {
+      __m256i c = acc[0][r][j];
+      if constexpr (kSets == 2) c = _mm256_add_epi32(c, acc[1][r][j]);
+      const __m256i sum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + j * 8));
+      c = _mm256_sub_epi32(c, _mm256_mullo_epi32(sum, shift));
+      Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(scales + j * 8), true);
+    }
+  }
+}
+
+XK_AVX_VNNI void Int8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4;
+  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
+  const int32_t* sums = p.sums + panel * kP;
+  const float* scales = p.scales + panel * kP;
+  for (int64_t m0 = 0; m0 < p.m; m0 += kInt8AvxVnniRows) {
+    switch (std::min<int64_t>(kInt8AvxVnniRows, p.m - m0)) {
+      case 1: Int8AvxVnniRows<1>(x, w, quads, m0, sums, scales, t); break;
+      case 2: Int8AvxVnniRows<2>(x, w, quads, m0, sums, scales, t); break;
+      default: Int8AvxVnniRows<kInt8AvxVnniRows>(x, w, quads, m0, sums, scales, t); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- w4a8, vpdpbusd ymm
+
+// 2 rows x 32 channels = 8 accumulators, 4 broadcasts (the rows' low and high quads), the nibble
+// mask and a weight vector's two nibble vectors. (3 rows need more than 16 registers with the
+// broadcasts held; reloading them, with the mask from memory, measured slower on Zen 5.)
+constexpr int kW4a8AvxVnniRows = 2;
+
+// Rows [m0, m0 + R) of a panel: the nibbles (0..15) the unsigned operand, the activations the
+// signed one (no shift), as the zmm kernel; w the panel's blocks, [K / 8][2][16][4] bytes, so
+// bytes 32j .. 32j + 31 of a block are channels 8j .. 8j + 7.
+template <int R>
+XK_AVX_VNNI_INLINE void W4a8AvxVnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
+  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
+  const int32_t* zeros = static_cast<const int32_t*>(p.zeros);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  // One row: the low and high quads in accumulators of their own (vpdpbusd's latency).
+  constexpr int kSets = R == 1 ? 2 : 1;
+  const int8_t* a[R];
+  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i acc[kSets][R][4];  // channels 8j .. 8j + 7
+    for (int s = 0; s < kSets; ++s) {
+      for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = acc[s][r][2] = acc[s][r][3] = _mm256_setzero_si256();
+    }
+    const int64_t b1 = std::min(blocks, (g + 1) * per_group);
+    for (int64_t b = g * per_group; b < b1; ++b) {
+      __m256i alo[R], ahi[R];
+      for (int r = 0; r < R; ++r) {
+        alo[r] = _mm256_set1_epi32(Load32(a[r] + b * 8));
+        ahi[r] = _mm256_set1_epi32(Load32(a[r] + b * 8 + 4));
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * 128 + j * 32));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          acc[0][r][j] = DpbusdVex(acc[0][r][j], lo, alo[r]);
+          acc[kSets - 1][r][j] = DpbusdVex(acc[kSets - 1][r][j], hi, ahi[r]);
+        }
+      }
+    }
+    const int64_t at = (panel * groups + g) * kP;
+    for (int r = 0; r < R; ++r) {
+      const __m256i asum = _mm256_set1_epi32(x.asum[(m0 + r) * groups + g]);
+      const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
+      for (int j = 0; j < 4; ++j) {
+        __m256i c = acc[0][r][j];
+        if constexpr (kSets == 2) c = _mm256_add_epi32(c, acc[1][r][j]);
+        const __m256i z = zeros != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zeros + at + j * 8))
+                                           : _mm256_set1_epi32(8);
+        c = _mm256_sub_epi32(c, _mm256_mullo_epi32(z, asum));
+        Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(p.scales + at + j * 8), g == 0);
+      }
+    }
+  }
+}
+
+XK_AVX_VNNI void W4a8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
+  const int64_t m = x.p->m;
+  for (int64_t m0 = 0; m0 < m; m0 += kW4a8AvxVnniRows) {
+    switch (std::min<int64_t>(kW4a8AvxVnniRows, m - m0)) {
+      case 1: W4a8AvxVnniRows<1>(x, panel, m0, t); break;
+      default: W4a8AvxVnniRows<kW4a8AvxVnniRows>(x, panel, m0, t); break;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- w8a8-fp8, float32 FMA
 
 constexpr int kFp8Avx2Rows = 3;
@@ -587,6 +747,8 @@ int64_t Fp8Avx2Scratch(int64_t m, int64_t) { return (kFp8Avx2BlockQuads * 4 + m)
 PanelKernel Int8Avx512VnniKernel() { return {Int8VnniPanel, AForm::kUint8, "avx512-vnni", nullptr}; }
 PanelKernel W4a8Avx512VnniKernel() { return {W4a8VnniPanel, AForm::kInt8, "avx512-vnni", nullptr}; }
 PanelKernel Fp8Avx512Bf16Kernel() { return {Fp8Bf16Panel, AForm::kBf16, "avx512-bf16", Fp8Bf16Scratch}; }
+PanelKernel Int8AvxVnniKernel() { return {Int8AvxVnniPanel, AForm::kUint8, "avx-vnni", nullptr}; }
+PanelKernel W4a8AvxVnniKernel() { return {W4a8AvxVnniPanel, AForm::kInt8, "avx-vnni", nullptr}; }
 PanelKernel Int8Avx2Kernel() { return {Int8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
 PanelKernel W4a8Avx2Kernel() { return {W4a8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
 PanelKernel Fp8Avx2Kernel() { return {Fp8Avx2Panel, AForm::kFloat32, "avx2-fma", Fp8Avx2Scratch}; }

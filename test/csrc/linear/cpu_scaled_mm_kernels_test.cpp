@@ -1,10 +1,11 @@
 // scaled_mm's CPU kernels (csrc/cpu/linear/scaled_mm.h) against references built here from the
-// canonical weights, on every Highway target and with the dot-product instructions (vpdpbusd,
-// vdpbf16ps) on and off: the int schemes (w8a8-int8, w4a8) bit for bit against the contract's
-// formula (int64 sums, then the float32 epilogue one operation at a time), w8a8-fp8 within a bound
-// from the float32 sums' length; odd shapes, extreme values at the largest K, bias, every output
-// type, panel ranges on threads, batch invariance, NaN, rejected arguments and reads that stay
-// inside the packed sections and the input rows (guarded memory).
+// canonical weights, on every Highway target and with the dot-product instructions (vpdpbusd on
+// zmm or ymm, vdpbf16ps) on, off, and off in their AVX-512 forms only: the int schemes (w8a8-int8,
+// w4a8) bit for bit against the contract's formula (int64 sums, then the float32 epilogue one
+// operation at a time), w8a8-fp8 within a bound from the float32 sums' length; odd shapes, extreme
+// values at the largest K, bias, every output type, panel ranges on threads, batch invariance, NaN,
+// rejected arguments and reads that stay inside the packed sections and the input rows (guarded
+// memory).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/linear/linear.h"
 #include "csrc/cpu/linear/scaled_mm.h"
 #include "test/csrc/common/cpu_test_support.h"
@@ -221,17 +223,28 @@ void ExpectMatches(const Weights& w, const Acts& x, const Options& o, const void
   }
 }
 
-// Runs f(name) on every Highway target, with vpdpbusd / vdpbf16ps allowed and not.
+// Runs f(name) on every Highway target with every dot product allowed (kAll), none (kNone: the
+// AVX2 kernels, vpmaddubsw and FMA) and, where that selects a kernel of its own, none of the
+// AVX-512 ones (kNoAvx512: the AVX3 target's AVX-VNNI kernels). The AVX2 target runs its AVX-VNNI
+// kernels (vpdpbusd ymm) under kAll where the CPU has AVX-VNNI, its vpmaddubsw ones under kNone.
 template <class F>
 void ForEachPath(F&& f) {
+  using D = ScaledMmDotProducts;
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
-    for (bool dots : {true, false}) {
+    set_scaled_mm_dot_products_for_test(D::kAll);
+    const std::string all = scaled_mm_isa();
+    set_scaled_mm_dot_products_for_test(D::kNone);
+    const std::string none = scaled_mm_isa();
+    for (D dots : {D::kAll, D::kNoAvx512, D::kNone}) {
       set_scaled_mm_dot_products_for_test(dots);
-      const std::string name = std::string(hwy::TargetName(target)) + "/" + scaled_mm_isa() + (dots ? "" : "/no-dots");
+      const std::string isa = scaled_mm_isa();
+      if (dots == D::kNoAvx512 && (isa == all || isa == none)) continue;
+      const std::string name = std::string(hwy::TargetName(target)) + "/" + isa +
+                               (dots == D::kAll ? "" : dots == D::kNoAvx512 ? "/no-avx512-dots" : "/no-dots");
       SCOPED_TRACE(name);
       f(name);
-      set_scaled_mm_dot_products_for_test(true);
+      set_scaled_mm_dot_products_for_test(D::kAll);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -462,12 +475,12 @@ TEST(CpuScaledMmKernel, Fp8ScalarAndAvx2KernelsGiveTheSameBits) {
   ASSERT_TRUE(packed.status.is_ok());
   const Acts x(LinearScheme::kW8A8Fp8, 5, w.k, rng);
   std::vector<std::vector<uint8_t>> outs;
-  set_scaled_mm_dot_products_for_test(false);
+  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kNone);
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
     outs.push_back(RunScaledMm(Params(w, packed, x, Options{}, nullptr)));
   }
-  set_scaled_mm_dot_products_for_test(true);
+  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kAll);
   for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[0], outs[i]) << hwy::TargetName(KernelTargets()[i]);
 }
 
@@ -494,16 +507,23 @@ TEST(CpuScaledMmKernel, NanPropagates) {
   });
 }
 
+// The int8 kernel each target selects on this CPU under each set of allowed dot products.
 TEST(CpuScaledMmKernel, IsaNamesThePath) {
+  using D = ScaledMmDotProducts;
+  const CpuFeatures& f = cpu_features();
+  const std::string ymm = f.avx_vnni ? "avx-vnni" : "avx2";
   for (int64_t target : KernelTargets()) {
     TargetScope scope(target);
     const std::string isa = scaled_mm_isa();
     const std::string name = hwy::TargetName(target);
-    if (name == "AVX2") EXPECT_EQ(isa, "avx2");
-    if (name == "AVX3") {
-      set_scaled_mm_dot_products_for_test(false);
-      EXPECT_EQ(std::string(scaled_mm_isa()), "avx2");
-      set_scaled_mm_dot_products_for_test(true);
+    if (name == "AVX2") EXPECT_EQ(isa, ymm);
+    if (name == "AVX3") EXPECT_EQ(isa, f.avx512_vnni ? "avx512-vnni" : ymm);
+    if (name == "AVX2" || name == "AVX3") {
+      set_scaled_mm_dot_products_for_test(D::kNoAvx512);
+      EXPECT_EQ(std::string(scaled_mm_isa()), ymm) << name;
+      set_scaled_mm_dot_products_for_test(D::kNone);
+      EXPECT_EQ(std::string(scaled_mm_isa()), "avx2") << name;
+      set_scaled_mm_dot_products_for_test(D::kAll);
     }
     if (name == "SSE4") EXPECT_EQ(isa, "scalar");
     EXPECT_FALSE(isa.empty());
