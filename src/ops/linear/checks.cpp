@@ -327,6 +327,30 @@ ScaledRows check_scaled_input(const char* op, const at::Tensor& a, const at::Ten
   return r;
 }
 
+at::Tensor scaled_mm_entry(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                           const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                           at::ScalarType out_dtype, c10::DeviceType device, const BackendModule& module,
+                           const ScaledCompute& compute) {
+  const char* op = "scaled_mm";
+  const LinearHeader h = read_header(op, packed, device, packer_name(module), true);
+  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, device);
+  if (r.a.size(0) == 0) return at::empty(r.out_shape, a.options().dtype(out_dtype));
+  return compute(op, r, packed, h, out_dtype).view(r.out_shape);
+}
+
+at::Tensor linear_dynamic_quant_entry(const at::Tensor& input, const at::Tensor& packed,
+                                      const std::optional<at::Tensor>& bias, c10::DeviceType device,
+                                      const BackendModule& module, const Quantize& quantize,
+                                      const ScaledCompute& compute) {
+  const char* op = "linear_dynamic_quant";
+  const LinearHeader h = read_header(op, packed, device, packer_name(module), true);
+  const Rows rows = check_input(op, input, bias, h, device);
+  if (rows.x.size(0) == 0) return at::empty(rows.out_shape, input.options());
+  const auto [q, scale] = quantize(rows.x, activation_dtype(h.scheme));
+  const ScaledRows r = check_scaled_input(op, q, scale, std::nullopt, bias, input.scalar_type(), h, device);
+  return compute(op, r, packed, h, input.scalar_type()).view(rows.out_shape);
+}
+
 std::string packer_name(const BackendModule& module) {
   return std::string(to_string(module.device)) + "." + module.solution + ".linear_pack";
 }

@@ -5,11 +5,14 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include <functional>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "csrc/common/linear.h"
+#include "csrc/common/rows.h"
 #include "src/ops/common/family.h"
 
 namespace xllm_kernel::linear {
@@ -86,6 +89,56 @@ ScaledRows check_scaled_input(const char* op, const at::Tensor& a, const at::Ten
 
 // The quantized dtype of a scheme's activations: int8 (w8a8-int8, w4a8) or float8_e4m3fn (w8a8-fp8).
 at::ScalarType activation_dtype(LinearScheme scheme);
+
+// The bridges of scaled_mm and linear_dynamic_quant, one per implementation's device and module:
+// the header read (packed by `module`'s linear_pack), the arguments checked, zero rows answered, then
+// `compute` (the implementation's scaled_mm on checked rows: a new [M, N] tensor of out_dtype);
+// linear_dynamic_quant quantizes the checked input rows with `quantize` (the implementation's
+// per_token_quant: (q, scale [M, 1]) on the input's device) before `compute`.
+using ScaledCompute = std::function<at::Tensor(const char* op, const ScaledRows& rows, const at::Tensor& packed,
+                                               const LinearHeader& header, at::ScalarType out_dtype)>;
+using Quantize = std::function<std::tuple<at::Tensor, at::Tensor>(const at::Tensor& rows, at::ScalarType dtype)>;
+at::Tensor scaled_mm_entry(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
+                           const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
+                           at::ScalarType out_dtype, c10::DeviceType device, const BackendModule& module,
+                           const ScaledCompute& compute);
+at::Tensor linear_dynamic_quant_entry(const at::Tensor& input, const at::Tensor& packed,
+                                      const std::optional<at::Tensor>& bias, c10::DeviceType device,
+                                      const BackendModule& module, const Quantize& quantize,
+                                      const ScaledCompute& compute);
+
+// The fields every scaled_mm kernel takes (cpu::ScaledMmParams and cuda::ScaledMmParams name them
+// alike), for checked rows `a` (its rows not overlapping), `scale_a` and `azp` contiguous, the packed
+// weight and the new output [M, N].
+template <class Params>
+Params scaled_mm_params(const ScaledRows& r, const at::Tensor& a, const at::Tensor& scale_a, const at::Tensor& azp,
+                        const at::Tensor& packed, const LinearHeader& h, kernels::DType out_dtype, at::Tensor& out) {
+  const int64_t m = a.size(0);
+  const uint8_t* base = packed.const_data_ptr<uint8_t>();
+  const int64_t sums_offset = kernels::linear_sizes(h.scheme, h.n, h.k, h.groups, h.has_zeros != 0).sums_offset;
+  Params p;
+  p.scheme = h.scheme;
+  p.out_dtype = out_dtype;
+  p.m = m;
+  p.n = h.n;
+  p.k = h.k;
+  p.group = h.group;
+  p.groups = h.groups;
+  p.a = a.const_data_ptr();
+  p.a_stride = m > 1 ? a.stride(0) : h.k;
+  p.scale_a = scale_a.const_data_ptr<float>();
+  p.scale_a_stride = r.per_token ? 1 : 0;
+  p.azp = azp.defined() ? azp.const_data_ptr<int32_t>() : nullptr;
+  p.azp_stride = r.per_token ? 1 : 0;
+  p.out = out.mutable_data_ptr();
+  p.out_stride = h.n;
+  p.weights = base + h.weights_offset;
+  p.scales = reinterpret_cast<const float*>(base + h.scales_offset);
+  p.zeros = h.zeros_offset > 0 ? reinterpret_cast<decltype(p.zeros)>(base + h.zeros_offset) : nullptr;
+  p.sums = sums_offset > 0 ? reinterpret_cast<const int32_t*>(base + sums_offset) : nullptr;
+  p.bias = r.bias.defined() ? r.bias.const_data_ptr<float>() : nullptr;
+  return p;
+}
 
 // input [..., K] checked against the header's K (dtype, device, contiguous last dimension) and
 // bias ([N], the input's dtype or float32, or none): the rows of input as a 2-D [M, K] tensor (a

@@ -221,29 +221,28 @@ at::Tensor scaled_rows(const ScaledRows& r, const at::Tensor& packed, const Line
 
 namespace {
 
+// scaled_mm on checked rows with torch._int_mm (or the float64 matmul where cuBLASLt refuses).
+at::Tensor torch_scaled_rows(const char*, const ScaledRows& r, const at::Tensor& packed, const LinearHeader& h,
+                             at::ScalarType out_dtype) {
+  return scaled_rows(r, packed, h, out_dtype, &int_mm);
+}
+
 template <c10::DeviceType kDevice>
 at::Tensor torch_scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
                            const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
                            at::ScalarType out_dtype) {
-  const char* op = "scaled_mm";
-  const LinearHeader h = read_header(op, packed, kDevice, packer_name(module<kDevice>()), true);
-  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, kDevice);
-  if (r.a.size(0) == 0) return at::empty(r.out_shape, a.options().dtype(out_dtype));
-  return scaled_rows(r, packed, h, out_dtype, &int_mm).view(r.out_shape);
+  return scaled_mm_entry(a, packed, scale_a, azp, bias, out_dtype, kDevice, module<kDevice>(), &torch_scaled_rows);
 }
 
 template <c10::DeviceType kDevice>
 at::Tensor torch_linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
                                       const std::optional<at::Tensor>& bias) {
-  const char* op = "linear_dynamic_quant";
   static const auto quant = family::registered_function<PerTokenQuantFn>(
-      op, std::string(kDevice == c10::DeviceType::CPU ? "cpu" : "cuda") + ".torch." + per_token_quant_operation().name());
-  const LinearHeader h = read_header(op, packed, kDevice, packer_name(module<kDevice>()), true);
-  const Rows rows = check_input(op, input, bias, h, kDevice);
-  const auto [q, scale] = quant(rows.x, activation_dtype(h.scheme), std::nullopt);
-  const ScaledRows r = check_scaled_input(op, q, scale, std::nullopt, bias, input.scalar_type(), h, kDevice);
-  if (r.a.size(0) == 0) return at::empty(rows.out_shape, input.options());
-  return scaled_rows(r, packed, h, input.scalar_type(), &int_mm).view(rows.out_shape);
+      "linear_dynamic_quant",
+      std::string(kDevice == c10::DeviceType::CPU ? "cpu" : "cuda") + ".torch." + per_token_quant_operation().name());
+  return linear_dynamic_quant_entry(
+      input, packed, bias, kDevice, module<kDevice>(),
+      [](const at::Tensor& rows, at::ScalarType dtype) { return quant(rows, dtype, std::nullopt); }, &torch_scaled_rows);
 }
 
 constexpr auto kCpu = c10::DeviceType::CPU;

@@ -43,34 +43,12 @@ at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& pa
               packed.device().str());
   const int64_t m = a.size(0);
   at::Tensor out = at::empty({m, h.n}, a.options().dtype(out_dtype));
-  if (m == 0) return out;
   bridge::check_capability(op, a);
   const c10::cuda::CUDAGuard guard(a.device());
   const at::Tensor scale_a = r.scale_a.contiguous();
   const at::Tensor azp = r.azp.defined() ? r.azp.contiguous() : at::Tensor();
-  const uint8_t* base = packed.const_data_ptr<uint8_t>();
-  const kernels::LinearSizes z = kernels::linear_sizes(h.scheme, h.n, h.k, h.groups, h.has_zeros != 0);
-  cuda::ScaledMmParams p;
-  p.scheme = h.scheme;
-  p.out_dtype = bridge::kernel_dtype(out_dtype);
-  p.m = m;
-  p.n = h.n;
-  p.k = h.k;
-  p.group = h.group;
-  p.groups = h.groups;
-  p.a = a.const_data_ptr();
-  p.a_stride = m > 1 ? a.stride(0) : h.k;
-  p.scale_a = scale_a.const_data_ptr<float>();
-  p.scale_a_stride = r.per_token ? 1 : 0;
-  p.azp = azp.defined() ? azp.const_data_ptr<int32_t>() : nullptr;
-  p.azp_stride = r.per_token ? 1 : 0;
-  p.out = out.mutable_data_ptr();
-  p.out_stride = h.n;
-  p.weights = base + h.weights_offset;
-  p.scales = reinterpret_cast<const float*>(base + h.scales_offset);
-  p.zeros = h.zeros_offset > 0 ? reinterpret_cast<const float*>(base + h.zeros_offset) : nullptr;
-  p.sums = z.sums_offset > 0 ? reinterpret_cast<const int32_t*>(base + z.sums_offset) : nullptr;
-  p.bias = r.bias.defined() ? r.bias.const_data_ptr<float>() : nullptr;
+  const auto p = scaled_mm_params<cuda::ScaledMmParams>(r, a, scale_a, azp, packed, h,
+                                                         bridge::kernel_dtype(out_dtype), out);
   bridge::check_launch(op, cuda::scaled_mm(p, c10::cuda::getCurrentCUDAStream().stream()));
   return out;
 }
@@ -78,22 +56,16 @@ at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& pa
 at::Tensor native_scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
                             const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
                             at::ScalarType out_dtype) {
-  const char* op = "scaled_mm";
-  const LinearHeader h = read_header(op, packed, kCuda, packer_name(modules().native_cuda), true);
-  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, kCuda);
-  return scaled_rows(op, r, packed, h, out_dtype).view(r.out_shape);
+  return scaled_mm_entry(a, packed, scale_a, azp, bias, out_dtype, kCuda, modules().native_cuda, &scaled_rows);
 }
 
 at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
                                        const std::optional<at::Tensor>& bias) {
-  const char* op = "linear_dynamic_quant";
-  static const auto quant =
-      family::registered_function<PerTokenQuantFn>(op, "cuda.native." + per_token_quant_operation().name());
-  const LinearHeader h = read_header(op, packed, kCuda, packer_name(modules().native_cuda), true);
-  const Rows rows = check_input(op, input, bias, h, kCuda);
-  const auto [q, scale] = quant(rows.x, activation_dtype(h.scheme), std::nullopt);
-  const ScaledRows r = check_scaled_input(op, q, scale, std::nullopt, bias, input.scalar_type(), h, kCuda);
-  return scaled_rows(op, r, packed, h, input.scalar_type()).view(rows.out_shape);
+  static const auto quant = family::registered_function<PerTokenQuantFn>(
+      "linear_dynamic_quant", "cuda.native." + per_token_quant_operation().name());
+  return linear_dynamic_quant_entry(
+      input, packed, bias, kCuda, modules().native_cuda,
+      [](const at::Tensor& rows, at::ScalarType dtype) { return quant(rows, dtype, std::nullopt); }, &scaled_rows);
 }
 
 at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {

@@ -93,28 +93,28 @@ at::Tensor npu_linear(const at::Tensor& input, const at::Tensor& packed, const s
   return linear_rows(input, packed, bias, kNpu, npu_module());
 }
 
+// scaled_mm on checked rows, the int32 sums from npu_quant_matmul.
+at::Tensor npu_scaled_rows(const char*, const ScaledRows& r, const at::Tensor& packed, const LinearHeader& h,
+                           at::ScalarType out_dtype) {
+  return scaled_rows(r, packed, h, out_dtype, &vendor_int_mm);
+}
+
 at::Tensor npu_scaled_mm(const at::Tensor& a, const at::Tensor& packed, const at::Tensor& scale_a,
                          const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias,
                          at::ScalarType out_dtype) {
-  const char* op = "scaled_mm";
-  const LinearHeader h = read_header(op, packed, kNpu, packer_name(npu_module()), true);
-  const ScaledRows r = check_scaled_input(op, a, scale_a, azp, bias, out_dtype, h, kNpu);
-  if (r.a.size(0) == 0) return at::empty(r.out_shape, a.options().dtype(out_dtype));
-  return scaled_rows(r, packed, h, out_dtype, &vendor_int_mm).view(r.out_shape);
+  return scaled_mm_entry(a, packed, scale_a, azp, bias, out_dtype, kNpu, npu_module(), &npu_scaled_rows);
 }
 
 at::Tensor npu_linear_dynamic_quant(const at::Tensor& input, const at::Tensor& packed,
                                     const std::optional<at::Tensor>& bias) {
-  const char* op = "linear_dynamic_quant";
-  static const auto quant =
-      family::registered_function<PerTokenQuantFn>(op, "cpu.torch." + per_token_quant_operation().name());
-  const LinearHeader h = read_header(op, packed, kNpu, packer_name(npu_module()), true);
-  const Rows rows = check_input(op, input, bias, h, kNpu);
-  if (rows.x.size(0) == 0) return at::empty(rows.out_shape, input.options());
-  const auto [q, scale] = quant(rows.x.cpu(), activation_dtype(h.scheme), std::nullopt);
-  const ScaledRows r = check_scaled_input(op, q.to(input.device()), scale.to(input.device()), std::nullopt, bias,
-                                          input.scalar_type(), h, kNpu);
-  return scaled_rows(r, packed, h, input.scalar_type(), &vendor_int_mm).view(rows.out_shape);
+  static const auto quant = family::registered_function<PerTokenQuantFn>(
+      "linear_dynamic_quant", "cpu.torch." + per_token_quant_operation().name());
+  // The rows quantized on a host copy, the results copied back (no npu per_token_quant fits its contract).
+  auto on_host = [](const at::Tensor& rows, at::ScalarType dtype) {
+    const auto [q, scale] = quant(rows.cpu(), dtype, std::nullopt);
+    return std::make_tuple(q.to(rows.device()), scale.to(rows.device()));
+  };
+  return linear_dynamic_quant_entry(input, packed, bias, kNpu, npu_module(), on_host, &npu_scaled_rows);
 }
 
 }  // namespace
