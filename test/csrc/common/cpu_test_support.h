@@ -33,6 +33,15 @@ using kernels::DType;
 // Independent of the kernels: bf16 rounds via nearbyint on a scaled double, f16 via the
 // compiler's _Float16 conversion (both round to nearest even).
 
+// fp8 e4m3fn byte -> value, from the format's definition (bias 7, no infinities, S.1111.111 NaN).
+inline double Fp8Value(uint8_t b) {
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (e == 15 && m == 7) return NAN;
+  if (e == 0) return sign * m * std::ldexp(1.0, -9);
+  return sign * (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+}
+
 inline size_t ElemSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
 inline const char* ShortName(DType t) {
