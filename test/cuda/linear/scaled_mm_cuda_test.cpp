@@ -18,6 +18,7 @@
 #include "csrc/common/linear.h"
 #include "test/cuda/cuda_test_support.h"
 #include "test/ops/common/registered.h"
+#include "test/ops/linear/scaled_mm_weights.h"
 #include "xllm_kernel/ops/linear.h"
 #include "xllm_kernel/ops/quantization.h"
 
@@ -26,42 +27,8 @@ namespace {
 
 const at::Device kGpu(at::kCUDA, 0);
 
-bool same_bits(const at::Tensor& x, const at::Tensor& y) {
-  if (x.sizes() != y.sizes() || x.scalar_type() != y.scalar_type()) return false;
-  const at::Tensor bx = x.to(at::kCPU).contiguous().view({-1}).view(at::kByte);
-  const at::Tensor by = y.to(at::kCPU).contiguous().view({-1}).view(at::kByte);
-  return at::equal(bx, by);
-}
-
 std::optional<at::Tensor> on(const std::optional<at::Tensor>& t, const at::Device& d) {
   return t ? std::optional<at::Tensor>(t->to(d)) : std::nullopt;
-}
-
-struct Weight {
-  std::string scheme;
-  at::Tensor q, scales;
-  std::optional<at::Tensor> zeros;
-  int64_t group_size = 0;
-};
-
-Weight make_weight(const std::string& scheme, int64_t n, int64_t k, int64_t group = 0, bool zeros = false) {
-  Weight w;
-  w.scheme = scheme;
-  auto rand_scales = [](std::vector<int64_t> shape) { return at::rand(shape, at::kFloat).mul_(0.02).add_(0.004); };
-  if (scheme == "w8a8-int8") {
-    w.q = at::randint(-127, 128, {n, k}, at::kChar);
-    w.scales = rand_scales({n});
-  } else if (scheme == "w4a8") {
-    const int64_t g = group == 0 ? k : group;
-    w.group_size = group == 0 ? -1 : group;
-    w.q = (zeros ? at::randint(0, 16, {n, k}, at::kLong) : at::randint(-8, 8, {n, k}, at::kLong)).to(at::kChar);
-    w.scales = rand_scales({n, k / g});
-    if (zeros) w.zeros = at::randint(0, 16, {n, k / g}, at::kInt);
-  } else {  // w8a8-fp8: per channel (group 0) or 128 x 128 blocks
-    w.q = at::randn({n, k}, at::kFloat).mul_(8).to(at::kFloat8_e4m3fn);
-    w.scales = group == 0 ? rand_scales({n}) : rand_scales({(n + 127) / 128, (k + 127) / 128});
-  }
-  return w;
 }
 
 at::Tensor pack(const std::string& solution, const Weight& w, const at::Device& d) {

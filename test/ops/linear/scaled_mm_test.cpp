@@ -17,6 +17,7 @@
 
 #include "csrc/common/linear.h"
 #include "test/ops/common/registered.h"
+#include "test/ops/linear/scaled_mm_weights.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
@@ -34,68 +35,6 @@ at::Tensor pack(const std::string& solution, const at::Tensor& q, const at::Tens
 at::Tensor scaled(const std::string& solution, const at::Tensor& a, const at::Tensor& packed, const at::Tensor& sa,
                   const std::optional<at::Tensor>& azp, const std::optional<at::Tensor>& bias, at::ScalarType out) {
   return function_of<ScaledMmFn>(impl(solution, "scaled_mm"))(a, packed, sa, azp, bias, out);
-}
-
-bool same_bits(const at::Tensor& x, const at::Tensor& y) {
-  if (x.sizes() != y.sizes() || x.scalar_type() != y.scalar_type()) return false;
-  const at::Tensor bx = x.contiguous().view({-1}).view(at::kByte), by = y.contiguous().view({-1}).view(at::kByte);
-  return at::equal(bx, by);
-}
-
-// A weight of one scheme in its canonical form.
-struct Weight {
-  std::string scheme;
-  at::Tensor q, scales;
-  std::optional<at::Tensor> zeros;
-  int64_t group_size = 0;  // linear_pack's
-  int64_t group = 0;       // K per scale group
-};
-
-Weight make_weight(const std::string& scheme, int64_t n, int64_t k, int64_t group = 0, bool zeros = false) {
-  Weight w;
-  w.scheme = scheme;
-  auto rand_scales = [](std::vector<int64_t> shape) { return at::rand(shape, at::kFloat).mul_(0.02).add_(0.004); };
-  if (scheme == "w8a8-int8") {
-    w.q = at::randint(-127, 128, {n, k}, at::kChar);
-    w.scales = rand_scales({n});
-    w.group = k;
-  } else if (scheme == "w4a8") {
-    w.group = group == 0 ? k : group;
-    w.group_size = group == 0 ? -1 : group;
-    w.q = (zeros ? at::randint(0, 16, {n, k}, at::kLong) : at::randint(-8, 8, {n, k}, at::kLong)).to(at::kChar);
-    w.scales = rand_scales({n, k / w.group});
-    if (zeros) w.zeros = at::randint(0, 16, {n, k / w.group}, at::kInt);
-  } else {  // w8a8-fp8, per channel (group 0) or in 128 x 128 blocks (group 128)
-    w.q = at::randn({n, k}, at::kFloat).mul_(8).to(at::kFloat8_e4m3fn);
-    w.group = group == 0 ? k : 128;
-    w.scales = group == 0 ? rand_scales({n})
-                          : rand_scales({(n + 127) / 128, (k + 127) / 128});
-  }
-  return w;
-}
-
-// The contract's output for int8 a: acc in int64 per group, then float32 steps in order.
-at::Tensor formula(const Weight& w, const at::Tensor& a, const at::Tensor& sa, const std::optional<at::Tensor>& azp,
-                   const std::optional<at::Tensor>& bias, at::ScalarType out) {
-  const int64_t m = a.size(0), n = w.q.size(0), k = w.q.size(1);
-  at::Tensor centered = w.q.to(at::kLong);
-  if (w.zeros) centered = centered - w.zeros->to(at::kLong).repeat_interleave(w.group, 1);
-  at::Tensor al = a.to(at::kLong);
-  if (azp) al = al - azp->to(at::kLong).view({-1, 1});
-  const at::Tensor s = w.scales.reshape({n, -1});
-  const at::Tensor sa2 = sa.reshape({-1, 1});
-  at::Tensor t;
-  for (int64_t g = 0; g < k / w.group; ++g) {
-    // int64 has no matmul on the CPU: float64 is exact for these sums (|acc| < 2^31).
-    const at::Tensor acc = al.narrow(1, g * w.group, w.group).to(at::kDouble)
-                               .matmul(centered.narrow(1, g * w.group, w.group).to(at::kDouble).t());
-    at::Tensor term = acc.to(at::kFloat) * sa2;
-    term = term * s.narrow(1, g, 1).t();
-    t = g == 0 ? term : t + term;
-  }
-  if (m == 0) t = at::zeros({0, n}, at::kFloat);
-  if (bias) t = t + bias->to(at::kFloat);
-  return t.to(out);
 }
 
 struct Int8Case {

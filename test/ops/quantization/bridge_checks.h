@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "src/ops/quantization/suites/reference.h"
+#include "test/ops/common/bits.h"
 #include "test/ops/common/registered.h"
 #include "xllm_kernel/ops/activation.h"
 #include "xllm_kernel/ops/normalization.h"
@@ -58,12 +59,6 @@ inline std::optional<at::Tensor> opt(const at::Tensor& t) {
 // A q tensor's bits on the CPU as uint8 [rows, width].
 inline at::Tensor bits(const at::Tensor& q) { return q.to(at::kCPU).contiguous().view(at::kByte).reshape({-1, q.size(-1)}); }
 inline at::Tensor rows32(const at::Tensor& t) { return t.to(at::kCPU).contiguous().reshape({-1}); }
-
-inline bool same_bits(const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
-  const at::Tensor x = a.to(at::kCPU).contiguous(), y = b.to(at::kCPU).contiguous();
-  return std::memcmp(x.const_data_ptr(), y.const_data_ptr(), x.nbytes()) == 0;
-}
 
 // [tokens, width] of dtype in a layout: "contiguous", "strided" (rows width + 5 apart) or "3d"
 // ([tokens, 2, width] views whose leading dimensions do not merge), on `device`.
