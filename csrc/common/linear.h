@@ -98,6 +98,10 @@ enum class LinearLayout : int32_t {
                 // high nibble, as q + 8 without zeros), scales and zeros [panels][groups][kPanel]
   kQuads = 2,   // scaled_mm's native CPU layout (csrc/cpu/linear/scaled_mm.h): panels of kPanel
                 // channels holding 4 (w8a8) or 8 (w4a8) consecutive k of a channel per 4 bytes
+  kPanelPairs = 3,  // bf16 with K even, in the native CPU packing: panels of kPanel channels holding k
+                    // and k + 1 of a channel per 4 bytes, weights [padded_n / kPanel][K / 2][kPanel][2]
+                    // (the operand layout of vdpbf16ps and of oneDNN's bf16 brgemm, "VNNI-2"); scales
+                    // and zeros: none
 };
 
 inline constexpr int64_t kPanel = 32;

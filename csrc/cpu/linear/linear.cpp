@@ -6,6 +6,8 @@
 // (one tile) forms W in registers as it streams the panel once; larger M forms a block of W in a
 // float32 scratch first and runs every tile of rows over it, keeping the partial sums in float32
 // between blocks. Both form the same W and run the same chain, so a row's bits do not depend on M.
+// bf16 rows against bf16 weights in pairs (kPanelPairs) run the vdpbf16ps kernel of bf16_dot.h
+// instead, on the AVX-512 target of a CPU with AVX512_BF16, for every M alike.
 #include "csrc/cpu/linear/linear.h"
 
 #include <algorithm>
@@ -23,7 +25,9 @@
 #include "hwy/aligned_allocator.h"
 
 #include "csrc/cpu/common/convert-inl.h"
-#include "csrc/cpu/linear/scaled_mm-inl.h"  // scaled_mm's per-target driver
+#include "csrc/cpu/common/cpu_features.h"
+#include "csrc/cpu/linear/bf16_dot.h"
+#include "csrc/cpu/linear/scaled_mm-inl.h"  // scaled_mm's per-target driver, FinishPanel
 
 HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
@@ -53,6 +57,18 @@ struct SrcHalf {  // bf16 or f16 weights
   static constexpr bool kScaled = false;
   const T* w;
   HWY_INLINE VF Load(size_t k, size_t j) const { return LoadF(w + k * kP + j * kL); }
+};
+
+// bf16 weights in pairs of k (kPanelPairs, [K / 2][kP][2]): the 32-bit word of a channel's pair
+// holds k (even) in its low and k + 1 in its high half; either widens to float32 exactly.
+struct SrcBf16Pairs {
+  static constexpr bool kScaled = false;
+  const uint16_t* w;
+  HWY_INLINE VF Load(size_t k, size_t j) const {
+    const DU du;
+    const VU v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + (k / 2) * 2 * kP) + j * kL);
+    return hn::BitCast(DF(), (k & 1) != 0 ? hn::And(v, hn::Set(du, 0xFFFF0000u)) : hn::ShiftLeft<16>(v));
+  }
 };
 
 // The scales of one group (int8, fp8: no zero points).
@@ -325,6 +341,43 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
   }
 }
 
+// Whether this target runs bf16_dot.h's kernel for p (linear_reads_bf16_rows).
+bool ReadsBf16Rows(const LinearParams& p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return p.scheme == LinearScheme::kBFloat16 && p.layout == kernels::LinearLayout::kPanelPairs &&
+         p.x_bf16 != nullptr && cpu_features().avx512_bf16 &&
+         scaled_mm_detail::dot_products_allowed() == ScaledMmDotProducts::kAll;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// bf16_dot.h's kernel over chunks of rows (about 1 MiB of them, whole tiles), then panels: a panel
+// (K * 64 bytes) is read from memory once per chunk and from the cache by the chunk's other tiles.
+void Bf16DotPanels(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
+  constexpr int64_t kRows = linear_detail::kBf16DotRows;
+  const int64_t chunk = std::max<int64_t>(kRows, (int64_t{1} << 20) / (p.k * 2) / kRows * kRows);
+  auto t = hwy::AllocateAligned<float>(static_cast<size_t>(std::min(p.m, chunk) * kernels::kPanel));
+  const uint16_t* weights = static_cast<const uint16_t*>(p.weights);
+  const size_t out_bytes = kernels::element_size(p.out_dtype);
+  for (int64_t r0 = 0; r0 < p.m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.m - r0);
+    const PanelRows finish{.out = static_cast<uint8_t*>(p.out) + r0 * p.out_stride * out_bytes,
+                           .out_stride = p.out_stride,
+                           .n = p.n,
+                           .m = rows,
+                           .bias = p.bias};
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      linear_detail::Bf16DotPanel(p.x_bf16 + r0 * p.x_bf16_stride, p.x_bf16_stride, rows, p.k,
+                                  weights + panel * p.k * kernels::kPanel, t.get());
+      FinishPanel(p.out_dtype, finish, panel, t.get());
+    }
+  }
+}
+#endif
+
 template <typename T>
 void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
   const size_t k = static_cast<size_t>(p.k);
@@ -332,6 +385,9 @@ void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
     case LinearScheme::kFloat32:
       return PanelsT<T>(p, SrcF32{nullptr}, k * kP * 4, panel_begin, panel_end);
     case LinearScheme::kBFloat16:
+      if (p.layout == kernels::LinearLayout::kPanelPairs) {
+        return PanelsT<T>(p, SrcBf16Pairs{nullptr}, k * kP * 2, panel_begin, panel_end);
+      }
       return PanelsT<T>(p, SrcHalf<bfloat16_t>{nullptr}, k * kP * 2, panel_begin, panel_end);
     case LinearScheme::kFloat16:
       return PanelsT<T>(p, SrcHalf<float16_t>{nullptr}, k * kP * 2, panel_begin, panel_end);
@@ -349,6 +405,9 @@ void LinearT(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
 }
 
 void LinearPanels(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (ReadsBf16Rows(p)) return Bf16DotPanels(p, panel_begin, panel_end);
+#endif
   switch (p.out_dtype) {
     case DType::kFloat32: return LinearT<float>(p, panel_begin, panel_end);
     case DType::kBFloat16: return LinearT<bfloat16_t>(p, panel_begin, panel_end);
@@ -364,6 +423,7 @@ HWY_AFTER_NAMESPACE();
 namespace xllm_kernel::cpu {
 
 HWY_EXPORT(LinearPanels);
+HWY_EXPORT(ReadsBf16Rows);
 
 namespace {
 
@@ -398,7 +458,23 @@ void transpose_panels(const T* src, int64_t stride, int64_t n, int64_t k, T* dst
   }
 }
 
+// Rows [n][k] of bf16 bits (k even) into panels [panels][k / 2][kPanel][2]: channel lane's k and
+// k + 1 side by side, lanes past n zero.
+void transpose_panel_pairs(const uint16_t* src, int64_t stride, int64_t n, int64_t k, uint16_t* dst) {
+  using kernels::kPanel;
+  for (int64_t p = 0; p < linear_panels(n); ++p) {
+    uint16_t* panel = dst + p * k * kPanel;
+    const int64_t lanes = std::min<int64_t>(kPanel, n - p * kPanel);
+    for (int64_t lane = 0; lane < kPanel; ++lane) {
+      const uint16_t* row = lane < lanes ? src + (p * kPanel + lane) * stride : nullptr;
+      for (int64_t kk = 0; kk < k; ++kk) panel[(kk / 2) * 2 * kPanel + lane * 2 + (kk & 1)] = row ? row[kk] : 0;
+    }
+  }
+}
+
 }  // namespace
+
+bool linear_reads_bf16_rows(const LinearParams& p) { return HWY_DYNAMIC_DISPATCH(ReadsBf16Rows)(p); }
 
 Status linear(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
   if (!valid_scheme(p.scheme) || !kernels::valid_dtype(p.out_dtype)) return Status::invalid("unknown scheme or dtype");
@@ -407,11 +483,15 @@ Status linear(const LinearParams& p, int64_t panel_begin, int64_t panel_end) {
     return Status::invalid("panel range out of bounds");
   }
   if (!valid_groups(p.scheme, p.k, p.group, p.groups)) return Status::invalid("group must be in [1, k], groups ceil(k / group)");
+  if (p.layout != linear_panel_layout(p.scheme, p.k)) return Status::invalid("layout is not the scheme's panel layout");
   if (p.m == 0 || panel_begin == panel_end) return Status::ok();
-  if (p.x == nullptr || p.out == nullptr || p.weights == nullptr) return Status::invalid("null x, out or weights");
+  const bool bf16_rows = linear_reads_bf16_rows(p);
+  if ((bf16_rows ? p.x_bf16 == nullptr : p.x == nullptr) || p.out == nullptr || p.weights == nullptr) {
+    return Status::invalid("null x, out or weights");
+  }
   if (kernels::scheme_has_scales(p.scheme) && p.scales == nullptr) return Status::invalid("null scales");
   if (p.zeros != nullptr && p.scheme != LinearScheme::kInt4) return Status::invalid("zeros need the int4 scheme");
-  if (p.x_stride < p.k && p.m > 1) return Status::invalid("x rows overlap");
+  if ((bf16_rows ? p.x_bf16_stride : p.x_stride) < p.k && p.m > 1) return Status::invalid("x rows overlap");
   if (p.out_stride < p.n && p.m > 1) return Status::invalid("out rows overlap");
   HWY_DYNAMIC_DISPATCH(LinearPanels)(p, panel_begin, panel_end);
   return Status::ok();
@@ -459,6 +539,8 @@ Status linear_pack_panels(const LinearPackSource& s, void* weights, float* scale
     }
   } else if (bytes == 4) {
     transpose_panels(static_cast<const uint32_t*>(s.weight), s.weight_stride, n, k, static_cast<uint32_t*>(weights));
+  } else if (linear_panel_layout(s.scheme, k) == kernels::LinearLayout::kPanelPairs) {
+    transpose_panel_pairs(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights));
   } else if (bytes == 2) {
     transpose_panels(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights));
   } else {

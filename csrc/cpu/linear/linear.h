@@ -1,6 +1,7 @@
 // Torch-free CPU kernels of the linear family (Highway, runtime ISA dispatch):
 //   y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]),  W[n, k] = (q[n, k] - z[n, g]) * s[n, g],  g = k / group
-// over weights packed in panels of kPanel output channels (csrc/common/linear.h, LinearLayout::kPanels).
+// over weights packed in panels of kPanel output channels (csrc/common/linear.h, LinearLayout::kPanels;
+// bf16 weights with K even in pairs of k, LinearLayout::kPanelPairs: linear_panel_layout).
 //
 //   cpu::LinearPackSource src{.scheme = LinearScheme::kInt4, .n = N, .k = K, .group = 128, .groups = K / 128,
 //                             .weight = q_int8, .weight_stride = K, .scales = s_f32, .zeros = nullptr};
@@ -14,6 +15,13 @@
 // one rounding to the output dtype. The chain's order is the same for every M, every row position,
 // every panel range and every thread count: a row's bits do not depend on the batch (batch
 // invariance). Non-finite scales, weights or inputs propagate as IEEE arithmetic does.
+//
+// One exception, bf16 input with bf16 weights (kPanelPairs) on a CPU with AVX512_BF16
+// (linear_reads_bf16_rows): the kernel reads the bf16 rows and runs vdpbf16ps, whose chain takes k
+// in pairs, acc = (acc + x[k + 1] W[k + 1]) + x[k] W[k] for k = 0, 2, ..., each step rounded to float32
+// (the products are exact), bf16 subnormal inputs read as zero and subnormal partial sums flushed to
+// zero (the instruction's fixed DAZ / FTZ). The order is again the same for every M, row position,
+// panel range and thread count.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +37,15 @@ using kernels::Status;
 
 struct LinearParams {
   LinearScheme scheme = LinearScheme::kFloat32;
+  kernels::LinearLayout layout = kernels::LinearLayout::kPanels;  // linear_panel_layout(scheme, k)
   DType out_dtype = DType::kFloat32;
   int64_t m = 0, n = 0, k = 0;
   int64_t group = 0;    // K elements per scale group (schemes with scales)
   int64_t groups = 0;   // ceil(K / group)
-  const float* x = nullptr;  // [m] rows of k float32
+  const float* x = nullptr;  // [m] rows of k float32 (null where linear_reads_bf16_rows)
   int64_t x_stride = 0;      // elements between rows
+  const uint16_t* x_bf16 = nullptr;  // the same rows as bfloat16 bits, where the input is bf16 (or null)
+  int64_t x_bf16_stride = 0;
   void* out = nullptr;       // [m] rows of n elements of out_dtype
   int64_t out_stride = 0;
   const void* weights = nullptr;  // the packed panels
@@ -42,6 +53,17 @@ struct LinearParams {
   const float* zeros = nullptr;   // [panels][groups][kPanel] (int4 with zeros; null: q was stored as q + 8)
   const float* bias = nullptr;    // [n] float32, or null
 };
+
+// The layout linear_pack_panels writes for a scheme: kPanelPairs for bf16 with K even, else kPanels.
+constexpr kernels::LinearLayout linear_panel_layout(LinearScheme s, int64_t k) {
+  return s == LinearScheme::kBFloat16 && k % 2 == 0 ? kernels::LinearLayout::kPanelPairs
+                                                    : kernels::LinearLayout::kPanels;
+}
+
+// Whether linear(p) reads p.x_bf16 instead of p.x: bf16 weights in kPanelPairs, bf16 rows given,
+// a CPU with AVX512_BF16 and its bf16 dot products allowed (set_scaled_mm_dot_products_for_test).
+// A caller with bf16 input sets x_bf16 first, then converts the rows to float32 only where false.
+bool linear_reads_bf16_rows(const LinearParams& p);
 
 // The number of panels of n output channels.
 constexpr int64_t linear_panels(int64_t n) { return (n + kernels::kPanel - 1) / kernels::kPanel; }

@@ -70,9 +70,19 @@ inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s) {
 #endif
 }
 
+// The rows a panel's t finishes into: out rows of n columns of the output type, out_stride elements
+// apart, and the bias (float32 [n], or null). scaled_mm's driver and linear's bf16 dot-product
+// driver (linear.cpp) share it.
+struct PanelRows {
+  void* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t n = 0, m = 0;
+  const float* bias = nullptr;
+};
+
 // out[m, panel's columns] = round(t[m] + bias) for every row.
 template <typename T>
-void FinishScaledMmPanel(const ScaledMmParams& p, int64_t panel, const float* t) {
+void FinishPanelRows(const PanelRows& p, int64_t panel, const float* t) {
   constexpr size_t kP = static_cast<size_t>(kernels::kPanel);
   const DF d;
   const size_t lanes = hn::Lanes(d);
@@ -91,6 +101,15 @@ void FinishScaledMmPanel(const ScaledMmParams& p, int64_t panel, const float* t)
       StoreF(v, dst + j);
     }
     if (cols != kP) std::memcpy(y, tmp, cols * sizeof(T));
+  }
+}
+
+// Finishes a panel's rows into the output type.
+inline void FinishPanel(DType out_dtype, const PanelRows& rows, int64_t panel, const float* t) {
+  switch (out_dtype) {
+    case DType::kFloat32: return FinishPanelRows<float>(rows, panel, t);
+    case DType::kBFloat16: return FinishPanelRows<bfloat16_t>(rows, panel, t);
+    case DType::kFloat16: return FinishPanelRows<float16_t>(rows, panel, t);
   }
 }
 
@@ -118,13 +137,10 @@ void ScaledMmPanels(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_
     c.out = static_cast<uint8_t*>(p.out) + r0 * p.out_stride * kernels::element_size(p.out_dtype);
     scaled_mm_detail::PrepareActivations(c, kernel.form, act);
     act.x.scratch = scratch.get();
+    const PanelRows rows{.out = c.out, .out_stride = c.out_stride, .n = c.n, .m = c.m, .bias = c.bias};
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       kernel.fn(act.x, panel, t.get());
-      switch (c.out_dtype) {
-        case DType::kFloat32: FinishScaledMmPanel<float>(c, panel, t.get()); break;
-        case DType::kBFloat16: FinishScaledMmPanel<bfloat16_t>(c, panel, t.get()); break;
-        case DType::kFloat16: FinishScaledMmPanel<float16_t>(c, panel, t.get()); break;
-      }
+      FinishPanel(c.out_dtype, rows, panel, t.get());
     }
   }
 }

@@ -22,6 +22,12 @@ using kernels::LinearHeader;
 using kernels::LinearLayout;
 using kernels::LinearScheme;
 
+// For tests: when cpu.native.linear runs torch's brgemm for bf16 input with bf16 weights
+// (src/ops/linear/native_cpu.cpp): kAuto where the CPU has AMX-BF16, kAlways wherever torch's
+// brgemm runs (it errors where it does not), kNever. Not for concurrent use with running calls.
+enum class NativeLinearBrgemm { kAuto, kAlways, kNever };
+void set_native_linear_brgemm_for_test(NativeLinearBrgemm policy);
+
 // "[2, 3]": a tensor's shape in errors.
 std::string shape_string(const at::Tensor& t);
 

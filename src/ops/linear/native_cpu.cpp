@@ -1,9 +1,25 @@
 // cpu.native.*: bridges from at::Tensor to the Highway kernels in csrc/cpu/linear/. linear_pack
-// lays the weights out in panels of 32 output channels (LinearLayout::kPanels); linear converts
-// the input rows to float32 once and splits the panels over torch's intra-op threads.
+// lays the weights out in panels of 32 output channels (LinearLayout::kPanels; bf16 with K even in
+// pairs of k, kPanelPairs); linear splits the panels over torch's intra-op threads and gives the
+// kernel the input rows in float32 (converted once), or as they are where it reads bf16 rows
+// (linear_reads_bf16_rows: AVX512_BF16).
+//
+// bf16 input with bf16 weights on a CPU with AMX-BF16 runs torch's at::native::cpublas::brgemm
+// (oneDNN's AMX microkernel) instead, panel by panel, for every M alike: kPanelPairs is its bf16
+// "VNNI" operand layout with ld_b = 32. Its sums are float32 in oneDNN's order for that CPU (the
+// same for every M, row position and thread count); bias and the one rounding follow in ATen.
+// set_native_linear_brgemm_for_test runs it on any CPU torch's brgemm supports (AVX512_BF16: its
+// vdpbf16ps kernels), so the path is tested without AMX.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/linear/linear.h"
 #include "csrc/cpu/linear/scaled_mm.h"
 #include "src/ops/common/bridge.h"
@@ -16,6 +32,57 @@
 namespace xllm_kernel::linear {
 namespace {
 
+std::atomic<NativeLinearBrgemm>& brgemm_policy() {
+  static std::atomic<NativeLinearBrgemm> policy{NativeLinearBrgemm::kAuto};
+  return policy;
+}
+
+// Whether linear runs torch's brgemm for this weight and input (above).
+bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
+  if (h.scheme != LinearScheme::kBFloat16 || h.layout != LinearLayout::kPanelPairs || input != at::kBFloat16) {
+    return false;
+  }
+  switch (brgemm_policy().load(std::memory_order_relaxed)) {
+    case NativeLinearBrgemm::kAlways: return true;
+    case NativeLinearBrgemm::kNever: return false;
+    case NativeLinearBrgemm::kAuto: break;
+  }
+  return cpu::cpu_features().amx_bf16;
+}
+
+// Rows of a brgemm call: chunks of at most this many rows share a panel read from the cache.
+constexpr int64_t kBrgemmRows = 64;
+
+// y = brgemm sums (+ bias) rounded once to the input's dtype, for rows x [m, K] (bf16, unit inner
+// stride) against kPanelPairs panels.
+at::Tensor brgemm_linear(const at::Tensor& x, const uint8_t* weights, const LinearHeader& h, const at::Tensor& bias) {
+  const int64_t m = x.size(0), n = h.n, k = h.k, panels = cpu::linear_panels(n);
+  const int64_t lda = m > 1 ? x.stride(0) : k;
+  at::Tensor acc = at::empty({m, n}, x.options().dtype(at::kFloat));
+  const auto* a = reinterpret_cast<const at::BFloat16*>(x.const_data_ptr());
+  const auto* b = reinterpret_cast<const at::BFloat16*>(weights);
+  float* c = acc.mutable_data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    float tail[kBrgemmRows * kernels::kPanel];
+    for (int64_t r0 = 0; r0 < m; r0 += kBrgemmRows) {
+      const int64_t rows = std::min(kBrgemmRows, m - r0);
+      for (int64_t panel = begin; panel < end; ++panel) {
+        const int64_t n0 = panel * kernels::kPanel, cols = std::min(kernels::kPanel, n - n0);
+        float* dst = cols == kernels::kPanel ? c + r0 * n + n0 : tail;
+        const int64_t ldc = cols == kernels::kPanel ? n : kernels::kPanel;
+        at::native::cpublas::brgemm(rows, kernels::kPanel, k, lda, kernels::kPanel, ldc, /*add_C=*/false,
+                                    a + r0 * lda, b + panel * k * kernels::kPanel, dst, /*is_vnni=*/true);
+        if (dst == tail) {
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(c + (r0 + r) * n + n0, tail + r * kernels::kPanel, cols * 4);
+        }
+      }
+    }
+    at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+  });
+  if (bias.defined()) acc.add_(bias);
+  return acc.to(x.scalar_type());
+}
+
 at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>& scales,
                        const std::optional<at::Tensor>& zeros, std::string scheme, int64_t group_size) {
   const char* op = "linear_pack";
@@ -23,8 +90,8 @@ at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>
   TORCH_CHECK(weight.device().is_cpu(), op, ": weight must be on cpu, got ", weight.device().str());
   const Canonical c = canonicalize(op, weight, scales, zeros, shape);
   const bool scaled = kernels::scheme_quantizes_activations(shape.scheme);
-  const NewPacked made =
-      new_packed(shape, scaled ? LinearLayout::kQuads : LinearLayout::kPanels, packer_name(modules().native_cpu));
+  const NewPacked made = new_packed(shape, scaled ? LinearLayout::kQuads : cpu::linear_panel_layout(shape.scheme, shape.k),
+                                    packer_name(modules().native_cpu));
   uint8_t* base = made.packed.mutable_data_ptr<uint8_t>();
   const kernels::LinearSizes& z = made.sizes;
   if (scaled) {
@@ -63,23 +130,40 @@ at::Tensor native_pack(const at::Tensor& weight, const std::optional<at::Tensor>
 at::Tensor native_linear(const at::Tensor& input, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
   const char* op = "linear";
   const LinearHeader h = read_header(op, packed, c10::DeviceType::CPU, packer_name(modules().native_cpu));
+  const LinearLayout layout = cpu::linear_panel_layout(h.scheme, h.k);
+  TORCH_CHECK(h.layout == layout, op, ": packed weight's layout is ", static_cast<int>(h.layout),
+              ", expected ", static_cast<int>(layout), " (what ", packer_name(modules().native_cpu),
+              " writes for scheme ", kernels::scheme_name(h.scheme), " and K = ", h.k,
+              "); pack the weight again with the selected linear_pack");
   const Rows r = check_input(op, input, bias, h, c10::DeviceType::CPU);
-  at::Tensor x = r.x.scalar_type() == at::kFloat ? r.x : r.x.to(at::kFloat);
-  const int64_t m = x.size(0);
-  if (x.stride(1) != 1 || (m > 1 && x.stride(0) < h.k)) x = x.contiguous();  // overlapping rows too
-  at::Tensor out = at::empty({m, h.n}, input.options());
+  at::Tensor rows = r.x;
+  const int64_t m = rows.size(0);
+  if (rows.stride(1) != 1 || (m > 1 && rows.stride(0) < h.k)) rows = rows.contiguous();  // overlapping rows too
   const at::Tensor b = bias.has_value() && bias->defined() ? bias->to(at::kFloat).contiguous() : at::Tensor();
   const uint8_t* base = packed.const_data_ptr<uint8_t>();
+  if (m > 0 && use_brgemm(h, rows.scalar_type())) {
+    return brgemm_linear(rows, base + h.weights_offset, h, b).view(r.out_shape);
+  }
+  at::Tensor out = at::empty({m, h.n}, input.options());
   cpu::LinearParams p;
   p.scheme = h.scheme;
+  p.layout = h.layout;
   p.out_dtype = bridge::kernel_dtype(input.scalar_type());
   p.m = m;
   p.n = h.n;
   p.k = h.k;
   p.group = kernels::scheme_has_scales(h.scheme) ? h.group : 0;
   p.groups = kernels::scheme_has_scales(h.scheme) ? h.groups : 0;
-  p.x = x.const_data_ptr<float>();
-  p.x_stride = m > 1 ? x.stride(0) : h.k;
+  at::Tensor x;  // float32 rows, where the kernel reads those
+  if (rows.scalar_type() == at::kBFloat16) {
+    p.x_bf16 = reinterpret_cast<const uint16_t*>(rows.const_data_ptr());
+    p.x_bf16_stride = m > 1 ? rows.stride(0) : h.k;
+  }
+  if (!cpu::linear_reads_bf16_rows(p)) {
+    x = rows.scalar_type() == at::kFloat ? rows : rows.to(at::kFloat);
+    p.x = x.const_data_ptr<float>();
+    p.x_stride = m > 1 ? x.stride(0) : h.k;
+  }
   p.out = out.mutable_data_ptr();
   p.out_stride = h.n;
   p.weights = base + h.weights_offset;
@@ -123,6 +207,10 @@ at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor
 }
 
 }  // namespace
+
+void set_native_linear_brgemm_for_test(NativeLinearBrgemm policy) {
+  brgemm_policy().store(policy, std::memory_order_relaxed);
+}
 
 XLLM_REGISTER_NAMED("cpu.native.scaled_mm", modules().native_cpu, scaled_mm_operation(), native_scaled_mm);
 XLLM_REGISTER_NAMED("cpu.native.linear_dynamic_quant", modules().native_cpu, linear_dynamic_quant_operation(),

@@ -1,7 +1,9 @@
 // The linear family's CPU kernels (csrc/cpu/linear/) against a float64 reference built here from
 // the canonical weights, on every Highway target: every scheme, odd shapes, bias, strided rows,
 // batch invariance (a row's bits alone and among others, at any position, on any panel split) and
-// reads that stay inside the packed panels and the input rows (guarded memory).
+// reads that stay inside the packed panels and the input rows (guarded memory); bf16 rows against
+// bf16 weights (the vdpbf16ps kernel where the CPU has AVX512_BF16) bit for bit against the
+// instruction's chain emulated here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/linear/linear.h"
+#include "csrc/cpu/linear/scaled_mm.h"
 #include "test/csrc/common/cpu_test_support.h"
 
 namespace xllm_kernel::cpu::test {
@@ -128,6 +132,7 @@ LinearParams Params(const Weights& w, const Packed& packed, DType out, int64_t m
                     void* y, const float* bias) {
   LinearParams p;
   p.scheme = w.scheme;
+  p.layout = linear_panel_layout(w.scheme, w.k);
   p.out_dtype = out;
   p.m = m;
   p.n = w.n;
@@ -256,6 +261,104 @@ TEST(CpuLinearKernel, ARowsBitsDoNotDependOnTheBatch) {
   }
 }
 
+// bf16 rows (given as bits and widened to float32 for the chain) against bf16 weights.
+struct Bf16Rows {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+
+Bf16Rows MakeBf16Rows(int64_t elements, std::mt19937& rng) {
+  Bf16Rows x;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < elements; ++i) {
+    const uint32_t bits = EncodeBits(DType::kBFloat16, normal(rng));
+    x.bits.push_back(static_cast<uint16_t>(bits));
+    x.values.push_back(DecodeBits(DType::kBFloat16, bits));
+  }
+  return x;
+}
+
+float Bf16Value(const std::vector<uint8_t>& raw, int64_t i) {
+  uint16_t b;
+  std::memcpy(&b, &raw[i * 2], 2);
+  return DecodeBits(DType::kBFloat16, b);
+}
+
+// vdpbf16ps's chain for one output, in float32: acc = (acc + x[k + 1] W[k + 1]) + x[k] W[k] for k =
+// 0, 2, ... (normal inputs and sums here: no DAZ or FTZ to apply; the products are exact).
+float Bf16DotChain(const float* x, const Weights& w, int64_t n) {
+  volatile float acc = 0.0f;  // one rounding per step, whatever the compiler contracts
+  for (int64_t k = 0; k < w.k; k += 2) {
+    acc = acc + x[k + 1] * Bf16Value(w.raw, n * w.k + k + 1);
+    acc = acc + x[k] * Bf16Value(w.raw, n * w.k + k);
+  }
+  return acc;
+}
+
+// bf16 rows with bf16 weights: where the kernel reads the rows as bf16 (the AVX-512 target on a CPU
+// with AVX512_BF16), its float32 sums equal the vdpbf16ps chain bit for bit; elsewhere (odd K, other
+// targets, dot products off) the float32 chain of the other schemes. Both within the reference's
+// tolerance, each row's bits the same alone and among others, on one or two panel ranges.
+TEST(CpuLinearKernel, Bf16RowsRunTheBf16DotChainWhereTheCpuHasIt) {
+  std::mt19937 rng(17);
+  const int64_t shapes[][3] = {{1, 37, 66}, {9, 70, 512}, {20, 33, 130}, {3, 40, 67}};  // m, n, k (67: odd)
+  bool dot_ran = false;
+  for (bool dots : {true, false}) {
+    set_scaled_mm_dot_products_for_test(dots ? ScaledMmDotProducts::kAll : ScaledMmDotProducts::kNone);
+    for (int64_t target : KernelTargets()) {
+      TargetScope scope(target);
+      for (const auto& shape : shapes) {
+        const int64_t m = shape[0], n = shape[1], k = shape[2];
+        const Weights w = MakeWeights(LinearScheme::kBFloat16, n, k, k, false, rng);
+        const Packed packed(w);
+        ASSERT_TRUE(packed.status.is_ok()) << packed.status.reason;
+        const Bf16Rows x = MakeBf16Rows(m * k, rng);
+        std::vector<float> y(static_cast<size_t>(m * n)), alone(static_cast<size_t>(n));
+        LinearParams p = Params(w, packed, DType::kFloat32, m, x.values.data(), k, y.data(), nullptr);
+        p.x_bf16 = x.bits.data();
+        p.x_bf16_stride = k;
+        const bool reads = linear_reads_bf16_rows(p);
+        const bool expect = dots && k % 2 == 0 && cpu_features().avx512_bf16 && target <= HWY_AVX3;
+        ASSERT_EQ(reads, expect) << hwy::TargetName(target) << " k=" << k;
+        dot_ran = dot_ran || reads;
+        if (reads) p.x = nullptr;  // the kernel must not need the float32 rows
+        const int64_t panels = linear_panels(n);
+        Status s2;
+        std::thread t([&] { s2 = linear(p, panels / 2, panels); });
+        const Status s1 = linear(p, 0, panels / 2);
+        t.join();
+        ASSERT_TRUE(s1.is_ok() && s2.is_ok()) << s1.reason << " " << s2.reason;
+        for (int64_t r = 0; r < m; ++r) {
+          LinearParams one = p;
+          one.m = 1;
+          one.x = reads ? nullptr : x.values.data() + r * k;
+          one.x_bf16 = x.bits.data() + r * k;
+          one.out = alone.data();
+          ASSERT_TRUE(linear(one, 0, panels).is_ok());
+          ASSERT_EQ(0, std::memcmp(alone.data(), &y[r * n], static_cast<size_t>(n) * 4))
+              << hwy::TargetName(target) << " m=" << m << " k=" << k << " row " << r;
+          for (int64_t nn = 0; nn < n; ++nn) {
+            double want = 0, mag = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double prod = static_cast<double>(x.values[r * k + kk]) * w.w[nn * k + kk];
+              want += prod;
+              mag += std::abs(prod);
+            }
+            const float got = y[r * n + nn];
+            ASSERT_LE(std::abs(got - want), (k + 2) * 0x1p-24 * mag) << hwy::TargetName(target) << " k=" << k;
+            if (reads) {
+              ASSERT_EQ(got, Bf16DotChain(&x.values[r * k], w, nn))
+                  << hwy::TargetName(target) << " m=" << m << " k=" << k << " at (" << r << ", " << nn << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kAll);
+  if (!dot_ran) GTEST_SKIP() << "no AVX512_BF16 on this CPU (it has: " << cpu_features_text() << "): the bf16 dot kernel never ran";
+}
+
 TEST(CpuLinearKernel, NonFiniteScalesPropagate) {
   std::mt19937 rng(3);
   Weights w = MakeWeights(LinearScheme::kInt8, 40, 64, 64, false, rng);
@@ -292,6 +395,9 @@ TEST(CpuLinearKernel, RejectsBadParameters) {
   p.scheme = LinearScheme::kInt8;
   p.group = 0;
   EXPECT_FALSE(linear(p, 0, 1).is_ok());  // a scaled scheme needs its groups
+  p.scheme = LinearScheme::kBFloat16;
+  p.layout = kernels::LinearLayout::kPanels;  // bf16 with K even is packed in pairs
+  EXPECT_FALSE(linear(p, 0, 1).is_ok());
 }
 
 }  // namespace

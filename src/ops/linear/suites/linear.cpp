@@ -132,7 +132,14 @@ CaseMetadata metadata(const PackArgs& a, const at::Tensor& input, const at::Tens
   if (a.scales.defined()) weight_bytes += a.scales.numel() * 4;
   if (a.zeros.defined()) weight_bytes += a.zeros.numel() * 4;
   const int64_t read = weight_bytes + input.numel() * input.element_size() + (bias.defined() ? bias.nbytes() : 0);
-  return {read, m * n * input.element_size(), 2.0 * m * n * k, {}};
+  const double flops = 2.0 * m * n * k;
+  // bf16 input with bf16 weights may run on bf16 dot products (AVX512_BF16) or AMX-BF16: the
+  // products are exact in float32 either way. Every other case forms W or x in float32: FMA.
+  std::map<std::string, double> work;
+  if (a.scheme == "bf16" && input.scalar_type() == at::kBFloat16) {
+    work = {{"f32_fma", flops}, {"bf16_dot", flops}, {"amx_bf16", flops}};
+  }
+  return {read, m * n * input.element_size(), flops, work};
 }
 
 Example build_linear(const json& p, at::Generator& g) {
