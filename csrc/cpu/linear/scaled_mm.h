@@ -82,6 +82,14 @@ struct ScaledMmParams {
   const void* zeros = nullptr;        // w4a8 with zeros, or null
   const int32_t* sums = nullptr;      // w8a8-int8, w4a8
   const float* bias = nullptr;        // [n] float32, or null
+  // Optional (w8a8-int8): a caller's int8 GEMM for one panel, e.g. the torch bridge's oneDNN brgemm
+  // (AMX-INT8 where the CPU has it). It sets acc[r * kPanel + c] = sum_{k < k4} u[r * lda + k] * w(k, c)
+  // in int32 for rows r < m, u the activations + 128 as uint8 (128 past K), panel the kQuads weights
+  // ([k4 / 4][32][4] int8, 0 past K). The sums are exact in any order, and the kernels' own epilogue
+  // follows: the same bits as without it. Null: the kernels' own dot products.
+  using Int8PanelSums = void (*)(const uint8_t* u, int64_t lda, int64_t m, int64_t k4, const int8_t* panel,
+                                 int32_t* acc);
+  Int8PanelSums int8_panel_sums = nullptr;
 };
 
 // Computes the output columns of panels [panel_begin, panel_end) (linear_panels(n) in all) for

@@ -131,6 +131,23 @@ void ScalarInt8Panel(const Prepared& x, int64_t panel, float* t) {
   }
 }
 
+// The caller's int32 sums of (a + 128) q, then the VNNI kernels' compensation and epilogue.
+void CallerInt8Panel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * (x.k4 / 4) * 128;
+  int32_t* acc = static_cast<int32_t*>(x.scratch);
+  p.int8_panel_sums(static_cast<const uint8_t*>(x.a), x.stride, p.m, x.k4, w, acc);
+  for (int64_t r = 0; r < p.m; ++r) {
+    const int32_t shift = 128 + (x.azp != nullptr ? x.azp[r] : 0);
+    for (int64_t lane = 0; lane < kP; ++lane) {
+      const int32_t c = SubMul(acc[r * kP + lane], shift, p.sums[panel * kP + lane]);
+      Accumulate(t[r * kP + lane], static_cast<float>(c), x.scale_a[r], p.scales[panel * kP + lane], true);
+    }
+  }
+}
+
+int64_t CallerInt8Scratch(int64_t m, int64_t) { return m * kP * 4; }
+
 void ScalarW4a8Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t blocks = p.k / 8, per_group = p.group / 8;
@@ -188,6 +205,8 @@ PanelKernel ScalarKernel(LinearScheme s) {
     default: return {ScalarInt8Panel, AForm::kInt8, "scalar", nullptr};
   }
 }
+
+PanelKernel CallerInt8Kernel() { return {CallerInt8Panel, AForm::kUint8, "caller", CallerInt8Scratch}; }
 
 // Why a scheme's group layout is invalid, or nullptr.
 inline const char* InvalidScaledMmGroups(LinearScheme s, int64_t k, int64_t group, int64_t groups) {

@@ -63,6 +63,10 @@ void PrepareActivations(const ScaledMmParams& p, AForm form, Activations& act);
 // The scalar kernel of a scheme (scaled_mm_entries.h): targets without an x86 kernel.
 PanelKernel ScalarKernel(LinearScheme s);
 
+// w8a8-int8 over the caller's ScaledMmParams::int8_panel_sums, then the kernels' epilogue
+// (scaled_mm_entries.h).
+PanelKernel CallerInt8Kernel();
+
 // Which dot-product instructions the kernels may use (set_scaled_mm_dot_products_for_test).
 ScaledMmDotProducts dot_products_allowed();
 

@@ -20,7 +20,10 @@ constexpr const char* kSemantics =
     "* W[n, k] + bias[n]: x taken exactly in float32, products and sums in float32, bias added in float32, one "
     "rounding to the input's dtype. Non-finite scales or weights propagate as IEEE arithmetic does (a NaN scale makes "
     "its channel's outputs NaN). The native CPU implementation sums each output as one float32 fma chain over k in "
-    "order: a row's bits do not depend on the other rows, their number, its position or the thread count.";
+    "order, except bf16 input with bf16 weights (K even) on a CPU with AVX512_BF16 or AMX-BF16: bf16 dot products "
+    "(vdpbf16ps: k in pairs, acc + x[k+1] W[k+1] then + x[k] W[k], each step rounded, the products exact) or "
+    "oneDNN's AMX brgemm (float32 sums in its order), where subnormal inputs and partial sums are flushed to zero. "
+    "In every case a row's bits do not depend on the other rows, their number, its position or the thread count.";
 
 }  // namespace
 

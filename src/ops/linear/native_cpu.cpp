@@ -8,8 +8,11 @@
 // (oneDNN's AMX microkernel) instead, panel by panel, for every M alike: kPanelPairs is its bf16
 // "VNNI" operand layout with ld_b = 32. Its sums are float32 in oneDNN's order for that CPU (the
 // same for every M, row position and thread count); bias and the one rounding follow in ATen.
-// set_native_linear_brgemm_for_test runs it on any CPU torch's brgemm supports (AVX512_BF16: its
-// vdpbf16ps kernels), so the path is tested without AMX.
+// scaled_mm's w8a8-int8 on a CPU with AMX-INT8 takes its int32 sums from torch's u8s8 brgemm the
+// same way (kQuads is its int8 "VNNI" operand layout, the activations + 128 its unsigned operand),
+// and the kernels' own epilogue: exact sums, so the same bits as the kernels' own vpdpbusd.
+// set_native_linear_brgemm_for_test runs both on any CPU torch's brgemm supports (AVX512_BF16,
+// AVX512_VNNI: its vdpbf16ps and vpdpbusd microkernels), so the paths are tested without AMX.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -37,17 +40,26 @@ std::atomic<NativeLinearBrgemm>& brgemm_policy() {
   return policy;
 }
 
-// Whether linear runs torch's brgemm for this weight and input (above).
-bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
-  if (h.scheme != LinearScheme::kBFloat16 || h.layout != LinearLayout::kPanelPairs || input != at::kBFloat16) {
-    return false;
-  }
+// Whether the policy runs torch's brgemm where the CPU has AMX of that kind (`amx`).
+bool brgemm_allowed(bool amx) {
   switch (brgemm_policy().load(std::memory_order_relaxed)) {
     case NativeLinearBrgemm::kAlways: return true;
     case NativeLinearBrgemm::kNever: return false;
     case NativeLinearBrgemm::kAuto: break;
   }
-  return cpu::cpu_features().amx_bf16;
+  return amx;
+}
+
+// Whether linear runs torch's brgemm for this weight and input (above).
+bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
+  return h.scheme == LinearScheme::kBFloat16 && h.layout == LinearLayout::kPanelPairs && input == at::kBFloat16 &&
+         brgemm_allowed(cpu::cpu_features().amx_bf16);
+}
+
+// scaled_mm's int32 sums of one w8a8-int8 panel from torch's u8s8 brgemm (ScaledMmParams::int8_panel_sums).
+void brgemm_int8_panel_sums(const uint8_t* u, int64_t lda, int64_t m, int64_t k4, const int8_t* panel, int32_t* acc) {
+  at::native::cpublas::brgemm(m, kernels::kPanel, k4, lda, kernels::kPanel, kernels::kPanel, /*add_C=*/false, u,
+                              panel, acc, /*is_vnni=*/true);
 }
 
 // Rows of a brgemm call: chunks of at most this many rows share a panel read from the cache.
@@ -184,9 +196,16 @@ at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& pa
   at::Tensor out = at::empty({m, h.n}, a.options().dtype(out_dtype));
   const at::Tensor scale_a = r.scale_a.contiguous();
   const at::Tensor azp = r.azp.defined() ? r.azp.contiguous() : at::Tensor();
-  const auto p = scaled_mm_params<cpu::ScaledMmParams>(r, a, scale_a, azp, packed, h,
-                                                        bridge::kernel_dtype(out_dtype), out);
-  bridge::run_rows(op, p, cpu::linear_panels(h.n), std::max<int64_t>(1, m) * h.k * kernels::kPanel, cpu::scaled_mm);
+  auto p = scaled_mm_params<cpu::ScaledMmParams>(r, a, scale_a, azp, packed, h, bridge::kernel_dtype(out_dtype), out);
+  if (h.scheme == LinearScheme::kW8A8Int8 && brgemm_allowed(cpu::cpu_features().amx_int8)) {
+    p.int8_panel_sums = &brgemm_int8_panel_sums;
+  }
+  bridge::run_rows(op, p, cpu::linear_panels(h.n), std::max<int64_t>(1, m) * h.k * kernels::kPanel,
+                   [](const cpu::ScaledMmParams& params, int64_t begin, int64_t end) {
+                     const kernels::Status s = cpu::scaled_mm(params, begin, end);
+                     if (params.int8_panel_sums != nullptr) at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+                     return s;
+                   });
   return out;
 }
 

@@ -1,13 +1,18 @@
-// cpu.native.linear on bf16 input with bf16 weights, on each of its paths: the vdpbf16ps kernel
-// (or the float32 chain where the CPU has no AVX512_BF16) and torch's brgemm (AMX-BF16 where the CPU
-// has it; set_native_linear_brgemm_for_test runs it wherever torch's brgemm does). Each is within the
-// float64 reference's tolerance, batch invariant (a row's bits alone, among others, on 1 or 2
-// threads, from strided rows), and a packed weight of another layout is refused by name.
+// cpu.native's two paths through torch's at::native::cpublas::brgemm, each against the kernels'
+// own, forced on any CPU torch's brgemm runs on (set_native_linear_brgemm_for_test; by default they
+// run where the CPU has AMX):
+//   linear, bf16 input with bf16 weights: the vdpbf16ps kernel (or the float32 chain where the CPU has
+//     no AVX512_BF16) and brgemm are each within the float64 reference's tolerance and batch invariant
+//     (a row's bits alone, among others, on 1 or 2 threads, from strided rows); a packed weight of
+//     another layout is refused by name.
+//   scaled_mm, w8a8-int8: brgemm's int32 sums give the contract's formula bit for bit, as the kernels
+//     do, with and without azp, K not a multiple of 4, any M.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -15,6 +20,7 @@
 #include "src/ops/linear/internal.h"
 #include "test/ops/common/bits.h"
 #include "test/ops/common/registered.h"
+#include "test/ops/linear/scaled_mm_weights.h"
 #include "xllm_kernel/xllm_kernel.h"
 
 namespace xllm_kernel::testing {
@@ -27,17 +33,17 @@ struct PolicyScope {
   ~PolicyScope() { linear::set_native_linear_brgemm_for_test(NativeLinearBrgemm::kAuto); }
 };
 
-// The paths this CPU can run: the kernels always; torch's brgemm where its bf16 microkernel runs.
-std::vector<NativeLinearBrgemm> policies() {
+// The paths this CPU can run: the kernels always; torch's brgemm where its bf16 (int8) microkernel runs.
+std::vector<NativeLinearBrgemm> policies(bool int8) {
   std::vector<NativeLinearBrgemm> p = {NativeLinearBrgemm::kNever};
   const cpu::CpuFeatures& f = cpu::cpu_features();
-  if (f.avx512_bf16 || f.amx_bf16) p.push_back(NativeLinearBrgemm::kAlways);
+  if (int8 ? f.avx512_vnni || f.amx_int8 : f.avx512_bf16 || f.amx_bf16) p.push_back(NativeLinearBrgemm::kAlways);
   return p;
 }
 
 const char* name(NativeLinearBrgemm p) { return p == NativeLinearBrgemm::kAlways ? "brgemm" : "kernels"; }
 
-TEST(LinearBf16, EveryPathIsWithinTheReferenceAndBatchInvariant) {
+TEST(NativeBrgemm, LinearBf16PathsAreWithinTheReferenceAndBatchInvariant) {
   at::manual_seed(21);
   const auto pack = function_of<LinearPackFn>("cpu.native.linear_pack");
   const auto linear = function_of<LinearFn>("cpu.native.linear");
@@ -50,7 +56,7 @@ TEST(LinearBf16, EveryPathIsWithinTheReferenceAndBatchInvariant) {
   const at::Tensor exact = x.to(at::kDouble).matmul(weight.to(at::kDouble).t());
   const at::Tensor want = exact + bias.to(at::kDouble);
   const at::Tensor mag = x.to(at::kDouble).abs().matmul(weight.to(at::kDouble).abs().t()) + bias.to(at::kDouble).abs();
-  for (NativeLinearBrgemm policy : policies()) {
+  for (NativeLinearBrgemm policy : policies(false)) {
     SCOPED_TRACE(name(policy));
     const PolicyScope scope(policy);
     const at::Tensor y = linear(x, packed, bias);
@@ -77,7 +83,31 @@ TEST(LinearBf16, EveryPathIsWithinTheReferenceAndBatchInvariant) {
   }
 }
 
-TEST(LinearBf16, APackedWeightOfAnotherLayoutIsRefused) {
+TEST(NativeBrgemm, ScaledMmInt8SumsGiveTheFormulasBits) {
+  at::manual_seed(22);
+  const auto pack = function_of<LinearPackFn>("cpu.native.linear_pack");
+  const auto scaled = function_of<ScaledMmFn>("cpu.native.scaled_mm");
+  if (policies(true).size() == 1) GTEST_SKIP() << "torch's int8 brgemm does not run here (no AVX512_VNNI or AMX-INT8)";
+  for (const auto& [m, n, k, with_azp] : std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+           {1, 64, 4096, false}, {17, 70, 130, true}, {130, 200, 512, false}, {0, 40, 64, false}, {5, 37, 68, true}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+    const Weight w = make_weight("w8a8-int8", n, k);
+    const at::Tensor packed = pack(w.q, w.scales, w.zeros, "w8a8-int8", w.group_size);
+    const at::Tensor a = at::randint(-128, 128, {m, k}, at::kChar);
+    const at::Tensor sa = at::rand({m, 1}).add_(0.01);
+    const std::optional<at::Tensor> azp =
+        with_azp ? std::optional<at::Tensor>(at::randint(-20, 20, {m, 1}, at::kInt)) : std::nullopt;
+    const at::Tensor bias = at::randn({n});
+    const at::Tensor want = formula(w, a, sa, azp, bias, at::kBFloat16);
+    for (NativeLinearBrgemm policy : policies(true)) {
+      SCOPED_TRACE(name(policy));
+      const PolicyScope scope(policy);
+      EXPECT_TRUE(same_bits(scaled(a, packed, sa, azp, bias, at::kBFloat16), want));
+    }
+  }
+}
+
+TEST(NativeBrgemm, LinearRefusesAPackedWeightOfAnotherLayout) {
   const auto pack = function_of<LinearPackFn>("cpu.native.linear_pack");
   const auto linear = function_of<LinearFn>("cpu.native.linear");
   at::Tensor packed = pack(at::randn({40, 64}).to(at::kBFloat16), std::nullopt, std::nullopt, "bf16", 0).clone();
