@@ -43,13 +43,18 @@ namespace xllm_kernel::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The panel kernel of scheme s on this target and CPU; w8a8-int8 with the caller's int8 GEMM
-// (ScaledMmParams::int8_panel_sums) runs that, on every target.
-inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s, bool caller_int8 = false) {
+// The panel kernel of scheme s on this target and CPU. The caller's GEMMs (ScaledMmParams::
+// int8_panel_sums, bf16_panel_sums) run where given: w8a8-int8's on every target, w8a8-fp8's on the
+// AVX-512 target of a CPU with AVX512_BF16 (its weights' conversion).
+inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s, bool caller_int8 = false, bool caller_bf16 = false) {
   namespace d = scaled_mm_detail;
+  (void)caller_bf16;
   if (caller_int8 && s == LinearScheme::kW8A8Int8) return d::CallerInt8Kernel();
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const CpuFeatures& f = cpu_features();
+#if HWY_TARGET <= HWY_AVX3
+  if (caller_bf16 && s == LinearScheme::kW8A8Fp8 && f.avx512_bf16) return d::CallerFp8Kernel();
+#endif
   const ScaledMmDotProducts dots = d::dot_products_allowed();
 #if HWY_TARGET <= HWY_AVX3
   if (dots == ScaledMmDotProducts::kAll) {
@@ -116,7 +121,7 @@ inline void FinishPanel(DType out_dtype, const PanelRows& rows, int64_t panel, c
 }
 
 void ScaledMmPanels(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end) {
-  const scaled_mm_detail::PanelKernel kernel = ScaledMmKernel(p.scheme, p.int8_panel_sums != nullptr);
+  const scaled_mm_detail::PanelKernel kernel = ScaledMmKernel(p.scheme, p.int8_panel_sums != nullptr, p.bf16_panel_sums != nullptr);
   // Rows in chunks whose prepared activations take about 2 MiB (at least 64 rows): the scratch
   // stays bounded for long prefills; a panel's weights are read once per chunk (from memory
   // the first time, the cache after). A row's bits do not depend on the chunks.

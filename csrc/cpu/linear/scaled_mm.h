@@ -90,6 +90,14 @@ struct ScaledMmParams {
   using Int8PanelSums = void (*)(const uint8_t* u, int64_t lda, int64_t m, int64_t k4, const int8_t* panel,
                                  int32_t* acc);
   Int8PanelSums int8_panel_sums = nullptr;
+  // Optional (w8a8-fp8, used on CPUs with AVX512_BF16, which converts the weights): a caller's bf16
+  // GEMM for one panel and K group, e.g. the torch bridge's oneDNN brgemm (AMX-BF16). It sets
+  // acc[r * kPanel + c] = sum_{k < kk} x[r * lda + k] * w(k, c) in float32, in its own order, for rows
+  // r < m: x the activations as bf16 bits (exact), w the group's weights as bf16 pairs of k
+  // ([kk / 2][32][2], exact), kk a multiple of 4. The epilogue follows per group as the contract says.
+  using Bf16PanelSums = void (*)(const uint16_t* x, int64_t lda, int64_t m, int64_t kk, const uint16_t* panel,
+                                 float* acc);
+  Bf16PanelSums bf16_panel_sums = nullptr;
 };
 
 // Computes the output columns of panels [panel_begin, panel_end) (linear_panels(n) in all) for

@@ -77,6 +77,7 @@ ScaledMmDotProducts dot_products_allowed();
 PanelKernel Int8Avx512VnniKernel();  // w8a8-int8, vpdpbusd on zmm
 PanelKernel W4a8Avx512VnniKernel();  // w4a8, vpdpbusd on zmm
 PanelKernel Fp8Avx512Bf16Kernel();   // w8a8-fp8, vdpbf16ps on zmm
+PanelKernel CallerFp8Kernel();       // w8a8-fp8 over ScaledMmParams::bf16_panel_sums (AVX512_BF16 conversion)
 PanelKernel Int8AvxVnniKernel();     // w8a8-int8, vpdpbusd on ymm (VEX)
 PanelKernel W4a8AvxVnniKernel();     // w4a8, vpdpbusd on ymm (VEX)
 PanelKernel Int8Avx2Kernel();        // w8a8-int8, vpmaddubsw with the sign trick

@@ -373,6 +373,61 @@ XK_BF16 void Fp8Bf16Panel(const Prepared& x, int64_t panel, float* t) {
 
 int64_t Fp8Bf16Scratch(int64_t m, int64_t k4) { return m > kFp8Bf16Rows ? k4 / 4 * 4 * 64 : 0; }
 
+// ---------------------------------------------------------------- w8a8-fp8, the caller's bf16 GEMM
+
+// A panel's e4m3 quads ([quads][32][4]) as bf16 pairs of k ([2 * quads][32][2]: the operand layout of
+// vdpbf16ps and oneDNN's bf16 brgemm), exact. A converted zmm holds channels 8j .. 8j + 7, each as the
+// 32-bit words (k0, k1), (k2, k3): the even words of two such zmm are 16 channels' (k0, k1).
+XK_BF16 void ConvertFp8PanelPairs(const uint8_t* w, int64_t quads, uint16_t* pairs) {
+  const Bf16Tables tb = LoadBf16Tables();
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t q = 0; q < quads; ++q) {
+    __m512i b[4];
+    for (int j = 0; j < 4; ++j) {
+      b[j] = E4m3ToBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32)), tb);
+    }
+    uint16_t* row = pairs + q * 2 * 64;  // two rows of 32 channels x 2 k
+    _mm512_storeu_si512(row, _mm512_permutex2var_epi32(b[0], even, b[1]));
+    _mm512_storeu_si512(row + 32, _mm512_permutex2var_epi32(b[2], even, b[3]));
+    _mm512_storeu_si512(row + 64, _mm512_permutex2var_epi32(b[0], odd, b[1]));
+    _mm512_storeu_si512(row + 96, _mm512_permutex2var_epi32(b[2], odd, b[3]));
+  }
+}
+
+// The panel converted once into scratch, then per K group the caller's float32 sums
+// (ScaledMmParams::bf16_panel_sums) and the epilogue: t = (acc * sa) * s, or t + that after the first.
+XK_BF16 void CallerFp8Panel(const Prepared& x, int64_t panel, float* t) {
+  const ScaledMmParams& p = *x.p;
+  const int64_t quads = x.k4 / 4, groups = p.groups;
+  const int64_t per_group = groups == 1 ? quads : p.group / 4;
+  uint16_t* pairs = static_cast<uint16_t*>(x.scratch);
+  float* acc = reinterpret_cast<float*>(pairs + x.k4 * kP);
+  ConvertFp8PanelPairs(static_cast<const uint8_t*>(p.weights) + panel * quads * 128, quads, pairs);
+  const uint16_t* a = static_cast<const uint16_t*>(x.a);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t q0 = g * per_group, q1 = std::min(quads, q0 + per_group);
+    p.bf16_panel_sums(a + q0 * 4, x.stride, p.m, (q1 - q0) * 4, pairs + q0 * 4 * kP, acc);
+    const float* s = p.scales + (panel * groups + g) * kP;
+    const __m512 s0 = _mm512_loadu_ps(s), s1 = _mm512_loadu_ps(s + 16);
+    for (int64_t r = 0; r < p.m; ++r) {
+      const __m512 sa = _mm512_set1_ps(x.scale_a[r]);
+      float* tr = t + r * kP;
+      __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + r * kP), sa), s0);
+      __m512 f1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + r * kP + 16), sa), s1);
+      if (g > 0) {
+        f0 = _mm512_add_ps(_mm512_loadu_ps(tr), f0);
+        f1 = _mm512_add_ps(_mm512_loadu_ps(tr + 16), f1);
+      }
+      _mm512_storeu_ps(tr, f0);
+      _mm512_storeu_ps(tr + 16, f1);
+    }
+  }
+}
+
+// The converted panel (K4 * 32 bf16) and the sums of one group (m * 32 float32).
+int64_t CallerFp8Scratch(int64_t m, int64_t k4) { return k4 * kP * 2 + m * kP * 4; }
+
 // ================================================================ AVX2
 
 XK_AVX2_INLINE void Epilogue256(float* t, __m256i c, __m256 sa, __m256 s, bool first) {
@@ -747,6 +802,7 @@ int64_t Fp8Avx2Scratch(int64_t m, int64_t) { return (kFp8Avx2BlockQuads * 4 + m)
 PanelKernel Int8Avx512VnniKernel() { return {Int8VnniPanel, AForm::kUint8, "avx512-vnni", nullptr}; }
 PanelKernel W4a8Avx512VnniKernel() { return {W4a8VnniPanel, AForm::kInt8, "avx512-vnni", nullptr}; }
 PanelKernel Fp8Avx512Bf16Kernel() { return {Fp8Bf16Panel, AForm::kBf16, "avx512-bf16", Fp8Bf16Scratch}; }
+PanelKernel CallerFp8Kernel() { return {CallerFp8Panel, AForm::kBf16, "caller", CallerFp8Scratch}; }
 PanelKernel Int8AvxVnniKernel() { return {Int8AvxVnniPanel, AForm::kUint8, "avx-vnni", nullptr}; }
 PanelKernel W4a8AvxVnniKernel() { return {W4a8AvxVnniPanel, AForm::kInt8, "avx-vnni", nullptr}; }
 PanelKernel Int8Avx2Kernel() { return {Int8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }

@@ -11,7 +11,9 @@
 // scaled_mm's w8a8-int8 on a CPU with AMX-INT8 takes its int32 sums from torch's u8s8 brgemm the
 // same way (kQuads is its int8 "VNNI" operand layout, the activations + 128 its unsigned operand),
 // and the kernels' own epilogue: exact sums, so the same bits as the kernels' own vpdpbusd.
-// set_native_linear_brgemm_for_test runs both on any CPU torch's brgemm supports (AVX512_BF16,
+// w8a8-fp8 on a CPU with AMX-BF16: the kernel converts each panel's e4m3 weights to bf16 pairs once
+// (exact) and takes each K group's float32 sums from torch's bf16 brgemm, oneDNN's order, for every M.
+// set_native_linear_brgemm_for_test runs all three on any CPU torch's brgemm supports (AVX512_BF16,
 // AVX512_VNNI: its vdpbf16ps and vpdpbusd microkernels), so the paths are tested without AMX.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -54,6 +56,14 @@ bool brgemm_allowed(bool amx) {
 bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
   return h.scheme == LinearScheme::kBFloat16 && h.layout == LinearLayout::kPanelPairs && input == at::kBFloat16 &&
          brgemm_allowed(cpu::cpu_features().amx_bf16);
+}
+
+// scaled_mm's float32 sums of one w8a8-fp8 panel and K group from torch's bf16 brgemm
+// (ScaledMmParams::bf16_panel_sums).
+void brgemm_bf16_panel_sums(const uint16_t* x, int64_t lda, int64_t m, int64_t kk, const uint16_t* panel, float* acc) {
+  at::native::cpublas::brgemm(m, kernels::kPanel, kk, lda, kernels::kPanel, kernels::kPanel, /*add_C=*/false,
+                              reinterpret_cast<const at::BFloat16*>(x), reinterpret_cast<const at::BFloat16*>(panel),
+                              acc, /*is_vnni=*/true);
 }
 
 // scaled_mm's int32 sums of one w8a8-int8 panel from torch's u8s8 brgemm (ScaledMmParams::int8_panel_sums).
@@ -197,13 +207,17 @@ at::Tensor scaled_rows(const char* op, const ScaledRows& r, const at::Tensor& pa
   const at::Tensor scale_a = r.scale_a.contiguous();
   const at::Tensor azp = r.azp.defined() ? r.azp.contiguous() : at::Tensor();
   auto p = scaled_mm_params<cpu::ScaledMmParams>(r, a, scale_a, azp, packed, h, bridge::kernel_dtype(out_dtype), out);
-  if (h.scheme == LinearScheme::kW8A8Int8 && brgemm_allowed(cpu::cpu_features().amx_int8)) {
-    p.int8_panel_sums = &brgemm_int8_panel_sums;
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  if (h.scheme == LinearScheme::kW8A8Int8 && brgemm_allowed(f.amx_int8)) p.int8_panel_sums = &brgemm_int8_panel_sums;
+  if (h.scheme == LinearScheme::kW8A8Fp8 && f.avx512_bf16 && brgemm_allowed(f.amx_bf16)) {
+    p.bf16_panel_sums = &brgemm_bf16_panel_sums;
   }
   bridge::run_rows(op, p, cpu::linear_panels(h.n), std::max<int64_t>(1, m) * h.k * kernels::kPanel,
                    [](const cpu::ScaledMmParams& params, int64_t begin, int64_t end) {
                      const kernels::Status s = cpu::scaled_mm(params, begin, end);
-                     if (params.int8_panel_sums != nullptr) at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+                     if (params.int8_panel_sums != nullptr || params.bf16_panel_sums != nullptr) {
+                       at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+                     }
                      return s;
                    });
   return out;

@@ -7,6 +7,8 @@
 //     another layout is refused by name.
 //   scaled_mm, w8a8-int8: brgemm's int32 sums give the contract's formula bit for bit, as the kernels
 //     do, with and without azp, K not a multiple of 4, any M.
+//   scaled_mm, w8a8-fp8 (per channel and 128 x 128 blocks): brgemm's float32 sums are within the
+//     float32 bound of the float64 value, and batch invariant.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -103,6 +105,40 @@ TEST(NativeBrgemm, ScaledMmInt8SumsGiveTheFormulasBits) {
       SCOPED_TRACE(name(policy));
       const PolicyScope scope(policy);
       EXPECT_TRUE(same_bits(scaled(a, packed, sa, azp, bias, at::kBFloat16), want));
+    }
+  }
+}
+
+TEST(NativeBrgemm, ScaledMmFp8IsWithinTheFloat32BoundAndBatchInvariant) {
+  at::manual_seed(23);
+  const auto pack = function_of<LinearPackFn>("cpu.native.linear_pack");
+  const auto scaled = function_of<ScaledMmFn>("cpu.native.scaled_mm");
+  for (const auto& [group, k] : std::vector<std::pair<int64_t, int64_t>>{{0, 300}, {128, 512}, {128, 300}}) {
+    SCOPED_TRACE("group " + std::to_string(group) + " k " + std::to_string(k));
+    const int64_t m = 37, n = 70;
+    const Weight w = make_weight("w8a8-fp8", n, k, group);
+    const at::Tensor packed = pack(w.q, w.scales, std::nullopt, "w8a8-fp8", 0);
+    const at::Tensor a = at::randn({m, k}).mul_(3).to(at::kFloat8_e4m3fn);
+    const at::Tensor sa = at::rand({m, 1}).add_(0.01);
+    const at::Tensor q64 = w.q.to(at::kDouble), a64 = a.to(at::kDouble);
+    const at::Tensor s64 = group == 0 ? w.scales.to(at::kDouble).view({n, 1}).expand({n, k})
+                                      : w.scales.to(at::kDouble).repeat_interleave(128, 0).repeat_interleave(128, 1)
+                                            .narrow(0, 0, n).narrow(1, 0, k);
+    const at::Tensor want = a64.matmul((q64 * s64).t()) * sa.to(at::kDouble);
+    const at::Tensor mag = a64.abs().matmul((q64 * s64).abs().t()) * sa.to(at::kDouble);
+    for (NativeLinearBrgemm policy : policies(false)) {
+      SCOPED_TRACE(name(policy));
+      const PolicyScope scope(policy);
+      const at::Tensor y = scaled(a, packed, sa, std::nullopt, std::nullopt, at::kFloat);
+      const at::Tensor excess =
+          (y.to(at::kDouble) - want).abs() - mag * ((k + 4) * std::ldexp(1.0, -24)) - want.abs() * std::ldexp(1.0, -23);
+      EXPECT_LE(excess.max().item<double>(), 0.0);
+      for (int64_t row : {0, 20, 36}) {
+        EXPECT_TRUE(same_bits(scaled(a.narrow(0, row, 1), packed, sa.narrow(0, row, 1), std::nullopt, std::nullopt,
+                                     at::kFloat),
+                              y.narrow(0, row, 1)))
+            << "row " << row;
+      }
     }
   }
 }
