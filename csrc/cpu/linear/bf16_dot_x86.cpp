@@ -34,12 +34,15 @@ inline int32_t Load32(const uint16_t* p) {
 }
 
 template <int R>
-XK_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, int64_t pairs, const uint16_t* w, float* t) {
+XK_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, const Bf16DotRange& range, const uint16_t* w, float* t) {
   __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = range.resume ? _mm512_loadu_ps(t + r * kP) : _mm512_setzero_ps();
+    acc[r][1] = range.resume ? _mm512_loadu_ps(t + r * kP + 16) : _mm512_setzero_ps();
+  }
   const uint16_t* a[R];
   for (int r = 0; r < R; ++r) a[r] = x + r * x_stride;
-  for (int64_t q = 0; q < pairs; ++q) {
+  for (int64_t q = range.pair_begin; q < range.pair_end; ++q) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(w + q * 2 * kP);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(w + q * 2 * kP + kP);
 #pragma GCC unroll 8
@@ -57,21 +60,20 @@ XK_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, int64_t pairs, con
 
 }  // namespace
 
-XK_BF16 void Bf16DotPanel(const uint16_t* x, int64_t x_stride, int64_t m, int64_t k, const uint16_t* panel,
-                          float* t) {
-  const int64_t pairs = k / 2;
+XK_BF16 void Bf16DotPanel(const uint16_t* x, int64_t x_stride, int64_t m, const uint16_t* panel,
+                          const Bf16DotRange& range, float* t) {
   for (int64_t m0 = 0; m0 < m; m0 += kBf16DotRows) {
     const uint16_t* xr = x + m0 * x_stride;
     float* tr = t + m0 * kP;
     switch (m - m0 < kBf16DotRows ? m - m0 : kBf16DotRows) {
-      case 1: Rows<1>(xr, x_stride, pairs, panel, tr); break;
-      case 2: Rows<2>(xr, x_stride, pairs, panel, tr); break;
-      case 3: Rows<3>(xr, x_stride, pairs, panel, tr); break;
-      case 4: Rows<4>(xr, x_stride, pairs, panel, tr); break;
-      case 5: Rows<5>(xr, x_stride, pairs, panel, tr); break;
-      case 6: Rows<6>(xr, x_stride, pairs, panel, tr); break;
-      case 7: Rows<7>(xr, x_stride, pairs, panel, tr); break;
-      default: Rows<8>(xr, x_stride, pairs, panel, tr); break;
+      case 1: Rows<1>(xr, x_stride, range, panel, tr); break;
+      case 2: Rows<2>(xr, x_stride, range, panel, tr); break;
+      case 3: Rows<3>(xr, x_stride, range, panel, tr); break;
+      case 4: Rows<4>(xr, x_stride, range, panel, tr); break;
+      case 5: Rows<5>(xr, x_stride, range, panel, tr); break;
+      case 6: Rows<6>(xr, x_stride, range, panel, tr); break;
+      case 7: Rows<7>(xr, x_stride, range, panel, tr); break;
+      default: Rows<8>(xr, x_stride, range, panel, tr); break;
     }
   }
 }

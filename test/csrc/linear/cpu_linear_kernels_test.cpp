@@ -301,7 +301,8 @@ float Bf16DotChain(const float* x, const Weights& w, int64_t n) {
 // tolerance, each row's bits the same alone and among others, on one or two panel ranges.
 TEST(CpuLinearKernel, Bf16RowsRunTheBf16DotChainWhereTheCpuHasIt) {
   std::mt19937 rng(17);
-  const int64_t shapes[][3] = {{1, 37, 66}, {9, 70, 512}, {20, 33, 130}, {3, 40, 67}};  // m, n, k (67: odd)
+  // m, n, k (67: odd; 8200: above 8192, the chain resumed across the driver's blocks of 256 pairs)
+  const int64_t shapes[][3] = {{1, 37, 66}, {9, 70, 512}, {20, 33, 130}, {3, 40, 67}, {11, 40, 8200}};
   bool dot_ran = false;
   for (bool dots : {true, false}) {
     set_scaled_mm_dot_products_for_test(dots ? ScaledMmDotProducts::kAll : ScaledMmDotProducts::kNone);
