@@ -516,38 +516,27 @@ bool valid_groups(LinearScheme s, int64_t k, int64_t group, int64_t groups) {
   return group >= 1 && group <= k && groups == kernels::ceil_div(k, group);
 }
 
-// Rows [n][k] (stride elements apart) into panels [panels][k][kPanel] of the same bits, lanes past
-// n zero. A panel's destination (k * kPanel elements) stays in the cache while each of its rows is
-// read once, in order.
-template <typename T>
-void transpose_panels(const T* src, int64_t stride, int64_t n, int64_t k, T* dst) {
+// Rows [n][k] (stride elements apart) into panels of kPanel channels of the same bits, lanes past n
+// zero: element (kk, lane) of a panel at panel[at(kk, lane)]. A panel's destination (k * kPanel
+// elements) stays in the cache while each of its rows is read once, in order.
+//   [k][kPanel]:         at = kk * kPanel + lane
+//   [k / 2][kPanel][2]:  at = (kk / 2) * 2 * kPanel + lane * 2 + kk % 2   (kPanelPairs, k even)
+template <typename T, class At>
+void transpose_panels(const T* src, int64_t stride, int64_t n, int64_t k, T* dst, At at) {
   using kernels::kPanel;
   for (int64_t p = 0; p < linear_panels(n); ++p) {
     T* panel = dst + p * k * kPanel;
     const int64_t lanes = std::min<int64_t>(kPanel, n - p * kPanel);
     for (int64_t lane = 0; lane < kPanel; ++lane) {
-      if (lane >= lanes) {
-        for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanel + lane] = T{};
-        continue;
-      }
-      const T* row = src + (p * kPanel + lane) * stride;
-      for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanel + lane] = row[kk];
+      const T* row = lane < lanes ? src + (p * kPanel + lane) * stride : nullptr;
+      for (int64_t kk = 0; kk < k; ++kk) panel[at(kk, lane)] = row != nullptr ? row[kk] : T{};
     }
   }
 }
 
-// Rows [n][k] of bf16 bits (k even) into panels [panels][k / 2][kPanel][2]: channel lane's k and
-// k + 1 side by side, lanes past n zero.
-void transpose_panel_pairs(const uint16_t* src, int64_t stride, int64_t n, int64_t k, uint16_t* dst) {
-  using kernels::kPanel;
-  for (int64_t p = 0; p < linear_panels(n); ++p) {
-    uint16_t* panel = dst + p * k * kPanel;
-    const int64_t lanes = std::min<int64_t>(kPanel, n - p * kPanel);
-    for (int64_t lane = 0; lane < kPanel; ++lane) {
-      const uint16_t* row = lane < lanes ? src + (p * kPanel + lane) * stride : nullptr;
-      for (int64_t kk = 0; kk < k; ++kk) panel[(kk / 2) * 2 * kPanel + lane * 2 + (kk & 1)] = row ? row[kk] : 0;
-    }
-  }
+template <typename T>
+void transpose_panels(const T* src, int64_t stride, int64_t n, int64_t k, T* dst) {
+  transpose_panels(src, stride, n, k, dst, [](int64_t kk, int64_t lane) { return kk * kernels::kPanel + lane; });
 }
 
 }  // namespace
@@ -618,7 +607,8 @@ Status linear_pack_panels(const LinearPackSource& s, void* weights, float* scale
   } else if (bytes == 4) {
     transpose_panels(static_cast<const uint32_t*>(s.weight), s.weight_stride, n, k, static_cast<uint32_t*>(weights));
   } else if (linear_panel_layout(s.scheme, k) == kernels::LinearLayout::kPanelPairs) {
-    transpose_panel_pairs(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights));
+    transpose_panels(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights),
+                     [](int64_t kk, int64_t lane) { return (kk / 2) * 2 * kPanel + lane * 2 + (kk & 1); });
   } else if (bytes == 2) {
     transpose_panels(static_cast<const uint16_t*>(s.weight), s.weight_stride, n, k, static_cast<uint16_t*>(weights));
   } else {
