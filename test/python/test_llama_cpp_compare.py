@@ -6,7 +6,6 @@ import os
 import stat
 import sys
 
-import numpy as np
 import pytest
 import torch
 
@@ -16,6 +15,7 @@ import llama_cpp_compare as lcc  # noqa: E402
 
 
 def test_bf16_bits_round_to_nearest_even_like_torch():
+    np = pytest.importorskip("numpy")  # the script's own dependency (with gguf), not the project's
     x = np.concatenate([np.random.default_rng(0).standard_normal(4096).astype(np.float32),
                         np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 3.0e38, 1e-40], np.float32)])
     want = torch.from_numpy(x.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
