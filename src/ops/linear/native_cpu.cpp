@@ -16,7 +16,6 @@
 // set_native_linear_brgemm_for_test runs all three on any CPU torch's brgemm supports (AVX512_BF16,
 // AVX512_VNNI: its vdpbf16ps and vpdpbusd microkernels), so the paths are tested without AMX.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 #include <c10/util/Exception.h>
 
@@ -84,7 +83,7 @@ at::Tensor brgemm_linear(const at::Tensor& x, const uint8_t* weights, const Line
   const auto* a = reinterpret_cast<const at::BFloat16*>(x.const_data_ptr());
   const auto* b = reinterpret_cast<const at::BFloat16*>(weights);
   float* c = acc.mutable_data_ptr<float>();
-  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+  detail::parallel_rows(panels, 1, [&](int64_t begin, int64_t end) {
     float tail[kBrgemmRows * kernels::kPanel];
     for (int64_t r0 = 0; r0 < m; r0 += kBrgemmRows) {
       const int64_t rows = std::min(kBrgemmRows, m - r0);
