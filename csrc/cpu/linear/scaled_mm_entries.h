@@ -112,6 +112,17 @@ inline int32_t SubMul(int32_t acc, int32_t b, int32_t c) {
   return static_cast<int32_t>(static_cast<uint32_t>(acc) - static_cast<uint32_t>(b) * static_cast<uint32_t>(c));
 }
 
+// w8a8-int8's epilogue for row r of a panel from acc = sum_k (a + u) q, u 0 (int8 activations) or 128
+// (their unsigned form): c = acc - shift * sum_k q with shift = u + azp, i.e. sum_k (a - azp) q; then
+// t = (float(c) * scale_a) * s.
+void FinishInt8Row(const Prepared& x, int64_t panel, int64_t r, const int32_t* acc, int32_t shift, float* t) {
+  const ScaledMmParams& p = *x.p;
+  for (int64_t lane = 0; lane < kP; ++lane) {
+    const int32_t c = SubMul(acc[lane], shift, p.sums[panel * kP + lane]);
+    Accumulate(t[r * kP + lane], static_cast<float>(c), x.scale_a[r], p.scales[panel * kP + lane], true);
+  }
+}
+
 void ScalarInt8Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4;
@@ -124,10 +135,7 @@ void ScalarInt8Panel(const Prepared& x, int64_t panel, float* t) {
         for (int64_t j = 0; j < 4; ++j) acc[lane] += a[q * 4 + j] * w[(q * kP + lane) * 4 + j];
       }
     }
-    for (int64_t lane = 0; lane < kP; ++lane) {
-      const int32_t c = SubMul(acc[lane], x.azp != nullptr ? x.azp[r] : 0, p.sums[panel * kP + lane]);
-      Accumulate(t[r * kP + lane], static_cast<float>(c), x.scale_a[r], p.scales[panel * kP + lane], true);
-    }
+    FinishInt8Row(x, panel, r, acc, x.azp != nullptr ? x.azp[r] : 0, t);
   }
 }
 
@@ -137,13 +145,7 @@ void CallerInt8Panel(const Prepared& x, int64_t panel, float* t) {
   const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * (x.k4 / 4) * 128;
   int32_t* acc = static_cast<int32_t*>(x.scratch);
   p.int8_panel_sums(static_cast<const uint8_t*>(x.a), x.stride, p.m, x.k4, w, acc);
-  for (int64_t r = 0; r < p.m; ++r) {
-    const int32_t shift = 128 + (x.azp != nullptr ? x.azp[r] : 0);
-    for (int64_t lane = 0; lane < kP; ++lane) {
-      const int32_t c = SubMul(acc[r * kP + lane], shift, p.sums[panel * kP + lane]);
-      Accumulate(t[r * kP + lane], static_cast<float>(c), x.scale_a[r], p.scales[panel * kP + lane], true);
-    }
-  }
+  for (int64_t r = 0; r < p.m; ++r) FinishInt8Row(x, panel, r, acc + r * kP, 128 + (x.azp != nullptr ? x.azp[r] : 0), t);
 }
 
 int64_t CallerInt8Scratch(int64_t m, int64_t) { return m * kP * 4; }

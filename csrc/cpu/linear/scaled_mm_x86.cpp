@@ -70,16 +70,23 @@ inline int64_t Load64(const void* p) {
 
 // ================================================================ AVX-512
 
-// t[0, 32) = (float(c) * sa) * s, or t + that after the first group.
-XK_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
-  __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c0), sa), s0);
-  __m512 f1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c1), sa), s1);
+// t[0, 32) = (c * sa) * s, or t + that after the first group (c: a group's float32 sums). AVX-512 F
+// only, so that the VNNI and BF16 kernels both inline it.
+inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))) void EpilogueF512(
+    float* t, __m512 c0, __m512 c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
+  __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(c0, sa), s0);
+  __m512 f1 = _mm512_mul_ps(_mm512_mul_ps(c1, sa), s1);
   if (!first) {
     f0 = _mm512_add_ps(_mm512_loadu_ps(t), f0);
     f1 = _mm512_add_ps(_mm512_loadu_ps(t + 16), f1);
   }
   _mm512_storeu_ps(t, f0);
   _mm512_storeu_ps(t + 16, f1);
+}
+
+// The same from int32 sums: c converted to float32 (nearest even) first.
+XK_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
+  EpilogueF512(t, _mm512_cvtepi32_ps(c0), _mm512_cvtepi32_ps(c1), sa, s0, s1, first);
 }
 
 // acc + the dot products of u's unsigned bytes with s's signed ones, per int32 lane: vpdpbusd in
@@ -335,15 +342,7 @@ XK_BF16_INLINE void Fp8Bf16Rows(const Prepared& x, int64_t panel, const uint8_t*
       // even + odd lanes: the k = 4i, 4i + 1 and 4i + 2, 4i + 3 sums of each channel (a + b = b + a).
       for (int j = 0; j < 4; ++j) c[j] = _mm512_add_ps(acc[r][j], _mm512_permute_ps(acc[r][j], 0xB1));
       const __m512 g0 = _mm512_permutex2var_ps(c[0], even, c[1]), g1 = _mm512_permutex2var_ps(c[2], even, c[3]);
-      const __m512 sa = _mm512_set1_ps(x.scale_a[m0 + r]);
-      float* tr = t + (m0 + r) * kP;
-      __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(g0, sa), s0), f1 = _mm512_mul_ps(_mm512_mul_ps(g1, sa), s1);
-      if (g > 0) {
-        f0 = _mm512_add_ps(_mm512_loadu_ps(tr), f0);
-        f1 = _mm512_add_ps(_mm512_loadu_ps(tr + 16), f1);
-      }
-      _mm512_storeu_ps(tr, f0);
-      _mm512_storeu_ps(tr + 16, f1);
+      EpilogueF512(t + (m0 + r) * kP, g0, g1, _mm512_set1_ps(x.scale_a[m0 + r]), s0, s1, g == 0);
     }
   }
 }
@@ -411,16 +410,8 @@ XK_BF16 void CallerFp8Panel(const Prepared& x, int64_t panel, float* t) {
     const float* s = p.scales + (panel * groups + g) * kP;
     const __m512 s0 = _mm512_loadu_ps(s), s1 = _mm512_loadu_ps(s + 16);
     for (int64_t r = 0; r < p.m; ++r) {
-      const __m512 sa = _mm512_set1_ps(x.scale_a[r]);
-      float* tr = t + r * kP;
-      __m512 f0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + r * kP), sa), s0);
-      __m512 f1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + r * kP + 16), sa), s1);
-      if (g > 0) {
-        f0 = _mm512_add_ps(_mm512_loadu_ps(tr), f0);
-        f1 = _mm512_add_ps(_mm512_loadu_ps(tr + 16), f1);
-      }
-      _mm512_storeu_ps(tr, f0);
-      _mm512_storeu_ps(tr + 16, f1);
+      EpilogueF512(t + r * kP, _mm512_loadu_ps(acc + r * kP), _mm512_loadu_ps(acc + r * kP + 16),
+                   _mm512_set1_ps(x.scale_a[r]), s0, s1, g == 0);
     }
   }
 }

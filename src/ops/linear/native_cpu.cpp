@@ -57,8 +57,9 @@ bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
          brgemm_allowed(cpu::cpu_features().amx_bf16);
 }
 
-// scaled_mm's float32 sums of one w8a8-fp8 panel and K group from torch's bf16 brgemm
-// (ScaledMmParams::bf16_panel_sums).
+// The float32 sums of one panel (kPanelPairs, or a K group of w8a8-fp8's converted one) for m rows
+// of bf16 from torch's bf16 brgemm into acc [m][kPanel]: linear's brgemm path and scaled_mm's
+// ScaledMmParams::bf16_panel_sums.
 void brgemm_bf16_panel_sums(const uint16_t* x, int64_t lda, int64_t m, int64_t kk, const uint16_t* panel, float* acc) {
   at::native::cpublas::brgemm(m, kernels::kPanel, kk, lda, kernels::kPanel, kernels::kPanel, /*add_C=*/false,
                               reinterpret_cast<const at::BFloat16*>(x), reinterpret_cast<const at::BFloat16*>(panel),
@@ -80,22 +81,17 @@ at::Tensor brgemm_linear(const at::Tensor& x, const uint8_t* weights, const Line
   const int64_t m = x.size(0), n = h.n, k = h.k, panels = cpu::linear_panels(n);
   const int64_t lda = m > 1 ? x.stride(0) : k;
   at::Tensor acc = at::empty({m, n}, x.options().dtype(at::kFloat));
-  const auto* a = reinterpret_cast<const at::BFloat16*>(x.const_data_ptr());
-  const auto* b = reinterpret_cast<const at::BFloat16*>(weights);
+  const auto* a = reinterpret_cast<const uint16_t*>(x.const_data_ptr());
+  const auto* b = reinterpret_cast<const uint16_t*>(weights);
   float* c = acc.mutable_data_ptr<float>();
   detail::parallel_rows(panels, 1, [&](int64_t begin, int64_t end) {
-    float tail[kBrgemmRows * kernels::kPanel];
+    float sums[kBrgemmRows * kernels::kPanel];
     for (int64_t r0 = 0; r0 < m; r0 += kBrgemmRows) {
       const int64_t rows = std::min(kBrgemmRows, m - r0);
       for (int64_t panel = begin; panel < end; ++panel) {
         const int64_t n0 = panel * kernels::kPanel, cols = std::min(kernels::kPanel, n - n0);
-        float* dst = cols == kernels::kPanel ? c + r0 * n + n0 : tail;
-        const int64_t ldc = cols == kernels::kPanel ? n : kernels::kPanel;
-        at::native::cpublas::brgemm(rows, kernels::kPanel, k, lda, kernels::kPanel, ldc, /*add_C=*/false,
-                                    a + r0 * lda, b + panel * k * kernels::kPanel, dst, /*is_vnni=*/true);
-        if (dst == tail) {
-          for (int64_t r = 0; r < rows; ++r) std::memcpy(c + (r0 + r) * n + n0, tail + r * kernels::kPanel, cols * 4);
-        }
+        brgemm_bf16_panel_sums(a + r0 * lda, lda, rows, k, b + panel * k * kernels::kPanel, sums);
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(c + (r0 + r) * n + n0, sums + r * kernels::kPanel, cols * 4);
       }
     }
     at::native::cpublas::brgemm_release(/*is_vnni=*/true);

@@ -1,10 +1,11 @@
 // What the scaled_mm tests share (test/ops/linear/scaled_mm_test.cpp on the CPU implementations,
 // test/cuda/linear/scaled_mm_cuda_test.cpp on the GPU): a weight of each scheme in its canonical form,
-// and the contract's output for int8 activations computed here.
+// the contract's output for int8 activations computed here, and the float32 bound of an fp8 result.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,22 @@ inline at::Tensor formula(const Weight& w, const at::Tensor& a, const at::Tensor
   if (m == 0) t = at::zeros({0, n}, at::kFloat);
   if (bias) t = t + bias->to(at::kFloat);
   return t.to(out);
+}
+
+// How far an fp8 result `got` ([m, n], out float32) lies beyond the float32 bound of the float64 value
+// sum over groups of (sum a q) scale_a s: |got - want| - (K + 4) 2^-24 sum |a q s| |scale_a| - 2^-23 |want|,
+// the largest over the outputs (<= 0: within the bound).
+inline double fp8_bound_excess(const Weight& w, const at::Tensor& a, const at::Tensor& sa, const at::Tensor& got) {
+  const int64_t n = w.q.size(0), k = w.q.size(1);
+  const at::Tensor q64 = w.q.to(at::kDouble), a64 = a.to(at::kDouble);
+  const at::Tensor s64 = w.scales.dim() == 1 ? w.scales.to(at::kDouble).view({n, 1}).expand({n, k})
+                                      : w.scales.to(at::kDouble).repeat_interleave(128, 0).repeat_interleave(128, 1)
+                                            .narrow(0, 0, n).narrow(1, 0, k);
+  const at::Tensor want = a64.matmul((q64 * s64).t()) * sa.to(at::kDouble);
+  const at::Tensor mag = a64.abs().matmul((q64 * s64).abs().t()) * sa.to(at::kDouble);
+  const at::Tensor excess =
+      (got.to(at::kDouble) - want).abs() - mag * ((k + 4) * std::ldexp(1.0, -24)) - want.abs() * std::ldexp(1.0, -23);
+  return excess.max().item<double>();
 }
 
 }  // namespace xllm_kernel::testing
