@@ -14,6 +14,7 @@
 #include "csrc/cpu/attention/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -721,8 +722,21 @@ bool DecodeKernelAllowed(const PagedAttentionParams& p) {
 // 82 ms the streaming of the caches alone.
 constexpr int64_t kAmxTileVectors = 512;
 
+std::atomic<bool> g_amx_emulation{false};
+
+// Whether the AMX prefill kernel runs here: on the tiles, or on their emulation (tests).
+bool AmxPrefillRuns() { return PrefillAmxBf16Supported() || (g_amx_emulation.load() && DecodeAvx512Bf16Supported()); }
+
+void RunPrefillItemAmx(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  if (g_amx_emulation.load() || !PrefillAmxBf16Supported()) {
+    RunPrefillItemAmxEmulated(p, item, workspace);
+  } else {
+    RunPrefillItemAmxBf16(p, item, workspace);
+  }
+}
+
 bool AmxTilesAllowed(const PagedAttentionParams& p) {
-  return DecodeKernelAllowed(p) && p.cache_format == kernels::KvCacheFormat::kPlain && p.head_size <= kAmxMaxHeadSize && PrefillAmxBf16Supported();
+  return DecodeKernelAllowed(p) && p.head_size <= kAmxMaxHeadSize && AmxPrefillRuns();
 }
 
 int64_t AmxTileRows(const PagedAttentionParams& p, int64_t threads, int64_t tile_rows) {
@@ -838,8 +852,8 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
     const AttentionItem& item = plan.work[i];
     if (DecodeAvx512Bf16Accepts(p, item)) {
       RunDecodeItemAvx512Bf16(p, item, static_cast<float*>(workspace));
-    } else if (PrefillAmxBf16Accepts(p, item) && PrefillAmxBf16Supported()) {
-      RunPrefillItemAmxBf16(p, item, static_cast<float*>(workspace));
+    } else if (PrefillAmxBf16Accepts(p, item) && AmxPrefillRuns()) {
+      RunPrefillItemAmx(p, item, static_cast<float*>(workspace));
     } else {
       HWY_DYNAMIC_DISPATCH(RunItems)(p, &item, 1, workspace);
     }
@@ -850,9 +864,12 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item) {
   if (!DecodeKernelAllowed(p)) return AttentionKernel::kHighway;
   if (DecodeAvx512Bf16Accepts(p, item)) return AttentionKernel::kAvx512Bf16Decode;
-  if (PrefillAmxBf16Accepts(p, item) && PrefillAmxBf16Supported()) return AttentionKernel::kAmxBf16Prefill;
+  if (PrefillAmxBf16Accepts(p, item) && AmxPrefillRuns()) return AttentionKernel::kAmxBf16Prefill;
   return AttentionKernel::kHighway;
 }
+
+void set_amx_tile_emulation_for_test(bool on) { g_amx_emulation.store(on); }
+bool amx_tile_emulation_for_test() { return g_amx_emulation.load(); }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,
                              int64_t begin, int64_t end) {

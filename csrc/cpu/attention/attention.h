@@ -95,14 +95,22 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t t
 inline constexpr int64_t kInvariantSplitKeys = 1024;
 
 // Which kernel runs an item of p: the Highway kernel of the best allowed target, the AVX-512
-// BF16 decode kernel (bf16, at most 16 query vectors per KV head, head_size <= 256, on CPUs with
-// AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the AMX BF16 prefill
-// kernel (bf16, more than 16 query vectors per KV head, head_size <= 256, on CPUs with AMX-BF16
-// where the OS grants the tile data, while the AVX3 target is allowed; it rounds the softmax
-// weights to bf16 before P.V, as torch's SDPA does). For tests and diagnostics; paged_attention
-// makes the same choice.
+// BF16 decode kernel (a bf16 query, at most 16 query vectors per KV head, head_size <= 256, on CPUs
+// with AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the AMX BF16
+// prefill kernel (a bf16 query, more than 16 query vectors per KV head, head_size <= 256, on CPUs
+// with AMX-BF16 where the OS grants the tile data, while the AVX3 target is allowed; it rounds the
+// softmax weights, times the value scales where quantized, to bf16 before P.V, as torch's SDPA
+// does). Both kernels read bf16, int8 and float8_e4m3fn caches. For tests and diagnostics;
+// paged_attention makes the same choice.
 enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill };
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
+
+// For tests: while on, the AMX BF16 prefill kernel runs on emulated tiles (csrc/cpu/common/
+// amx_tiles.h: the tile operations on memory, tdpbf16ps by vdpbf16ps) wherever the CPU has
+// AVX512_BF16, with or without AMX, and the planner and paged_attention_item_kernel treat the CPU as
+// one with AMX. Slow; off by default. Not for concurrent toggling while calls run.
+void set_amx_tile_emulation_for_test(bool on);
+bool amx_tile_emulation_for_test();
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
 // least plan.workspace_bytes, 64-byte aligned.

@@ -19,8 +19,8 @@
 // piece of an int8 or float8_e4m3fn row is converted in registers to 32 bf16, exactly (an int8 has 8
 // significant bits, an e4m3 3), and the scales move out of the dot products: a key's scale times
 // the call's scale multiplies its logit, a value's scale its probability (the sums keep the plain
-// probabilities). e4m3 converts through float16 (its magnitude bits shifted into a float16 that is
-// 2^-8 of its value, subnormals included), the 2^8 folded into those factors.
+// probabilities). e4m3 converts through float16 (cache_elements_avx512.h: a float16 that is 2^-8 of
+// its value, subnormals included), the 2^8 folded into those factors.
 //
 // vdpbf16ps treats bf16 subnormal inputs as zero and flushes float32 subnormal sums (the products
 // of two bf16 below 2^-126 in magnitude); attention logits are far from that range.
@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "csrc/cpu/attention/attention_internal.h"
+#include "csrc/cpu/attention/cache_elements_avx512.h"
 #include "csrc/cpu/common/avx512_math.h"
 #include "csrc/cpu/common/cpu_features.h"
 
@@ -64,36 +65,6 @@ inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
   if (hi < lo) return 0;
   const uint32_t upto = (2u << hi) - 1, below = (1u << lo) - 1;
   return static_cast<__mmask16>(upto & ~below);
-}
-
-// How a cache stores its elements here: bf16, or a quantized format (the query is bf16 either way).
-enum class Fmt { kBf16, kFp8, kInt8 };
-template <Fmt F>
-using Elem = std::conditional_t<F == Fmt::kBf16, uint16_t, uint8_t>;
-// The factor between a converted element and its dequantized value, besides the scale.
-template <Fmt F>
-constexpr float kUnit = F == Fmt::kFp8 ? 256.0f : 1.0f;
-
-// Elements [0, 32) of p (lanes outside `m` zero, never read) as 32 bf16: exact for every format (an
-// e4m3 element comes out as 2^-8 of its value, see above).
-template <Fmt F>
-XK_AVX512BF16_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
-  if constexpr (F == Fmt::kBf16) {
-    return _mm512_maskz_loadu_epi16(m, p);
-  } else if constexpr (F == Fmt::kInt8) {
-    const __m256i b = _mm256_maskz_loadu_epi8(m, p);
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
-    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-  } else {
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p));
-    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
-    __m512i h = _mm512_or_si512(_mm512_slli_epi16(mag, 7), _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
-    h = _mm512_mask_mov_epi16(h, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7E00));
-    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-  }
 }
 
 // Elements [0, 32) of an int8 row (lanes outside `m` zero) as float32: the even ones in `even`, the

@@ -1,5 +1,6 @@
 // Helpers shared by the CPU attention kernels (attention.cpp, the Highway kernel on every target,
-// and attention_decode_avx512.cpp, the AVX-512 BF16 decode kernel): tile and state layout, a
+// attention_decode_avx512.cpp, the AVX-512 BF16 decode kernel, and attention_prefill_amx_kernel.h,
+// the AMX prefill kernel): tile and state layout, a
 // sequence's rows and keys, per-thread scratch. Internal to csrc/cpu/attention.
 #pragma once
 

@@ -1,8 +1,10 @@
-// The AMX BF16 prefill kernel of paged attention (attention_prefill_amx.cpp): items of many query
-// vectors per KV head (prefill, chunked prefill) of bf16 caches, Q.K and P.V on AMX tiles. Internal
-// to csrc/cpu/attention; the entry points (attention.cpp) use it where the CPU has AMX-BF16, the
-// OS granted this process the tile data state, the AVX3 target is allowed (hwy::SupportedTargets(),
-// which tests restrict) and it accepts the item; otherwise another kernel runs the item.
+// The AMX BF16 prefill kernel of paged attention (attention_prefill_amx_kernel.h): items of many
+// query vectors per KV head (prefill, chunked prefill) of a bf16 query over bf16, int8 or
+// float8_e4m3fn caches, Q.K and P.V on AMX tiles. Internal to csrc/cpu/attention; the entry points
+// (attention.cpp) use it where the CPU has AMX-BF16, the OS granted this process the tile data
+// state, the AVX3 target is allowed (hwy::SupportedTargets(), which tests restrict) and it accepts
+// the item; otherwise another kernel runs the item. Under set_amx_tile_emulation_for_test
+// (attention.h) the same kernel runs on emulated tiles wherever the CPU has AVX512_BF16.
 #pragma once
 
 #include <cstdint>
@@ -18,17 +20,20 @@ inline constexpr int64_t kAmxMaxHeadSize = 256;
 // remembered and answers false).
 bool PrefillAmxBf16Supported();
 
-// Whether the kernel takes the item: bf16, head_size <= kAmxMaxHeadSize, more than
-// kDecodeMaxVectors query vectors (rows x group heads) per KV head (fewer go to the decode kernel).
+// Whether the kernel takes the item: a bf16 query (the caches bf16, int8 or float8_e4m3fn),
+// head_size <= kAmxMaxHeadSize, more than kDecodeMaxVectors query vectors (rows x group heads) per
+// KV head (fewer go to the decode kernel).
 inline bool PrefillAmxBf16Accepts(const PagedAttentionParams& p, const AttentionItem& item) {
-  return p.dtype == DType::kBFloat16 && p.cache_format == kernels::KvCacheFormat::kPlain &&
-         p.head_size <= kAmxMaxHeadSize &&
+  return p.dtype == DType::kBFloat16 && p.head_size <= kAmxMaxHeadSize &&
          (item.query_end - item.query_begin) * kernels::query_heads_per_kv(p) > kDecodeMaxVectors;
 }
 
 // Runs one accepted item (only where PrefillAmxBf16Supported()): the output rows or a split's state,
-// as the Highway kernel's, except that the softmax weights are rounded to bf16 before P.V (the
-// denominator sums the rounded weights).
+// as the Highway kernel's, except that the softmax weights (times the value scales where quantized)
+// are rounded to bf16 before P.V.
 void RunPrefillItemAmxBf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
+
+// The same on emulated tiles (only where the CPU has AVX512_BF16): the tests' stand-in for AMX.
+void RunPrefillItemAmxEmulated(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
 
 }  // namespace xllm_kernel::cpu::attention_detail

@@ -4,9 +4,28 @@
 //
 //   const xllm_kernel::cpu::AmxTileConfig cfg = xllm_kernel::cpu::AmxTiles16x64(8);
 //   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+//
+// And two implementations of the BF16 tile instructions over eight tiles of 16 rows of 64 bytes, for
+// kernels written once as a template over them (attention_prefill_amx_kernel.h):
+//   AmxTiles          the instructions themselves (only where the CPU has AMX-BF16 and the OS
+//                     granted the tile data);
+//   EmulatedAmxTiles  the same operations on a per-thread copy of the eight tiles in memory, tdpbf16ps
+//                     by vdpbf16ps (the same pair products and float32 sums, subnormals flushed; the
+//                     order of the sums within a tile row may differ from the hardware's), so that a
+//                     CPU with AVX512_BF16 but no AMX runs and tests the kernel's code. Slow: tests only.
+//
+//   Tiles::Configure();                  // every tile 16 x 64 bytes
+//   Tiles::Zero<0>();
+//   Tiles::Load<4>(base, stride_bytes);  // 16 rows of 64 bytes, stride_bytes apart
+//   Tiles::Dot<0, 2, 4>();               // tmm0 (16 x 16 float32) += tmm2 (16 x 32 bf16) tmm4 (16 pairs x 16 x 2 bf16)
+//   Tiles::Store<0>(base, stride_bytes);
+//   Tiles::Release();
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
+#include <cstring>
 
 namespace xllm_kernel::cpu {
 
@@ -27,5 +46,75 @@ inline AmxTileConfig AmxTiles16x64(int count) {
   }
   return cfg;
 }
+
+#define XK_AMX_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+// The tile instructions, with the memory they touch made visible to the compiler (the loads as much
+// as the stores: scratch written by vector stores just before a tile load).
+struct AmxTiles {
+  XK_AMX_TILES_INLINE static void Configure() {
+    const AmxTileConfig cfg = AmxTiles16x64(8);
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  }
+  XK_AMX_TILES_INLINE static void Release() { __asm__ volatile("tilerelease" ::); }
+  template <int T>
+  XK_AMX_TILES_INLINE static void Zero() {
+    __asm__ volatile("tilezero %%tmm%c0" ::"i"(T));
+  }
+  template <int T>
+  XK_AMX_TILES_INLINE static void Load(const void* base, int64_t stride) {
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(static_cast<long>(stride)), "i"(T) : "memory");
+  }
+  template <int T>
+  XK_AMX_TILES_INLINE static void Store(void* base, int64_t stride) {
+    __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(stride)), "i"(T) : "memory");
+  }
+  // C += A B
+  template <int C, int A, int B>
+  XK_AMX_TILES_INLINE static void Dot() {
+    __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+  }
+};
+
+#define XK_EMULATED_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
+
+struct EmulatedAmxTiles {
+  struct alignas(64) State {
+    uint8_t tile[8][16][64];
+  };
+  static State& Tiles() {
+    static thread_local State state;
+    return state;
+  }
+  static void Configure() {}
+  static void Release() {}
+  template <int T>
+  static void Zero() {
+    std::memset(Tiles().tile[T], 0, sizeof(Tiles().tile[T]));
+  }
+  template <int T>
+  static void Load(const void* base, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(Tiles().tile[T][r], static_cast<const uint8_t*>(base) + r * stride, 64);
+  }
+  template <int T>
+  static void Store(void* base, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<uint8_t*>(base) + r * stride, Tiles().tile[T][r], 64);
+  }
+  // Row m of C: its 16 float32 += the sum over k of A's pair k of row m (broadcast) times row k of B
+  // (16 pairs), pair by pair as vdpbf16ps does.
+  template <int C, int A, int B>
+  XK_EMULATED_TILES_INLINE static void Dot() {
+    State& s = Tiles();
+    for (int m = 0; m < 16; ++m) {
+      __m512 acc = _mm512_load_ps(reinterpret_cast<const float*>(s.tile[C][m]));
+      for (int k = 0; k < 16; ++k) {
+        int32_t pair;
+        std::memcpy(&pair, s.tile[A][m] + 4 * k, 4);
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(pair), (__m512bh)_mm512_load_si512(s.tile[B][k]));
+      }
+      _mm512_store_ps(reinterpret_cast<float*>(s.tile[C][m]), acc);
+    }
+  }
+};
 
 }  // namespace xllm_kernel::cpu

@@ -66,7 +66,15 @@ struct Case {
   int64_t window = 0;
   int64_t head_pad = 0;   // extra elements between query / out heads
   int64_t block_pad = 0;  // extra elements between cache blocks
+  // Quantized caches (a bf16 query): float8_e4m3fn with one scale per cache, or int8 with one per
+  // (row, KV head); the reference works from the dequantized rows float(q) * scale (float32).
+  kernels::KvCacheFormat cache = kernels::KvCacheFormat::kPlain;
 };
+
+Case WithCache(Case c, kernels::KvCacheFormat cache) {
+  c.cache = cache;
+  return c;
+}
 
 std::string Describe(const Case& c) {
   std::string s = std::string(ShortName(c.dtype)) + " heads " + std::to_string(c.q_heads) + "/" +
@@ -74,6 +82,7 @@ std::string Describe(const Case& c) {
                   std::to_string(c.block_size) + " cap " + std::to_string(c.soft_cap) + " window " +
                   std::to_string(c.window) + " seqs";
   for (const Seq& q : c.seqs) s += " " + std::to_string(q.q_len) + "/" + std::to_string(q.context);
+  if (c.cache != kernels::KvCacheFormat::kPlain) s += std::string(" cache ") + kernels::kv_cache_format_name(c.cache);
   return s;
 }
 
@@ -86,6 +95,7 @@ struct Problem {
   int64_t tokens = 0, num_blocks = 0, max_blocks = 0, block_stride = 0;
   int64_t q_head_stride = 0, q_token_stride = 0;
   std::vector<uint8_t> query, key_cache, value_cache, out;
+  std::vector<float> key_scale, value_scale;  // quantized caches: [1] fp8, [num_blocks][block_size][kv_heads] int8
   std::vector<int32_t> tables, qsl, lens;
   std::vector<double> kref, vref;  // [seq][key][kv_head][head_size], decoded
   std::vector<int64_t> key_offset;  // per seq: offset of key 0 in kref / vref
@@ -126,6 +136,12 @@ struct Problem {
     p.key_cache_strides = {block_stride, c.kv_heads * c.head_size, c.head_size};
     p.value_cache = value_cache.data();
     p.value_cache_strides = {block_stride, c.kv_heads * c.head_size, c.head_size};
+    if (c.cache != kernels::KvCacheFormat::kPlain) {
+      p.cache_format = c.cache;
+      p.key_scale = key_scale.data();
+      p.value_scale = value_scale.data();
+      p.key_scale_strides = p.value_scale_strides = {c.block_size * c.kv_heads, c.kv_heads, 1};
+    }
     p.out = out.data();
     p.out_strides = {q_token_stride, q_head_stride};
     size_t table_entries = tables.size();
@@ -144,10 +160,56 @@ struct Problem {
   }
 };
 
+// The e4m3fn byte nearest to v (ties: either), saturating at 448: codes 0..126 increase with their
+// value.
+uint8_t NearestFp8(double v) {
+  const double a = std::min(std::fabs(v), 448.0);
+  int lo = 0, hi = 126;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (Fp8Value(static_cast<uint8_t>(mid)) <= a ? lo : hi) = mid;
+  }
+  const int code = a - Fp8Value(static_cast<uint8_t>(lo)) <= Fp8Value(static_cast<uint8_t>(hi)) - a ? lo : hi;
+  return static_cast<uint8_t>(code | (v < 0 ? 0x80 : 0));
+}
+
+// A quantized cache's pages: uniform values of the rows [row][kv_heads * head_size] quantized (fp8 by
+// the one scale, int8 by each (row, head)'s amax / 127), `ref` the dequantized values.
+void QuantizeRows(const Case& c, const std::vector<float>& x, const std::vector<int64_t>& row_base,
+                  const std::vector<int64_t>& scale_base, uint8_t* cache, float* scales, std::vector<double>& ref) {
+  const int64_t row_elems = c.kv_heads * c.head_size;
+  for (size_t r = 0; r < row_base.size(); ++r) {
+    for (int64_t g = 0; g < c.kv_heads; ++g) {
+      const float* xs = &x[r * row_elems + g * c.head_size];
+      float scale = scales[0];
+      if (c.cache == kernels::KvCacheFormat::kInt8) {
+        float amax = 0;
+        for (int64_t i = 0; i < c.head_size; ++i) amax = std::max(amax, std::fabs(xs[i]));
+        scale = scales[scale_base[r] + g] = amax / 127.0f;
+      }
+      for (int64_t i = 0; i < c.head_size; ++i) {
+        const int64_t e = row_base[r] + g * c.head_size + i;
+        float q;
+        if (c.cache == kernels::KvCacheFormat::kInt8) {
+          const int v = scale > 0 ? static_cast<int>(std::nearbyint(xs[i] / scale)) : 0;
+          cache[e] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127, 127)));
+          q = static_cast<float>(static_cast<int8_t>(cache[e]));
+        } else {
+          cache[e] = NearestFp8(xs[i] / scale);
+          q = static_cast<float>(Fp8Value(cache[e]));
+        }
+        ref[r * row_elems + g * c.head_size + i] = static_cast<double>(q * scale);  // float32, as dequantized
+      }
+    }
+  }
+}
+
 Problem MakeProblem(const Case& c, std::mt19937& rng) {
   Problem pr;
   pr.c = c;
   const DType t = c.dtype;
+  const bool quant = c.cache != kernels::KvCacheFormat::kPlain;
+  if (quant) EXPECT_EQ(t, DType::kBFloat16) << "quantized caches take a bf16 query here";
   const int64_t es = static_cast<int64_t>(ElemSize(t));
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   pr.q_head_stride = c.head_size + c.head_pad;
@@ -162,11 +224,26 @@ Problem MakeProblem(const Case& c, std::mt19937& rng) {
   pr.num_blocks = needed + 3;  // three blocks no table names
   pr.block_stride = c.block_size * c.kv_heads * c.head_size + c.block_pad;
   const int64_t cache_elems = pr.num_blocks * pr.block_stride;
-  pr.key_cache.resize(cache_elems * es);
-  pr.value_cache.resize(cache_elems * es);
-  for (int64_t i = 0; i < cache_elems; ++i) {
-    StoreBits(t, pr.key_cache.data(), i, NaNBits(t));
-    StoreBits(t, pr.value_cache.data(), i, NaNBits(t));
+  if (quant) {
+    // NaN wherever nothing may be read: fp8 0x7F in the rows, int8 NaN in the rows' scales.
+    pr.key_cache.assign(cache_elems, 0x7F);
+    pr.value_cache.assign(cache_elems, 0x7F);
+    const bool fp8 = c.cache == kernels::KvCacheFormat::kFp8E4M3;
+    const size_t scales = fp8 ? 1 : static_cast<size_t>(pr.num_blocks * c.block_size * c.kv_heads);
+    pr.key_scale.assign(scales, NAN);
+    pr.value_scale.assign(scales, NAN);
+    if (fp8) {
+      // The values up to about 1 use e4m3's range up to 448 (a scale as calibrated, with headroom).
+      pr.key_scale[0] = 1.25f / 448.0f;
+      pr.value_scale[0] = 1.5f / 448.0f;
+    }
+  } else {
+    pr.key_cache.resize(cache_elems * es);
+    pr.value_cache.resize(cache_elems * es);
+    for (int64_t i = 0; i < cache_elems; ++i) {
+      StoreBits(t, pr.key_cache.data(), i, NaNBits(t));
+      StoreBits(t, pr.value_cache.data(), i, NaNBits(t));
+    }
   }
   std::vector<int32_t> ids(pr.num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
@@ -187,18 +264,31 @@ Problem MakeProblem(const Case& c, std::mt19937& rng) {
   const int64_t row_elems = c.kv_heads * c.head_size;
   pr.kref.resize(key_total * row_elems);
   pr.vref.resize(key_total * row_elems);
+  std::vector<float> kx, vx;
+  std::vector<int64_t> row_base, scale_base;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     for (int64_t j = 0; j < c.seqs[s].context; ++j) {
       const int64_t id = pr.tables[s * pr.max_blocks + j / c.block_size];
       const int64_t base = id * pr.block_stride + (j % c.block_size) * row_elems;
+      row_base.push_back(base);
+      scale_base.push_back((id * c.block_size + j % c.block_size) * c.kv_heads);
       for (int64_t e = 0; e < row_elems; ++e) {
         const int64_t ref = (pr.key_offset[s] + j) * row_elems + e;
+        if (quant) {
+          kx.push_back(uni(rng));
+          vx.push_back(uni(rng));
+          continue;
+        }
         pr.kref[ref] = Store(t, pr.key_cache.data(), base + e, uni(rng));
         pr.vref[ref] = Store(t, pr.value_cache.data(), base + e, uni(rng));
-        pr.vmax = std::max(pr.vmax, std::fabs(pr.vref[ref]));
       }
     }
   }
+  if (quant) {
+    QuantizeRows(c, kx, row_base, scale_base, pr.key_cache.data(), pr.key_scale.data(), pr.kref);
+    QuantizeRows(c, vx, row_base, scale_base, pr.value_cache.data(), pr.value_scale.data(), pr.vref);
+  }
+  for (double v : pr.vref) pr.vmax = std::max(pr.vmax, std::fabs(v));
   const int64_t q_elems = std::max<int64_t>(1, pr.tokens) * pr.q_token_stride;
   pr.query.resize(q_elems * es);
   pr.out.resize(q_elems * es);
@@ -257,7 +347,13 @@ void Reference(const Problem& pr, std::vector<double>& ref) {
         for (int64_t j = lo; j <= pos; ++j) {
           const double* v = &pr.vref[(pr.key_offset[s] + j) * row_elems + g * hs];
           const double w = logit[j - lo] / sum;
-          for (int64_t i = 0; i < hs; ++i) sp[i] += w * w * (v[i] - o[i]) * (v[i] - o[i]);
+          // Quantized caches: the rounded weights carry the value scales and the denominator sums
+          // the plain weights, so an error d_j moves the output by w_j d_j v_j.
+          const bool quant = c.cache != kernels::KvCacheFormat::kPlain;
+          for (int64_t i = 0; i < hs; ++i) {
+            const double dv = quant ? v[i] : v[i] - o[i];
+            sp[i] += w * w * dv * dv;
+          }
         }
         for (int64_t i = 0; i < hs; ++i) sp[i] = std::sqrt(sp[i]);
       }
@@ -300,11 +396,20 @@ void RunPlan(PagedAttentionParams p, int64_t threads, bool on_threads) {
 }
 
 // Whether this CPU and OS run the AMX BF16 prefill kernel: AVX512_BF16, AMX-TILE and AMX-BF16 and
-// the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h).
+// the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h);
+// or, while a test emulates the tiles (AmxEmulation), AVX512_BF16.
 bool HasAmxKernel() {
   const CpuFeatures& f = cpu_features();
-  return f.avx512_bf16 && f.amx_bf16 && amx_tile_data_granted();
+  return f.avx512_bf16 && ((f.amx_bf16 && amx_tile_data_granted()) || amx_tile_emulation_for_test());
 }
+
+// While alive, the AMX kernel runs on emulated tiles (set_amx_tile_emulation_for_test).
+struct AmxEmulation {
+  AmxEmulation() { set_amx_tile_emulation_for_test(true); }
+  ~AmxEmulation() { set_amx_tile_emulation_for_test(false); }
+  AmxEmulation(const AmxEmulation&) = delete;
+  AmxEmulation& operator=(const AmxEmulation&) = delete;
+};
 
 // Whether the AMX kernel may run items of this dtype under the current target restriction.
 bool AmxKernelMayRun(DType t) {
@@ -805,11 +910,11 @@ AttentionKernel ExpectedKernel(const PagedAttentionParams& p, const AttentionIte
   return HasAmxKernel() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kHighway;
 }
 
-// The AMX BF16 prefill kernel takes bf16 items of more than 16 query vectors per KV head and
-// head_size <= 256 where the CPU has AMX-BF16, the OS grants the tile data and the AVX3 target is
-// allowed; never anywhere else (other dtypes, head_size 512, lower targets, CPUs without AMX).
-// Runs on every CPU, like DecodeKernelTakesTheItemsItApplies.
-TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
+// The AMX BF16 prefill kernel takes items of a bf16 query (over bf16, fp8 or int8 caches) of more
+// than 16 query vectors per KV head and head_size <= 256 where the CPU has AMX-BF16 (or emulates its
+// tiles), the OS grants the tile data and the AVX3 target is allowed; never anywhere else (other
+// query dtypes, head_size 512, lower targets, CPUs without AMX).
+void CheckAmxKernelChoice() {
   std::mt19937 rng(21);
   const bool amx = HasAmxKernel() && HasDecodeKernel();
   if (!amx) std::printf("no AMX-BF16 (or no tile data from the OS): prefill items run the Highway kernel\n");
@@ -817,12 +922,16 @@ TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
     Case c;
     bool takes;  // some item runs the AMX kernel where the CPU has it
   };
+  using kernels::KvCacheFormat;
   const std::vector<Expect> expects = {
       {{DType::kBFloat16, 8, 8, 64, 16, {{40, 40}}}, true},               // prefill: 40 vectors per KV head
       {{DType::kBFloat16, 32, 8, 128, 16, {{100, 300}, {1, 17}}}, true},  // chunked prefill + decode
       {{DType::kBFloat16, 64, 8, 64, 16, {{3, 40}}}, true},               // 3 rows x 8 = 24 vectors
       {{DType::kBFloat16, 9, 3, 67, 1, {{30, 40}}}, true},                // tail, block 1
+      {WithCache({DType::kBFloat16, 8, 8, 64, 16, {{40, 40}}}, KvCacheFormat::kFp8E4M3), true},
+      {WithCache({DType::kBFloat16, 32, 8, 128, 16, {{100, 300}, {1, 17}}}, KvCacheFormat::kInt8), true},
       {{DType::kBFloat16, 64, 8, 64, 16, {{2, 40}}}, false},              // 16 vectors: decode kernel
+      {WithCache({DType::kBFloat16, 64, 8, 64, 16, {{2, 40}}}, KvCacheFormat::kInt8), false},
       {{DType::kBFloat16, 8, 2, 512, 16, {{40, 40}}}, false},             // head_size 512
       {{DType::kFloat32, 8, 8, 64, 16, {{40, 40}}}, false},
       {{DType::kFloat16, 8, 8, 64, 16, {{40, 40}}}, false},
@@ -848,15 +957,27 @@ TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) {
   }
 }
 
+// Runs on every CPU, like DecodeKernelTakesTheItemsItApplies.
+TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) { CheckAmxKernelChoice(); }
+
+// Where the CPU has AVX512_BF16, the emulated tiles make it one with AMX for the choice too.
+TEST(CpuAttentionKernel, EmulatedAmxKernelTakesTheItemsItApplies) {
+  const std::string why_not = WhyNoDecodeKernel();
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the emulated AMX tiles need AVX512_BF16";
+  AmxEmulation emulation;
+  ASSERT_TRUE(HasAmxKernel());
+  CheckAmxKernelChoice();
+}
+
 // The AMX prefill kernel against the float64 reference, each item's kernel asserted: prefill,
 // chunked prefill and mixed batches; head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups
 // 1, 3, 4, 8, 16; block sizes 1, 8, 16, 32 (tiles loaded from the cache blocks and copied ones);
 // soft cap; windows; negative scales; strided rows and padded blocks; several query tiles an
-// item; split plans; NaN in every cache row and query element the kernel must not read. Reports the worst error
-// against the bound with the weights' rounding term and against the float32-only bound.
-TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
-  const std::string why_not = WhyNoAmxKernel();
-  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AMX BF16 prefill kernel never runs here";
+// item; split plans; NaN in every cache row and query element the kernel must not read. The same
+// batches over float8_e4m3fn and int8 caches (NaN: fp8 0x7F in the rows, int8 NaN scales), every
+// key tile converted. Reports the worst error against the bound with the weights' rounding term and
+// against the float32-only bound.
+void CheckAmxKernelAgainstReference(const char* label) {
   std::mt19937 rng(22);
   const std::vector<Seq> mixed = {{40, 40}, {17, 80}, {1, 50}, {0, 0}, {3, 3}};
   struct Run {
@@ -880,6 +1001,10 @@ TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   runs.push_back({{DType::kBFloat16, 8, 1, 128, 16, {{20, 1100}}}, 8});                       // split plans
   runs.push_back({{DType::kBFloat16, 12, 4, 96, 16, {{30, 1030}}, 0.0f, 700}, 8});
   runs.push_back({{DType::kBFloat16, 16, 8, 67, 16, {{40, 1100}}, 30.0f}, 8});
+  const size_t plain = runs.size();
+  for (kernels::KvCacheFormat cache : {kernels::KvCacheFormat::kFp8E4M3, kernels::KvCacheFormat::kInt8}) {
+    for (size_t i = 0; i < plain; ++i) runs.push_back({WithCache(runs[i].c, cache), runs[i].threads, runs[i].negative_scale});
+  }
   double worst = 0, worst32 = 0;
   for (const Run& r : runs) {
     SCOPED_TRACE(Describe(r.c) + " threads " + std::to_string(r.threads));
@@ -900,8 +1025,23 @@ TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
     RunPlan(p, r.threads, true);
     worst = std::max(worst, Check(pr, ref, {}, &worst32));
   }
-  std::printf("AMX prefill kernel: worst error / tolerance %.3f (%.3f against the float32-only bound)\n", worst,
-              worst32);
+  std::printf("%s: worst error / tolerance %.3f (%.3f against the float32-only bound)\n", label, worst, worst32);
+}
+
+TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
+  const std::string why_not = WhyNoAmxKernel();
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AMX BF16 prefill kernel never runs here";
+  CheckAmxKernelAgainstReference("AMX prefill kernel");
+}
+
+// The same kernel code on emulated tiles (csrc/cpu/common/amx_tiles.h), on every CPU with
+// AVX512_BF16: its conversions, masks, scales and tile addressing are checked here too where the CPU
+// has no AMX.
+TEST(CpuAttentionKernel, EmulatedAmxKernelMatchesFloat64Reference) {
+  const std::string why_not = WhyNoDecodeKernel();
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the emulated AMX tiles need AVX512_BF16";
+  AmxEmulation emulation;
+  CheckAmxKernelAgainstReference("AMX prefill kernel on emulated tiles");
 }
 
 TEST(CpuAttentionKernel, RejectsInvalidParameters) {

@@ -15,11 +15,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "csrc/cpu/attention/attention.h"
+#include "csrc/cpu/common/cpu_features.h"
 #include "src/ops/kv_cache/suites/quant_reference.h"
 #include "test/ops/attention/bridge_checks.h"
 #include "xllm_kernel/xllm_kernel.h"
@@ -246,7 +249,7 @@ INSTANTIATE_TEST_SUITE_P(All, AttentionQuantImpl,
 // sequence of a mixed batch (long decodes split over keys, a chunk, a prefill, short decodes), over
 // int8 and fp8 caches, with a bf16 and a float32 query, a soft cap and a window, gives the same bits
 // alone, in the reversed batch and on 1, 2, 3 and 8 CPU threads.
-TEST(CpuAttentionQuant, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
+void CheckBatchInvariance(std::initializer_list<at::ScalarType> dtypes) {
   std::vector<std::string> invariant;
   for (const auto& name : registered_implementations(kOperation, Device::kCpu)) {
     if (registry().find(name)->spec.batch_invariant) invariant.push_back(name);
@@ -257,7 +260,7 @@ TEST(CpuAttentionQuant, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
   const int64_t seqs = static_cast<int64_t>(batch.lengths.size());
   for (const std::string& impl : invariant) {
     for (const at::ScalarType cache_dtype : kCacheDtypes) {
-      for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+      for (const at::ScalarType dtype : dtypes) {
         for (const auto& [soft_cap, window] : {std::pair<double, int64_t>{0, 0}, {30, 0}, {0, 700}}) {
           SCOPED_TRACE(impl + " " + c10::toString(cache_dtype) + " " + c10::toString(dtype) + " soft_cap " +
                        std::to_string(soft_cap) + " window " + std::to_string(window));
@@ -314,6 +317,42 @@ TEST(CpuAttentionQuant, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) {
     }
   }
   at::set_num_threads(threads);
+}
+
+TEST(CpuAttentionQuant, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) { CheckBatchInvariance({at::kBFloat16, at::kFloat}); }
+
+// The AMX prefill kernel over quantized pages on emulated tiles (cpu::set_amx_tile_emulation_for_test),
+// on any CPU with AVX512_BF16: through cpu.native's bridge, its bf16-query prefill rows (more than 16
+// query vectors per KV head) against the reference over the dequantized caches, and batch invariant
+// as above. The kernel tests (test/csrc/attention) check it element by element against a float64
+// bound.
+TEST(CpuAttentionQuant, AmxPrefillOnEmulatedTilesMatchesTheReferenceAndIsBatchInvariant) {
+  if (!cpu::cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16: the emulated AMX tiles need it";
+  struct Emulation {
+    Emulation() { cpu::set_amx_tile_emulation_for_test(true); }
+    ~Emulation() { cpu::set_amx_tile_emulation_for_test(false); }
+  } emulation;
+  const Batch batches[] = {
+      {{19, 33}, {19, 33}, 8, 8, 80},                  // prefill, MHA, head 80
+      {{50, 40, 9}, {12, 1, 9}, 16, 1, 128, 32},       // chunk + decode + prefill, MQA
+      {{0, 21, 0, 40}, {0, 21, 0, 40}, 12, 3, 67, 16}, // padding sequences, a tail
+  };
+  for (const std::string impl : {"cpu.native.paged_attention_quant", "cpu.native.paged_attention_quant.batch_invariant"}) {
+    for (const at::ScalarType cache_dtype : kCacheDtypes) {
+      for (size_t i = 0; i < std::size(batches); ++i) {
+        for (const auto& [soft_cap, window] : {std::pair<double, int64_t>{0, 0}, {20, 0}, {0, 7}}) {
+          SCOPED_TRACE(impl + " " + c10::toString(cache_dtype) + " batch " + std::to_string(i) + " soft_cap " +
+                       std::to_string(soft_cap) + " window " + std::to_string(window));
+          QuantCall c = make_quant_call(batches[i], at::kBFloat16, cache_dtype, /*strided=*/i == 1, i);
+          c.soft_cap = soft_cap;
+          c.window = window;
+          if (soft_cap > 0) c.query.mul_(4);
+          expect_close(call(impl, c), reference(c), at::kBFloat16);
+        }
+      }
+    }
+  }
+  CheckBatchInvariance({at::kBFloat16});
 }
 
 class AttentionQuantApi : public ::testing::Test {
