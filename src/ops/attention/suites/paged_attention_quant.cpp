@@ -203,8 +203,12 @@ Example build(const json& p, at::Generator& g) {
   const int64_t query_bytes = tokens * h.q * head_size * es;
   const int64_t scale_bytes = int8 ? 2 * reads.kv_rows * h.kv * 4 : 2 * 4;
   ex.metadata = {2 * reads.kv_rows * h.kv * head_size + scale_bytes + query_bytes, query_bytes, 2 * work_of(p), {}};
-  // The roofline's compute class: the kernels dequantize to float32 and multiply-add in float32.
-  ex.metadata.work = {{"f32_fma", ex.metadata.flops}};
+  // The roofline's compute classes: float32 FMA always (the Highway kernel dequantizes to float32);
+  // with a bf16 query also bf16 dot products and AMX tiles (the CPU's decode and prefill kernels
+  // convert the rows to bf16 exactly) or a matrix unit, as paged_attention's bf16 cases.
+  const double flops = ex.metadata.flops;
+  ex.metadata.work = {{"f32_fma", flops}};
+  if (dtype == at::kBFloat16) ex.metadata.work.insert({{"bf16_dot", flops}, {"amx_bf16", flops}, {"matrix_bf16", flops}});
   return ex;
 }
 
