@@ -722,22 +722,22 @@ bool DecodeKernelAllowed(const PagedAttentionParams& p) {
 // 82 ms the streaming of the caches alone.
 constexpr int64_t kAmxTileVectors = 512;
 
-std::atomic<bool> g_amx_emulation{false};
+std::atomic<bool> g_avx512_prefill_forced{false};
 
-// Whether the AMX prefill kernel runs here: on the tiles, or on their emulation (tests).
-bool AmxPrefillRuns() { return PrefillAmxBf16Supported() || (g_amx_emulation.load() && DecodeAvx512Bf16Supported()); }
+// The prefill tile kernel's tiles here, where DecodeKernelAllowed (so AVX512_BF16 is present): AMX's,
+// else (or when a test forces it) the AVX-512 BF16 ones.
+bool PrefillOnAmx() { return PrefillAmxBf16Supported() && !g_avx512_prefill_forced.load(); }
 
-void RunPrefillItemAmx(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
-  if (g_amx_emulation.load() || !PrefillAmxBf16Supported()) {
-    RunPrefillItemAmxEmulated(p, item, workspace);
-  } else {
+void RunPrefillItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+  if (PrefillOnAmx()) {
     RunPrefillItemAmxBf16(p, item, workspace);
+  } else {
+    RunPrefillItemAvx512Bf16(p, item, workspace);
   }
 }
 
-bool AmxTilesAllowed(const PagedAttentionParams& p) {
-  return DecodeKernelAllowed(p) && p.head_size <= kAmxMaxHeadSize && AmxPrefillRuns();
-}
+// Whether the prefill tile kernel may run items of p (those it accepts).
+bool TilesAllowed(const PagedAttentionParams& p) { return DecodeKernelAllowed(p) && p.head_size <= kAmxMaxHeadSize; }
 
 int64_t AmxTileRows(const PagedAttentionParams& p, int64_t threads, int64_t tile_rows) {
   const int64_t G = kernels::query_heads_per_kv(p);
@@ -758,7 +758,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t t
   threads = std::max<int64_t>(threads, 1);
   const int64_t G = kernels::query_heads_per_kv(p);
   int64_t tile_rows = std::max<int64_t>(1, kTileQueryFloats / StateRowStride(p.head_size) / G);
-  if (AmxTilesAllowed(p)) {
+  if (TilesAllowed(p)) {
     // Batch-invariant: the AMX kernel's own tile, not one sized from the call's rows and threads.
     tile_rows = batch_invariant ? std::max(tile_rows, kAmxTileVectors / G) : AmxTileRows(p, threads, tile_rows);
   }
@@ -852,8 +852,8 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
     const AttentionItem& item = plan.work[i];
     if (DecodeAvx512Bf16Accepts(p, item)) {
       RunDecodeItemAvx512Bf16(p, item, static_cast<float*>(workspace));
-    } else if (PrefillAmxBf16Accepts(p, item) && AmxPrefillRuns()) {
-      RunPrefillItemAmx(p, item, static_cast<float*>(workspace));
+    } else if (PrefillAmxBf16Accepts(p, item)) {
+      RunPrefillItem(p, item, static_cast<float*>(workspace));
     } else {
       HWY_DYNAMIC_DISPATCH(RunItems)(p, &item, 1, workspace);
     }
@@ -864,12 +864,11 @@ Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& 
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item) {
   if (!DecodeKernelAllowed(p)) return AttentionKernel::kHighway;
   if (DecodeAvx512Bf16Accepts(p, item)) return AttentionKernel::kAvx512Bf16Decode;
-  if (PrefillAmxBf16Accepts(p, item) && AmxPrefillRuns()) return AttentionKernel::kAmxBf16Prefill;
+  if (PrefillAmxBf16Accepts(p, item)) return PrefillOnAmx() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kAvx512Bf16Prefill;
   return AttentionKernel::kHighway;
 }
 
-void set_amx_tile_emulation_for_test(bool on) { g_amx_emulation.store(on); }
-bool amx_tile_emulation_for_test() { return g_amx_emulation.load(); }
+void set_prefill_avx512_tiles_for_test(bool on) { g_avx512_prefill_forced.store(on); }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,
                              int64_t begin, int64_t end) {

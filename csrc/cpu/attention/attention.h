@@ -96,21 +96,20 @@ inline constexpr int64_t kInvariantSplitKeys = 1024;
 
 // Which kernel runs an item of p: the Highway kernel of the best allowed target, the AVX-512
 // BF16 decode kernel (a bf16 query, at most 16 query vectors per KV head, head_size <= 256, on CPUs
-// with AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the AMX BF16
-// prefill kernel (a bf16 query, more than 16 query vectors per KV head, head_size <= 256, on CPUs
-// with AMX-BF16 where the OS grants the tile data, while the AVX3 target is allowed; it rounds the
-// softmax weights, times the value scales where quantized, to bf16 before P.V, as torch's SDPA
-// does). Both kernels read bf16, int8 and float8_e4m3fn caches. For tests and diagnostics;
+// with AVX512_BF16 while the AVX3 target is allowed: hwy::SupportedTargets()), or the prefill tile
+// kernel (a bf16 query, more than 16 query vectors per KV head, head_size <= 256, while the AVX3
+// target is allowed) on AMX-BF16 tiles where the CPU has them and the OS grants the tile data, else
+// on AVX-512 BF16 tiles (csrc/cpu/common/amx_tiles.h: vdpbf16ps) on CPUs with AVX512_BF16; it rounds
+// the softmax weights, times the value scales where quantized, to bf16 before P.V, as torch's SDPA
+// does. All of them read bf16, int8 and float8_e4m3fn caches. For tests and diagnostics;
 // paged_attention makes the same choice.
-enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill };
+enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill, kAvx512Bf16Prefill };
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
 
-// For tests: while on, the AMX BF16 prefill kernel runs on emulated tiles (csrc/cpu/common/
-// amx_tiles.h: the tile operations on memory, tdpbf16ps by vdpbf16ps) wherever the CPU has
-// AVX512_BF16, with or without AMX, and the planner and paged_attention_item_kernel treat the CPU as
-// one with AMX. Slow; off by default. Not for concurrent toggling while calls run.
-void set_amx_tile_emulation_for_test(bool on);
-bool amx_tile_emulation_for_test();
+// For tests: while on, the prefill tile kernel runs on the AVX-512 BF16 tiles also where the CPU
+// has AMX (so that an AMX CPU tests both). Off by default; no effect on CPUs without AMX. Not for
+// toggling while calls run.
+void set_prefill_avx512_tiles_for_test(bool on);
 
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
 // least plan.workspace_bytes, 64-byte aligned.

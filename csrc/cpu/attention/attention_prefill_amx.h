@@ -1,10 +1,10 @@
-// The AMX BF16 prefill kernel of paged attention (attention_prefill_amx_kernel.h): items of many
-// query vectors per KV head (prefill, chunked prefill) of a bf16 query over bf16, int8 or
-// float8_e4m3fn caches, Q.K and P.V on AMX tiles. Internal to csrc/cpu/attention; the entry points
-// (attention.cpp) use it where the CPU has AMX-BF16, the OS granted this process the tile data
-// state, the AVX3 target is allowed (hwy::SupportedTargets(), which tests restrict) and it accepts
-// the item; otherwise another kernel runs the item. Under set_amx_tile_emulation_for_test
-// (attention.h) the same kernel runs on emulated tiles wherever the CPU has AVX512_BF16.
+// The prefill tile kernel of paged attention (attention_prefill_amx_kernel.h): items of many query
+// vectors per KV head (prefill, chunked prefill) of a bf16 query over bf16, int8 or float8_e4m3fn
+// caches, Q.K and P.V on BF16 tiles: AMX's where the CPU has AMX-BF16 and the OS granted this
+// process the tile data state, else their AVX-512 BF16 form (Avx512Bf16Tiles, amx_tiles.h) where
+// the CPU has AVX512_BF16. Internal to csrc/cpu/attention; the entry points (attention.cpp) use it
+// where the AVX3 target is allowed (hwy::SupportedTargets(), which tests restrict) and it accepts
+// the item; otherwise another kernel runs the item.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,7 @@ inline bool PrefillAmxBf16Accepts(const PagedAttentionParams& p, const Attention
 // are rounded to bf16 before P.V.
 void RunPrefillItemAmxBf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
 
-// The same on emulated tiles (only where the CPU has AVX512_BF16): the tests' stand-in for AMX.
-void RunPrefillItemAmxEmulated(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
+// The same on AVX-512 BF16 tiles (only where the CPU has AVX512_BF16).
+void RunPrefillItemAvx512Bf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace);
 
 }  // namespace xllm_kernel::cpu::attention_detail

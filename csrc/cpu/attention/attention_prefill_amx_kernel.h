@@ -1,7 +1,7 @@
-// The AMX BF16 prefill kernel of paged attention (attention_prefill_amx.h), written once over the
+// The prefill tile kernel of paged attention (attention_prefill_amx.h), written once over the BF16
 // tile operations (csrc/cpu/common/amx_tiles.h): attention_prefill_amx.cpp instantiates it with the
-// instructions (AmxTiles), attention_prefill_amx_emulated.cpp with their emulation on AVX512_BF16
-// (EmulatedAmxTiles), which tests run on CPUs without AMX. A flash-attention loop per KV head of an
+// AMX instructions (AmxTiles), attention_prefill_avx512.cpp with their AVX-512 BF16 form
+// (Avx512Bf16Tiles) for CPUs without AMX. A flash-attention loop per KV head of an
 // item over blocks of 32 keys, the item's query vectors (rows x group heads, in the Highway
 // kernel's order) in tiles of 16:
 //   S^T = K Q^T  tdpbf16ps with the key rows as the A operand (16 keys x 32 elements, loaded
@@ -172,8 +172,8 @@ struct AmxScratch {
 };
 
 template <class Tiles, int NC>
-XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, const SeqSpan& span, int hi,
-                    const AmxScratch& sc, float* workspace) {
+XK_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const AttentionItem& item, const SeqSpan& span,
+                    int hi, const AmxScratch& sc, float* workspace) {
   constexpr int hsp = NC * 32, DT = 2 * NC;
   const int64_t G = kernels::query_heads_per_kv(p), hs = p.head_size;
   const int rows = static_cast<int>(item.query_end - item.query_begin);
@@ -322,22 +322,22 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
     for (int t = 0; t < QT; ++t) {
       if (!(tile_lo[t] < j0 + kBlockKeys && tile_hi[t] >= j0)) continue;
       // S^T = K Q^T: tile 0 keys 0..15, tile 1 keys 16..31.
-      Tiles::template Zero<0>();
-      Tiles::template Zero<1>();
+      tiles.template Zero<0>();
+      tiles.template Zero<1>();
       const uint32_t* qb = sc.qt + static_cast<size_t>(t) * NC * 256;
       for (int c = 0; c < NC; ++c) {
-        Tiles::template Load<4>(qb + c * 256, 64);
+        tiles.template Load<4>(qb + c * 256, 64);
         if (ktile[0] != nullptr) {
-          Tiles::template Load<2>(ktile[0] + 32 * c, kstride[0]);
-          Tiles::template Dot<0, 2, 4>();
+          tiles.template Load<2>(ktile[0] + 32 * c, kstride[0]);
+          tiles.template Dot<0, 2, 4>();
         }
         if (ktile[1] != nullptr) {
-          Tiles::template Load<3>(ktile[1] + 32 * c, kstride[1]);
-          Tiles::template Dot<1, 3, 4>();
+          tiles.template Load<3>(ktile[1] + 32 * c, kstride[1]);
+          tiles.template Dot<1, 3, 4>();
         }
       }
-      Tiles::template Store<0>(sc.s, 64);
-      Tiles::template Store<1>(sc.s + 256, 64);
+      tiles.template Store<0>(sc.s, 64);
+      tiles.template Store<1>(sc.s + 256, 64);
       // Quantized keys: each key's dots times its factor (the dots of its dequantized row).
       if (quant) {
         for (int j = 0; j < kBlockKeys; ++j) {
@@ -435,16 +435,16 @@ XK_AMX void RunHead(const PagedAttentionParams& p, const AttentionItem& item, co
         }
       }
       // O += P V, two column tiles at a time.
-      Tiles::template Load<5>(sc.pm, 64);
+      tiles.template Load<5>(sc.pm, 64);
       for (int d = 0; d < DT; d += 2) {
-        Tiles::template Load<6>(o + 16 * d, hsp * 4);
-        Tiles::template Load<7>(sc.vb + d * 256, 64);
-        Tiles::template Load<2>(o + 16 * (d + 1), hsp * 4);
-        Tiles::template Load<3>(sc.vb + (d + 1) * 256, 64);
-        Tiles::template Dot<6, 5, 7>();
-        Tiles::template Dot<2, 5, 3>();
-        Tiles::template Store<6>(o + 16 * d, hsp * 4);
-        Tiles::template Store<2>(o + 16 * (d + 1), hsp * 4);
+        tiles.template Load<6>(o + 16 * d, hsp * 4);
+        tiles.template Load<7>(sc.vb + d * 256, 64);
+        tiles.template Load<2>(o + 16 * (d + 1), hsp * 4);
+        tiles.template Load<3>(sc.vb + (d + 1) * 256, 64);
+        tiles.template Dot<6, 5, 7>();
+        tiles.template Dot<2, 5, 3>();
+        tiles.template Store<6>(o + 16 * d, hsp * 4);
+        tiles.template Store<2>(o + 16 * (d + 1), hsp * 4);
       }
     }
     cur = next;
@@ -503,11 +503,12 @@ XK_AMX void RunItem(const PagedAttentionParams& p, const AttentionItem& item, fl
   sc.pm = reinterpret_cast<uint32_t*>(sc.s + kBlockKeys * 16);
   sc.tile_lo = reinterpret_cast<int64_t*>(sc.pm + 256);
   sc.tile_hi = sc.tile_lo + QT;
-  Tiles::Configure();
+  Tiles tiles;
+  tiles.Configure();
   for (int hi = 0; hi < static_cast<int>(item.kv_head_end - item.kv_head); ++hi) {
-    RunHead<Tiles, NC>(p, item, span, hi, sc, workspace);
+    RunHead<Tiles, NC>(tiles, p, item, span, hi, sc, workspace);
   }
-  Tiles::Release();
+  tiles.Release();
 }
 
 

@@ -7,19 +7,21 @@
 //
 // And two implementations of the BF16 tile instructions over eight tiles of 16 rows of 64 bytes, for
 // kernels written once as a template over them (attention_prefill_amx_kernel.h):
-//   AmxTiles          the instructions themselves (only where the CPU has AMX-BF16 and the OS
-//                     granted the tile data);
-//   EmulatedAmxTiles  the same operations on a per-thread copy of the eight tiles in memory, tdpbf16ps
-//                     by vdpbf16ps (the same pair products and float32 sums, subnormals flushed; the
-//                     order of the sums within a tile row may differ from the hardware's), so that a
-//                     CPU with AVX512_BF16 but no AMX runs and tests the kernel's code. Slow: tests only.
+//   AmxTiles         the instructions themselves (only where the CPU has AMX-BF16 and the OS
+//                    granted the tile data);
+//   Avx512Bf16Tiles  the same operations on the eight tiles held in the object, tdpbf16ps by
+//                    vdpbf16ps (the same pair products and float32 sums, subnormals flushed; the order
+//                    of the sums within a tile row may differ from the hardware's): for CPUs with
+//                    AVX512_BF16 and no AMX, where it runs such a kernel at about twice the speed of
+//                    float32 FMA tiles (docs/performance-notes.md), and for testing a kernel's code there.
 //
-//   Tiles::Configure();                  // every tile 16 x 64 bytes
-//   Tiles::Zero<0>();
-//   Tiles::Load<4>(base, stride_bytes);  // 16 rows of 64 bytes, stride_bytes apart
-//   Tiles::Dot<0, 2, 4>();               // tmm0 (16 x 16 float32) += tmm2 (16 x 32 bf16) tmm4 (16 pairs x 16 x 2 bf16)
-//   Tiles::Store<0>(base, stride_bytes);
-//   Tiles::Release();
+//   Tiles tiles;                         // one per thread, alive while the tiles are configured
+//   tiles.Configure();                   // every tile 16 x 64 bytes
+//   tiles.Zero<0>();
+//   tiles.Load<4>(base, stride_bytes);   // 16 rows of 64 bytes, stride_bytes apart
+//   tiles.Dot<0, 2, 4>();                // tmm0 (16 x 16 float32) += tmm2 (16 x 32 bf16) tmm4 (16 pairs x 16 x 2 bf16)
+//   tiles.Store<0>(base, stride_bytes);
+//   tiles.Release();
 #pragma once
 
 #include <immintrin.h>
@@ -76,43 +78,46 @@ struct AmxTiles {
   }
 };
 
-#define XK_EMULATED_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
+#define XK_AVX512_BF16_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
 
-struct EmulatedAmxTiles {
-  struct alignas(64) State {
-    uint8_t tile[8][16][64];
-  };
-  static State& Tiles() {
-    static thread_local State state;
-    return state;
-  }
-  static void Configure() {}
-  static void Release() {}
+struct Avx512Bf16Tiles {
+  alignas(64) uint8_t tile[8][16][64];
+
+  void Configure() {}
+  void Release() {}
   template <int T>
-  static void Zero() {
-    std::memset(Tiles().tile[T], 0, sizeof(Tiles().tile[T]));
+  void Zero() {
+    std::memset(tile[T], 0, sizeof(tile[T]));
   }
   template <int T>
-  static void Load(const void* base, int64_t stride) {
-    for (int r = 0; r < 16; ++r) std::memcpy(Tiles().tile[T][r], static_cast<const uint8_t*>(base) + r * stride, 64);
+  void Load(const void* base, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(tile[T][r], static_cast<const uint8_t*>(base) + r * stride, 64);
   }
   template <int T>
-  static void Store(void* base, int64_t stride) {
-    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<uint8_t*>(base) + r * stride, Tiles().tile[T][r], 64);
+  void Store(void* base, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<uint8_t*>(base) + r * stride, tile[T][r], 64);
   }
   // Row m of C: its 16 float32 += the sum over k of A's pair k of row m (broadcast) times row k of B
-  // (16 pairs), pair by pair as vdpbf16ps does.
+  // (16 pairs), pair by pair as vdpbf16ps does; B's rows held in registers, four rows of C at a time.
   template <int C, int A, int B>
-  XK_EMULATED_TILES_INLINE static void Dot() {
-    State& s = Tiles();
-    for (int m = 0; m < 16; ++m) {
-      __m512 acc = _mm512_load_ps(reinterpret_cast<const float*>(s.tile[C][m]));
+  XK_AVX512_BF16_TILES_INLINE void Dot() {
+    __m512bh b[16];
+    for (int k = 0; k < 16; ++k) b[k] = (__m512bh)_mm512_load_si512(tile[B][k]);
+    for (int m = 0; m < 16; m += 4) {
+      float* c = reinterpret_cast<float*>(tile[C][m]);
+      const int32_t* a = reinterpret_cast<const int32_t*>(tile[A][m]);
+      __m512 acc0 = _mm512_load_ps(c), acc1 = _mm512_load_ps(c + 16), acc2 = _mm512_load_ps(c + 32);
+      __m512 acc3 = _mm512_load_ps(c + 48);
       for (int k = 0; k < 16; ++k) {
-        int32_t pair;
-        std::memcpy(&pair, s.tile[A][m] + 4 * k, 4);
-        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(pair), (__m512bh)_mm512_load_si512(s.tile[B][k]));
+        acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_set1_epi32(a[k]), b[k]);
+        acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_set1_epi32(a[16 + k]), b[k]);
+        acc2 = _mm512_dpbf16_ps(acc2, (__m512bh)_mm512_set1_epi32(a[32 + k]), b[k]);
+        acc3 = _mm512_dpbf16_ps(acc3, (__m512bh)_mm512_set1_epi32(a[48 + k]), b[k]);
       }
-      _mm512_store_ps(reinterpret_cast<float*>(s.tile[C][m]), acc);
+      _mm512_store_ps(c, acc0);
+      _mm512_store_ps(c + 16, acc1);
+      _mm512_store_ps(c + 32, acc2);
+      _mm512_store_ps(c + 48, acc3);
     }
   }
 };

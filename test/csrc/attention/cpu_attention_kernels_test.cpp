@@ -8,8 +8,8 @@
 // one; the plan (every visible (sequence, KV head, query row, key) in exactly one item, splits
 // merged once); bad block ids and contradicting lengths (nothing read, nothing written); rows and
 // index arrays (block tables, seq_lens, query_start_loc) that end at an inaccessible page; the
-// kernel's rejections. The tests of the AVX-512 BF16 decode and AMX BF16 prefill kernels skip,
-// saying why, on a CPU without them (csrc/cpu/common/cpu_features.h, as the kernels ask); the
+// kernel's rejections. The tests of the AVX-512 BF16 decode kernel and of the prefill tile kernel
+// (on AMX, and on AVX-512 BF16 tiles) skip, saying why, on a CPU without them (csrc/cpu/common/cpu_features.h, as the kernels ask); the
 // tests of which kernel takes an item run everywhere.
 //
 // Tolerance of an output element with float64 reference r (u = 2^-24, the float32 unit roundoff):
@@ -20,12 +20,13 @@
 // the length, and 32 covers the constant factors (the exponential's 4.5e-7, the dot's scale) with
 // a margin of 4 standard deviations. A single key left out or counted twice moves an output by
 // about vmax / keys, above this bound for the contexts used here (<= 1100 keys).
-// Where the AMX BF16 prefill kernel may run a token (bf16, more than 16 query vectors per KV head
-// in its sequence, a CPU with AMX, the AVX3 target allowed), its softmax weights w_j are rounded to
-// bf16 (relative error d_j, |d_j| <= 2^-8) and the denominator sums the rounded weights, so the
-// output moves by sum_j w_j d_j (v_j - out) to first order: with the d_j independent and uniform
-// (standard deviation 2^-8 / sqrt(3)), 6 standard deviations of that sum, computed per element
-// from the reference's weights, are added to the bound.
+// Where the prefill tile kernel may run a token (bf16, more than 16 query vectors per KV head in its
+// sequence, a CPU with AVX512_BF16 or AMX, the AVX3 target allowed), its softmax weights w_j are
+// rounded to bf16 (relative error d_j, |d_j| <= 2^-8) and the denominator sums the rounded weights,
+// so the output moves by sum_j w_j d_j (v_j - out) to first order: with the d_j independent and
+// uniform (standard deviation 2^-8 / sqrt(3)), 6 standard deviations of that sum, computed per
+// element from the reference's weights, are added to the bound. Over quantized caches the rounded
+// weights carry the value scales and the denominator sums the plain weights: w_j d_j v_j instead.
 #include "csrc/cpu/attention/attention.h"
 
 #include <gtest/gtest.h>
@@ -395,25 +396,38 @@ void RunPlan(PagedAttentionParams p, int64_t threads, bool on_threads) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-// Whether this CPU and OS run the AMX BF16 prefill kernel: AVX512_BF16, AMX-TILE and AMX-BF16 and
-// the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h);
-// or, while a test emulates the tiles (AmxEmulation), AVX512_BF16.
+// Whether this CPU and OS run the prefill tile kernel on AMX: AVX512_BF16, AMX-TILE and AMX-BF16 and
+// the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h),
+// unless a test forces the AVX-512 BF16 tiles (Avx512PrefillTiles).
+bool avx512_tiles_forced = false;
 bool HasAmxKernel() {
   const CpuFeatures& f = cpu_features();
-  return f.avx512_bf16 && ((f.amx_bf16 && amx_tile_data_granted()) || amx_tile_emulation_for_test());
+  return f.avx512_bf16 && f.amx_bf16 && amx_tile_data_granted();
 }
 
-// While alive, the AMX kernel runs on emulated tiles (set_amx_tile_emulation_for_test).
-struct AmxEmulation {
-  AmxEmulation() { set_amx_tile_emulation_for_test(true); }
-  ~AmxEmulation() { set_amx_tile_emulation_for_test(false); }
-  AmxEmulation(const AmxEmulation&) = delete;
-  AmxEmulation& operator=(const AmxEmulation&) = delete;
+// While alive, the prefill tile kernel runs on the AVX-512 BF16 tiles, AMX or not.
+struct Avx512PrefillTiles {
+  Avx512PrefillTiles() {
+    set_prefill_avx512_tiles_for_test(true);
+    avx512_tiles_forced = true;
+  }
+  ~Avx512PrefillTiles() {
+    set_prefill_avx512_tiles_for_test(false);
+    avx512_tiles_forced = false;
+  }
+  Avx512PrefillTiles(const Avx512PrefillTiles&) = delete;
+  Avx512PrefillTiles& operator=(const Avx512PrefillTiles&) = delete;
 };
 
-// Whether the AMX kernel may run items of this dtype under the current target restriction.
+// The prefill tile kernel of this CPU: on AMX, or on the AVX-512 BF16 tiles (every CPU with
+// AVX512_BF16; where it is absent, the kernel never runs).
+AttentionKernel PrefillTileKernel() {
+  return HasAmxKernel() && !avx512_tiles_forced ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kAvx512Bf16Prefill;
+}
+
+// Whether the prefill tile kernel may run items of this dtype under the current target restriction.
 bool AmxKernelMayRun(DType t) {
-  return t == DType::kBFloat16 && HasAmxKernel() && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+  return t == DType::kBFloat16 && cpu_features().avx512_bf16 && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
 }
 
 // Standard deviations of the bf16 rounding of the softmax weights allowed (see the top).
@@ -703,8 +717,8 @@ TEST(CpuAttentionKernel, BadBlocksAndLengthsWriteNothingAndReadNothing) {
 // after the last sequence's last block, seq_lens and query_start_loc after their last entries.
 // Batches whose last sequence fills its last block exactly (the walk must stop at the last key,
 // not step into the next block's id), whole and split over threads (split items end mid-sequence),
-// every block size of the reference tests, decode and prefill (the AVX-512 BF16 decode and AMX
-// prefill kernels where the CPU has them).
+// every block size of the reference tests, decode and prefill (the AVX-512 BF16 decode and the
+// prefill tile kernels where the CPU has them).
 TEST(CpuAttentionKernel, ReadsNoIndexPastTheArrays) {
   std::mt19937 rng(23);
   std::vector<Case> cases;
@@ -899,7 +913,8 @@ TEST(CpuAttentionKernel, DecodeKernelMatchesFloat64Reference) {
 
 // The kernel the entry points should pick for an item, from the rules (attention.h): bf16 with the
 // AVX3 target allowed and AVX-512 BF16 present; at most 16 query vectors per KV head the decode
-// kernel, more the AMX kernel where the CPU and OS have it; head_size <= 256 for both.
+// kernel, more the prefill tile kernel (on AMX where the CPU and OS have it); head_size <= 256 for
+// both.
 AttentionKernel ExpectedKernel(const PagedAttentionParams& p, const AttentionItem& it) {
   if (!(p.dtype == DType::kBFloat16 && HasDecodeKernel() && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0)) {
     return AttentionKernel::kHighway;
@@ -907,20 +922,20 @@ AttentionKernel ExpectedKernel(const PagedAttentionParams& p, const AttentionIte
   const int64_t vectors = (it.query_end - it.query_begin) * (p.q_heads / p.kv_heads);
   if (p.head_size > 256) return AttentionKernel::kHighway;
   if (vectors <= 16) return AttentionKernel::kAvx512Bf16Decode;
-  return HasAmxKernel() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kHighway;
+  return PrefillTileKernel();
 }
 
-// The AMX BF16 prefill kernel takes items of a bf16 query (over bf16, fp8 or int8 caches) of more
-// than 16 query vectors per KV head and head_size <= 256 where the CPU has AMX-BF16 (or emulates its
-// tiles), the OS grants the tile data and the AVX3 target is allowed; never anywhere else (other
-// query dtypes, head_size 512, lower targets, CPUs without AMX).
-void CheckAmxKernelChoice() {
+// The prefill tile kernel takes items of a bf16 query (over bf16, fp8 or int8 caches) of more than
+// 16 query vectors per KV head and head_size <= 256 where the CPU has AVX512_BF16 (on AMX tiles where
+// it has AMX-BF16 and the OS grants the tile data) and the AVX3 target is allowed; never anywhere
+// else (other query dtypes, head_size 512, lower targets, CPUs without AVX512_BF16).
+void CheckPrefillKernelChoice() {
   std::mt19937 rng(21);
-  const bool amx = HasAmxKernel() && HasDecodeKernel();
-  if (!amx) std::printf("no AMX-BF16 (or no tile data from the OS): prefill items run the Highway kernel\n");
+  const bool tiles = HasDecodeKernel();
+  if (!tiles) std::printf("no AVX512_BF16: prefill items run the Highway kernel\n");
   struct Expect {
     Case c;
-    bool takes;  // some item runs the AMX kernel where the CPU has it
+    bool takes;  // some item runs the prefill tile kernel where the CPU has it
   };
   using kernels::KvCacheFormat;
   const std::vector<Expect> expects = {
@@ -942,13 +957,13 @@ void CheckAmxKernelChoice() {
     const PagedAttentionParams p = pr.Params();
     const PagedAttentionPlan plan = plan_paged_attention(p, 2);
     ASSERT_GT(plan.items, 0);
-    int64_t amx_items = 0;
+    int64_t tile_items = 0;
     for (const AttentionItem& it : plan.work) {
       const AttentionKernel k = paged_attention_item_kernel(p, it);
       EXPECT_EQ(k, ExpectedKernel(p, it));
-      amx_items += k == AttentionKernel::kAmxBf16Prefill;
+      tile_items += k == PrefillTileKernel();
     }
-    EXPECT_EQ(amx_items > 0, amx && e.takes);
+    EXPECT_EQ(tile_items > 0, tiles && e.takes);
     for (int64_t target : KernelTargets()) {
       if (target == HWY_AVX3) continue;
       TargetScope scope(target);
@@ -957,19 +972,15 @@ void CheckAmxKernelChoice() {
   }
 }
 
-// Runs on every CPU, like DecodeKernelTakesTheItemsItApplies.
-TEST(CpuAttentionKernel, AmxKernelTakesTheItemsItApplies) { CheckAmxKernelChoice(); }
-
-// Where the CPU has AVX512_BF16, the emulated tiles make it one with AMX for the choice too.
-TEST(CpuAttentionKernel, EmulatedAmxKernelTakesTheItemsItApplies) {
-  const std::string why_not = WhyNoDecodeKernel();
-  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the emulated AMX tiles need AVX512_BF16";
-  AmxEmulation emulation;
-  ASSERT_TRUE(HasAmxKernel());
-  CheckAmxKernelChoice();
+// Runs on every CPU, like DecodeKernelTakesTheItemsItApplies; and with the AVX-512 BF16 tiles forced
+// (the same choice where the CPU has no AMX).
+TEST(CpuAttentionKernel, PrefillKernelTakesTheItemsItApplies) {
+  CheckPrefillKernelChoice();
+  Avx512PrefillTiles forced;
+  CheckPrefillKernelChoice();
 }
 
-// The AMX prefill kernel against the float64 reference, each item's kernel asserted: prefill,
+// The prefill tile kernel against the float64 reference, each item's kernel asserted: prefill,
 // chunked prefill and mixed batches; head sizes 64, 80, 96, 128, 256 and tails 1, 33, 67; groups
 // 1, 3, 4, 8, 16; block sizes 1, 8, 16, 32 (tiles loaded from the cache blocks and copied ones);
 // soft cap; windows; negative scales; strided rows and padded blocks; several query tiles an
@@ -1012,13 +1023,13 @@ void CheckAmxKernelAgainstReference(const char* label) {
     if (r.negative_scale) pr.scale = -pr.scale;
     const PagedAttentionParams p = pr.Params();
     const PagedAttentionPlan plan = plan_paged_attention(p, r.threads);
-    int64_t amx_items = 0;
+    int64_t tile_items = 0;
     for (const AttentionItem& it : plan.work) {
       const AttentionKernel k = paged_attention_item_kernel(p, it);
       EXPECT_EQ(k, ExpectedKernel(p, it));
-      amx_items += k == AttentionKernel::kAmxBf16Prefill;
+      tile_items += k == PrefillTileKernel();
     }
-    EXPECT_GT(amx_items, 0);
+    EXPECT_GT(tile_items, 0);
     if (r.threads == 8) EXPECT_GT(plan.merges, 0);
     std::vector<double> ref;
     Reference(pr, ref);
@@ -1030,18 +1041,17 @@ void CheckAmxKernelAgainstReference(const char* label) {
 
 TEST(CpuAttentionKernel, AmxKernelMatchesFloat64Reference) {
   const std::string why_not = WhyNoAmxKernel();
-  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AMX BF16 prefill kernel never runs here";
-  CheckAmxKernelAgainstReference("AMX prefill kernel");
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the prefill tile kernel never runs on AMX here";
+  CheckAmxKernelAgainstReference("prefill kernel on AMX tiles");
 }
 
-// The same kernel code on emulated tiles (csrc/cpu/common/amx_tiles.h), on every CPU with
-// AVX512_BF16: its conversions, masks, scales and tile addressing are checked here too where the CPU
-// has no AMX.
-TEST(CpuAttentionKernel, EmulatedAmxKernelMatchesFloat64Reference) {
+// The same kernel on the AVX-512 BF16 tiles (csrc/cpu/common/amx_tiles.h), on every CPU with
+// AVX512_BF16 (forced where the CPU has AMX).
+TEST(CpuAttentionKernel, Avx512Bf16PrefillKernelMatchesFloat64Reference) {
   const std::string why_not = WhyNoDecodeKernel();
-  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the emulated AMX tiles need AVX512_BF16";
-  AmxEmulation emulation;
-  CheckAmxKernelAgainstReference("AMX prefill kernel on emulated tiles");
+  if (!why_not.empty()) GTEST_SKIP() << why_not << ": the AVX-512 BF16 tiles need it";
+  Avx512PrefillTiles forced;
+  CheckAmxKernelAgainstReference("prefill kernel on AVX-512 BF16 tiles");
 }
 
 TEST(CpuAttentionKernel, RejectsInvalidParameters) {
