@@ -759,7 +759,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t t
   const int64_t G = kernels::query_heads_per_kv(p);
   int64_t tile_rows = std::max<int64_t>(1, kTileQueryFloats / StateRowStride(p.head_size) / G);
   if (TilesAllowed(p)) {
-    // Batch-invariant: the AMX kernel's own tile, not one sized from the call's rows and threads.
+    // Batch-invariant: the tile kernel's own tile, not one sized from the call's rows and threads.
     tile_rows = batch_invariant ? std::max(tile_rows, kAmxTileVectors / G) : AmxTileRows(p, threads, tile_rows);
   }
 

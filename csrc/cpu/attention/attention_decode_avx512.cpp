@@ -54,10 +54,6 @@ constexpr int64_t kAheadKeys = 2 * kTileKeys;
 // soft cap's tanh.
 constexpr int kExpDegree = 7;
 
-// Mask of lanes [0, n) of 32 (n clamped to [0, 32]).
-inline __mmask32 Lanes32(int64_t n) {
-  return n <= 0 ? 0 : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
-}
 // Mask of keys [lo, hi] of 16 (relative to the tile).
 inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
   lo = std::max<int64_t>(lo, 0);

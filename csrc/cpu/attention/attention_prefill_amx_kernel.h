@@ -55,10 +55,7 @@ namespace xllm_kernel::cpu::attention_detail::amx_prefill {
 inline constexpr int kQ = 16;          // query vectors a tile
 inline constexpr int kBlockKeys = 32;  // keys a block: two tiles of 16 (the K depth of P.V)
 
-// Mask of lanes [0, n) of 32 / 16 (n clamped).
-inline __mmask32 Lanes32(int64_t n) {
-  return n <= 0 ? 0 : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
-}
+// Mask of lanes [0, n) of 16 (n clamped; Lanes32: cache_elements_avx512.h).
 inline __mmask16 Lanes16(int64_t n) {
   return n <= 0 ? 0 : n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
 }
@@ -123,9 +120,8 @@ inline void FillRows(const PagedAttentionParams& p, Fmt fmt, int64_t kvh, const 
   const uint8_t* kc = static_cast<const uint8_t*>(p.key_cache);
   const uint8_t* vc = static_cast<const uint8_t*>(p.value_cache);
   // fp8: one scale per cache; int8: one per (row, KV head).
-  const float unit = fmt == Fmt::kFp8 ? kUnit<Fmt::kFp8> : 1.0f;
-  const float k_tensor = fmt == Fmt::kFp8 ? unit * *p.key_scale : 0.0f;
-  const float v_tensor = fmt == Fmt::kFp8 ? unit * *p.value_scale : 0.0f;
+  const float k_tensor = fmt == Fmt::kFp8 ? kUnit<Fmt::kFp8> * *p.key_scale : 0.0f;
+  const float v_tensor = fmt == Fmt::kFp8 ? kUnit<Fmt::kFp8> * *p.value_scale : 0.0f;
   int64_t b = j0 / p.block_size, r = j0 - b * p.block_size;
   br.ok = 0;
   for (int j = 0; j < kBlockKeys; ++j) {

@@ -28,6 +28,11 @@ using Elem = std::conditional_t<F == Fmt::kBf16, uint16_t, uint8_t>;
 template <Fmt F>
 inline constexpr float kUnit = F == Fmt::kFp8 ? 256.0f : 1.0f;
 
+// Mask of lanes [0, n) of 32 (n clamped to [0, 32]): a row's first n elements.
+inline __mmask32 Lanes32(int64_t n) {
+  return n <= 0 ? 0 : n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+}
+
 inline Fmt FmtOf(kernels::KvCacheFormat f) {
   return f == kernels::KvCacheFormat::kFp8E4M3 ? Fmt::kFp8 : f == kernels::KvCacheFormat::kInt8 ? Fmt::kInt8 : Fmt::kBf16;
 }

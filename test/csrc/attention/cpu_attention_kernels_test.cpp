@@ -161,19 +161,6 @@ struct Problem {
   }
 };
 
-// The e4m3fn byte nearest to v (ties: either), saturating at 448: codes 0..126 increase with their
-// value.
-uint8_t NearestFp8(double v) {
-  const double a = std::min(std::fabs(v), 448.0);
-  int lo = 0, hi = 126;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (Fp8Value(static_cast<uint8_t>(mid)) <= a ? lo : hi) = mid;
-  }
-  const int code = a - Fp8Value(static_cast<uint8_t>(lo)) <= Fp8Value(static_cast<uint8_t>(hi)) - a ? lo : hi;
-  return static_cast<uint8_t>(code | (v < 0 ? 0x80 : 0));
-}
-
 // A quantized cache's pages: uniform values of the rows [row][kv_heads * head_size] quantized (fp8 by
 // the one scale, int8 by each (row, head)'s amax / 127), `ref` the dequantized values.
 void QuantizeRows(const Case& c, const std::vector<float>& x, const std::vector<int64_t>& row_base,
@@ -196,7 +183,7 @@ void QuantizeRows(const Case& c, const std::vector<float>& x, const std::vector<
           cache[e] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127, 127)));
           q = static_cast<float>(static_cast<int8_t>(cache[e]));
         } else {
-          cache[e] = NearestFp8(xs[i] / scale);
+          cache[e] = Fp8Nearest(xs[i] / scale);
           q = static_cast<float>(Fp8Value(cache[e]));
         }
         ref[r * row_elems + g * c.head_size + i] = static_cast<double>(q * scale);  // float32, as dequantized

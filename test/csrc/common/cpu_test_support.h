@@ -42,6 +42,30 @@ inline double Fp8Value(uint8_t b) {
   return sign * (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
 }
 
+// The non-negative finite e4m3fn values, ascending: index = code (0..0x7E).
+inline const std::vector<double>& Fp8Positives() {
+  static const std::vector<double> v = [] {
+    std::vector<double> out;
+    for (int c = 0; c <= 0x7E; ++c) out.push_back(Fp8Value(static_cast<uint8_t>(c)));
+    return out;
+  }();
+  return v;
+}
+
+// e4m3(v): the byte of the nearest value, ties to the even code, |v| >= 448 saturated to 448, NaN
+// 0x7F; by comparing exact float64 distances.
+inline uint8_t Fp8Nearest(double v) {
+  if (std::isnan(v)) return 0x7F;
+  const int sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(v);
+  if (a >= 448.0) return static_cast<uint8_t>(sign | 0x7E);
+  const std::vector<double>& t = Fp8Positives();
+  const int lo = static_cast<int>(std::upper_bound(t.begin(), t.end(), a) - t.begin()) - 1;  // t[lo] <= a < t[lo + 1]
+  const double below = a - t[lo], above = t[lo + 1] - a;
+  const int c = below < above ? lo : above < below ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
+  return static_cast<uint8_t>(sign | c);
+}
+
 inline size_t ElemSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
 inline const char* ShortName(DType t) {

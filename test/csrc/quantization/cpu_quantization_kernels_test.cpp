@@ -61,38 +61,8 @@ std::vector<bool> TableSettings(bool bf16_fp8) { return bf16_fp8 ? std::vector<b
 
 // ---------------------------------------------------------------- float64 references
 // Independent of csrc/common/quantization.h: e4m3 values from the format's definition, rounding by
-// comparing exact float64 distances, integers by float64 nearbyint (ties to even).
-
-// The value of e4m3 code c (0..255); NaN for 0x7F and 0xFF.
-double E4m3Value(int c) {
-  const int e = (c >> 3) & 15, m = c & 7;
-  if (e == 15 && m == 7) return std::nan("");
-  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
-  return (c & 0x80) ? -mag : mag;
-}
-
-// The non-negative finite values, ascending: index = code (0..0x7E).
-const std::vector<double>& E4m3Positives() {
-  static const std::vector<double> v = [] {
-    std::vector<double> out;
-    for (int c = 0; c <= 0x7E; ++c) out.push_back(E4m3Value(c));
-    return out;
-  }();
-  return v;
-}
-
-// e4m3(v): the nearest value, ties to the even code, |v| >= 448 saturated to 448, NaN 0x7F.
-uint8_t RefE4m3(double v) {
-  if (std::isnan(v)) return 0x7F;
-  const int sign = std::signbit(v) ? 0x80 : 0;
-  const double a = std::fabs(v);
-  if (a >= 448.0) return static_cast<uint8_t>(sign | 0x7E);
-  const std::vector<double>& t = E4m3Positives();
-  const int lo = static_cast<int>(std::upper_bound(t.begin(), t.end(), a) - t.begin()) - 1;  // t[lo] <= a < t[lo + 1]
-  const double below = a - t[lo], above = t[lo + 1] - a;
-  const int c = below < above ? lo : above < below ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
-  return static_cast<uint8_t>(sign | c);
-}
+// comparing exact float64 distances (Fp8Value, Fp8Positives, Fp8Nearest: cpu_test_support.h),
+// integers by float64 nearbyint (ties to even).
 
 int RefInt8(double v) {
   if (std::isnan(v)) return 0;
@@ -174,7 +144,7 @@ RefRow RefQuantRow(Method m, const std::vector<float>& x, const Constants& c) {
         s = std::max((ub ? std::min(amax, c.ub) : amax) / 448.0f, 1.0f / (448.0f * 512.0f));
       }
       r.scale = s;
-      for (size_t j = 0; j < x.size(); ++j) r.q[j] = RefE4m3(x[j] / s);
+      for (size_t j = 0; j < x.size(); ++j) r.q[j] = Fp8Nearest(x[j] / s);
       break;
     }
     case Method::kInt8PerToken: {
@@ -195,7 +165,7 @@ RefRow RefQuantRow(Method m, const std::vector<float>& x, const Constants& c) {
     }
     case Method::kFp8Static: {
       const float inv = 1.0f / c.scale;
-      for (size_t j = 0; j < x.size(); ++j) r.q[j] = RefE4m3(x[j] * inv);
+      for (size_t j = 0; j < x.size(); ++j) r.q[j] = Fp8Nearest(x[j] * inv);
       break;
     }
     case Method::kInt8Static:
@@ -350,7 +320,7 @@ void ExpectRows(Method m, const Outputs& o, const std::vector<RefRow>& want, con
 // subnormals and zeros.
 std::vector<float> E4m3Sweep(int ulps) {
   std::vector<double> centers;
-  const std::vector<double>& t = E4m3Positives();
+  const std::vector<double>& t = Fp8Positives();
   for (size_t c = 0; c < t.size(); ++c) {
     centers.push_back(t[c]);
     if (c + 1 < t.size()) centers.push_back(0.5 * (t[c] + t[c + 1]));
@@ -414,7 +384,7 @@ constexpr int32_t kAzps[] = {0, 1, -1, 5, -128, 127, 255, -255, 100000, -100000,
 TEST(QuantScalar, E4m3ValuesRoundTrip) {
   for (int c = 0; c < 256; ++c) {
     const float v = kq::float_from_float8_e4m3fn(static_cast<uint8_t>(c));
-    const double want = E4m3Value(c);
+    const double want = Fp8Value(static_cast<uint8_t>(c));
     if (std::isnan(want)) {
       EXPECT_TRUE(std::isnan(v)) << Hex(c);
       EXPECT_EQ(kq::float8_e4m3fn_from_float(v), 0x7F) << Hex(c);
@@ -424,9 +394,9 @@ TEST(QuantScalar, E4m3ValuesRoundTrip) {
     EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << Hex(c);
     EXPECT_EQ(kq::float8_e4m3fn_from_float(v), c) << Hex(c);
   }
-  EXPECT_EQ(E4m3Value(0x7E), 448.0);
-  EXPECT_EQ(E4m3Value(0x01), 0x1p-9);
-  EXPECT_EQ(E4m3Value(0x08), 0x1p-6);
+  EXPECT_EQ(Fp8Value(static_cast<uint8_t>(0x7E)), 448.0);
+  EXPECT_EQ(Fp8Value(static_cast<uint8_t>(0x01)), 0x1p-9);
+  EXPECT_EQ(Fp8Value(static_cast<uint8_t>(0x08)), 0x1p-6);
 }
 
 TEST(QuantScalar, E4m3EveryHalfValueAndBoundary) {
@@ -435,20 +405,20 @@ TEST(QuantScalar, E4m3EveryHalfValueAndBoundary) {
   for (const auto& set : sets) {
     for (float v : set) {
       ++count;
-      const uint8_t got = kq::float8_e4m3fn_from_float(v), want = RefE4m3(v);
+      const uint8_t got = kq::float8_e4m3fn_from_float(v), want = Fp8Nearest(v);
       if (got != want && bad++ < 10) ADD_FAILURE() << "v " << v << " (" << Hex(F32Bits(v)) << "): " << Hex(got) << " want " << Hex(want);
     }
   }
   EXPECT_EQ(bad, 0);
   EXPECT_GT(count, 131072 + 20000);
   // Spot checks of the reference itself.
-  EXPECT_EQ(RefE4m3(464.0), 0x7E);           // the tie above 448 goes to 448 (even), as saturation
-  EXPECT_EQ(RefE4m3(432.0), 0x7E);           // tie between 416 (0x7D) and 448 (0x7E): even
-  EXPECT_EQ(RefE4m3(0x1p-10), 0x00);         // half the smallest subnormal: tie to 0
-  EXPECT_EQ(RefE4m3(0x1.000002p-10), 0x01);  // just above it
-  EXPECT_EQ(RefE4m3(3 * 0x1p-10), 0x02);     // 1.5 * 2^-9: tie between 1 and 2 -> 2
-  EXPECT_EQ(RefE4m3(-kInf), 0xFE);
-  EXPECT_EQ(RefE4m3(-0.0), 0x80);
+  EXPECT_EQ(Fp8Nearest(464.0), 0x7E);           // the tie above 448 goes to 448 (even), as saturation
+  EXPECT_EQ(Fp8Nearest(432.0), 0x7E);           // tie between 416 (0x7D) and 448 (0x7E): even
+  EXPECT_EQ(Fp8Nearest(0x1p-10), 0x00);         // half the smallest subnormal: tie to 0
+  EXPECT_EQ(Fp8Nearest(0x1.000002p-10), 0x01);  // just above it
+  EXPECT_EQ(Fp8Nearest(3 * 0x1p-10), 0x02);     // 1.5 * 2^-9: tie between 1 and 2 -> 2
+  EXPECT_EQ(Fp8Nearest(-kInf), 0xFE);
+  EXPECT_EQ(Fp8Nearest(-0.0), 0x80);
 }
 
 TEST(QuantScalar, IntegerRoundingAndSaturation) {
@@ -565,7 +535,7 @@ TEST(QuantConversions, E4m3OnEveryTarget) {
     for (const SweepSet& set : sets) {
       SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + set.name);
       std::vector<uint8_t> want(set.values.size());
-      for (size_t i = 0; i < want.size(); ++i) want[i] = RefE4m3(set.values[i]);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = Fp8Nearest(set.values[i]);
       // One long row; rows of 1000 (streamed, out misaligned by 3); rows of 17.
       for (auto [hidden, lead, stream] : {std::tuple<int64_t, int64_t, bool>{int64_t(set.values.size()), 0, false},
                                           {1000, 3, true}, {17, 1, false}}) {
@@ -684,7 +654,7 @@ TEST(QuantConversions, PerTokenRowsOnEveryTarget) {
         SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + Name(m) + " " + set.name);
         std::vector<uint8_t> want(set.values.size());
         for (size_t i = 0; i < want.size(); ++i) {
-          want[i] = k == 0 ? RefE4m3(set.values[i]) : static_cast<uint8_t>(RefInt8(set.values[i]));
+          want[i] = k == 0 ? Fp8Nearest(set.values[i]) : static_cast<uint8_t>(RefInt8(set.values[i]));
         }
         for (bool tables : TableSettings(k == 0 && set.dtype == DType::kBFloat16)) {
           ByteTablesScope tables_scope(tables);
@@ -790,7 +760,7 @@ std::vector<float> QuotientAmaxes(bool bf16_exact) {
 // boundary and value (E4m3Sweep's centers) below 448, both signs; |x| <= amax.
 std::vector<float> BoundariesTimesScale(float s, float amax, int ulps) {
   std::vector<float> out;
-  const std::vector<double>& t = E4m3Positives();
+  const std::vector<double>& t = Fp8Positives();
   std::vector<double> centers = {0x1p-10, 0x1p-11, 0x1p-12, 448.0 * (1 + 0x1p-23)};
   for (size_t c = 0; c < t.size(); ++c) {
     centers.push_back(t[c]);
@@ -954,7 +924,7 @@ std::vector<float> FillRow(Method m, DType t, unsigned char* row, int64_t hidden
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   const int max_exp = t == DType::kFloat16 ? 10 : 30;
   const int kind = static_cast<int>(r % 6);
-  const std::vector<double>& e4m3 = E4m3Positives();
+  const std::vector<double>& e4m3 = Fp8Positives();
   for (int64_t j = 0; j < hidden; ++j) {
     float x;
     switch (kind) {
@@ -1008,7 +978,7 @@ void ExpectRoundTrip(Method m, const std::vector<float>& x, const RefRow& r, con
   for (size_t j = 0; j < x.size(); ++j) {
     double deq, half_step;
     if (m == Method::kFp8PerToken) {
-      deq = E4m3Value(r.q[j]) * s;
+      deq = Fp8Value(r.q[j]) * s;
       const double a = std::fabs(x[j] / s);
       half_step = (a < 0x1p-6 ? 0x1p-10 : std::ldexp(1.0, std::ilogb(std::min(a, 448.0)) - 4)) * s;
     } else {
@@ -1144,7 +1114,7 @@ TEST(QuantSpecialValues, NonFiniteRowsFollowTheHeader) {
       {"fp8 inf row", Method::kFp8PerToken, {1.0f, kInf, -kInf, -3.0f}, 0, 0, 0, F32Bits(kInf), 0,
        Bytes({0x00, 0x7F, 0x7F, 0x80}), false},
       {"fp8 inf row, scale_ub 6", Method::kFp8PerTokenUb, {1.0f, kInf, -kInf, -3.0f}, 6.0f, 0, 0, F32Bits(s_ub), 0,
-       {RefE4m3(1.0f / s_ub), 0x7E, 0xFE, RefE4m3(-3.0f / s_ub)}, false},
+       {Fp8Nearest(1.0f / s_ub), 0x7E, 0xFE, Fp8Nearest(-3.0f / s_ub)}, false},
       {"fp8 inf row, scale_ub inf", Method::kFp8PerTokenUb, {1.0f, kInf, -kInf, -3.0f}, kInf, 0, 0, F32Bits(kInf), 0,
        Bytes({0x00, 0x7F, 0x7F, 0x80}), false},
       {"fp8 zero row", Method::kFp8PerToken, {0.0f, -0.0f, 0.0f}, 0, 0, 0, F32Bits(1.0f / 229376.0f), 0,
@@ -1163,7 +1133,7 @@ TEST(QuantSpecialValues, NonFiniteRowsFollowTheHeader) {
       {"azp range overflows to inf", Method::kInt8Azp, {-3e38f, 3e38f}, 0, 0, 0, F32Bits(kInf), -128, Bytes({0x80, 0x80}),
        true},
       {"fp8 static", Method::kFp8Static, {kNaN, kInf, -kInf, 1e30f, 0.25f, -0.0f}, 0, 0.5f, 0, 0, 0,
-       {0x7F, 0x7E, 0xFE, 0x7E, RefE4m3(0.5), 0x80}, true},
+       {0x7F, 0x7E, 0xFE, 0x7E, Fp8Nearest(0.5), 0x80}, true},
       {"fp8 static scale 0", Method::kFp8Static, {0.0f, 1.0f, -1.0f}, 0, 0.0f, 0, 0, 0, Bytes({0x7F, 0x7E, 0xFE}), false},
       {"int8 static", Method::kInt8Static, {kNaN, kInf, -kInf, 100.0f, -100.0f, 1.25f}, 0, 0.5f, 0, 0, 0,
        Bytes({0, 127, 0x80, 127, 0x80, 2}), false},
