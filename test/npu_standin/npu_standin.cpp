@@ -195,7 +195,9 @@ c10::DataPtr allocate_host(size_t nbytes, c10::Device device) {
 struct DeviceAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override { return allocate_host(nbytes, {kNpu, tls_device}); }
   c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
-  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    if (count > 0) std::memcpy(dest, src, count);  // an empty storage may hold a null pointer
+  }
 };
 
 // Page-locked host memory has no meaning here; pinned allocations are ordinary host memory that
@@ -203,7 +205,9 @@ struct DeviceAllocator final : c10::Allocator {
 struct PinnedAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override { return allocate_host(nbytes, c10::Device(c10::kCPU)); }
   c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
-  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    if (count > 0) std::memcpy(dest, src, count);  // an empty storage may hold a null pointer
+  }
 };
 
 PinnedAllocator& pinned_allocator() {

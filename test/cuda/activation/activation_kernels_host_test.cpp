@@ -264,7 +264,8 @@ void check_case(const Case& c, std::mt19937& rng) {
   }
   ASSERT_TRUE(ran) << "no kernel variant for the plan";
   ASSERT_TRUE(coverage(log, out_view, c.d, c.dtype, args.plan.vector));
-  ASSERT_EQ(std::memcmp(input_before.data(), input.bytes.get(), input.size_bytes()), 0) << "input was written";
+  ASSERT_TRUE(input.size_bytes() == 0 || std::memcmp(input_before.data(), input.bytes.get(), input.size_bytes()) == 0)
+      << "input was written";
 
   for (int64_t row = 0; row < in_view.rows(); ++row) {
     const int64_t io = in_view.row_offset(row), oo = out_view.row_offset(row);

@@ -43,7 +43,7 @@ class AlignedBytes {
   // A copy of the `size` bytes (the slack zeroed).
   AlignedBytes clone() const {
     AlignedBytes b(size_);
-    std::memcpy(b.get(), get(), size_);
+    if (size_ > 0) std::memcpy(b.get(), get(), size_);  // a default one holds no pointer
     return b;
   }
   std::vector<unsigned char> copy() const { return {get(), get() + size_}; }

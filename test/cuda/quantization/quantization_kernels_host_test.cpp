@@ -588,7 +588,7 @@ void expect_outputs(const Case& c, const Method& m, const Problem& P, const Quan
 }
 
 bool same_bytes(const AlignedBytes& a, const AlignedBytes& b) {
-  return a.size() == b.size() && std::memcmp(a.get(), b.get(), a.size()) == 0;
+  return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.get(), b.get(), a.size()) == 0);
 }
 
 // Runs `c` with method `m`: the fused kernel against the composition and the reference.
