@@ -40,4 +40,5 @@ SUITE = tensor_suite(
     builder=_build,
     description="cap * tanh(input / cap), Gemma 2's logit soft cap",
     benchmark_defaults={"tokens": [256], "hidden": [4096], "dtype": ["bfloat16", "float32"]},
+    headline={"tokens": [16], "hidden": [32000], "dtype": ["bfloat16"]},  # a decode batch's logits
 )

@@ -202,6 +202,7 @@ std::shared_ptr<const numerics::OperationSuite> make_suite(py::object adapter_ob
   suite->origin = adapter_object.attr("origin").cast<std::string>();
   suite->implementations = adapter_object.attr("implementations").cast<std::vector<std::string>>();
   suite->benchmark_defaults = adapter_object.attr("cli_benchmark_defaults")().cast<numerics::SuiteOptions>();
+  suite->headline = adapter_object.attr("cli_headline")().cast<numerics::SuiteOptions>();
   suite->has_reference = true;  // every case validates against its own reference (guide 4.2)
   const bool has_prepare = adapter_object.attr("has_prepare").cast<bool>();
   std::vector<Argument> arguments = arguments_of(adapter_object);

@@ -105,7 +105,7 @@ std::string cpu_pages_text(const json& env) {
 std::string markdown(const json& report) {
   std::ostringstream md;
   md << "# Benchmark: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
-     << " (" << report["mode"].get<std::string>() << ")\n\n";
+     << " (" << report["mode"].get<std::string>() << ", " << report.value("grid", "default") << " grid)\n\n";
   const json& env = report["environment"];
   md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
      << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), "
@@ -152,6 +152,12 @@ std::string markdown(const json& report) {
 void add_benchmark_arguments(CLI::App& app, BenchmarkOptions& bo) {
   app.add_option("--iterations", bo.timing.iterations, "Timed samples per case")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", bo.timing.warmup, "Untimed calls before sampling")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--budget", bo.timing.budget_seconds,
+                 "Seconds one implementation's samples of a case may take (0: no limit): sampling stops after the "
+                 "sample that passes it, with at least 3 taken (the warm-up after its first call that does); the "
+                 "samples arrays say how many were taken. Not with --distributed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--graph-calls", bo.timing.graph_calls, "Calls captured per graph (1 when the case resets)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--threads", bo.threads, "CPU threads (0: torch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -360,9 +366,11 @@ json make_report(const numerics::OperationSuite& suite, const CommonOptions& com
           {"device", setup.report_device},
           {"mode", common.mode},
           {"seed", common.seed},
+          {"grid", setup.grid},
           {"environment", std::move(env)},
           {"occupancy", occupancy.finish()},
           {"timing", {{"warmup", bo.timing.warmup}, {"iterations", bo.timing.iterations}, {"graph_calls", bo.timing.graph_calls},
+                      {"budget_seconds", bo.timing.budget_seconds},
                       {"steadiness_bounds", steadiness_bounds()},
                       {"reset", "a mutating case resets its inputs before each sample: outside the host_enqueue and "
                                 "device intervals, inside the wall time (results[].reset gives its own time)"}}},
@@ -396,10 +404,10 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
     return 0;
   }
   if (common.operation.empty()) throw UsageError("--operation is required (or --list, or compare); see --help");
-  if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
-  for (const auto& [key, values] : suite->benchmark_defaults) {
-    if (suite_options[key].empty()) suite_options[key] = values;
+  if (common.distributed && bo.timing.budget_seconds > 0) {
+    throw UsageError("--budget: not with --distributed (every rank takes the same samples, each at a barrier)");
   }
+  if (suite == nullptr) throw UsageError("--operation: unknown operation '" + common.operation + "'");
   const numerics::SuiteRun setup = numerics::start_suite_run(
       common, *suite, suite_options, app.get_option("--implementation")->count() > 0, "benchmark", dist);
   const DeviceApi& api = require_device_api(setup);

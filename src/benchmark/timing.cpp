@@ -16,6 +16,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Whether the time since `start` passes --budget (never without one).
+bool over_budget(const TimingOptions& o, std::chrono::steady_clock::time_point start) {
+  return o.budget_seconds > 0 && seconds_since(start) > o.budget_seconds;
+}
+
 void reset_and_wait(const DeviceApi& api, int index, PreparedCase& c) {
   if (c.reset) {
     c.reset();
@@ -84,17 +89,20 @@ void sample(const Sampler& at, PreparedCase& c, const std::function<void()>& run
 Samples time_eager(const DeviceApi& api, int index, std::vector<PreparedCase>& copies, const TimingOptions& o) {
   if (copies.empty()) throw std::invalid_argument("time_eager: no prepared case");
   const size_t warmup = std::max(static_cast<size_t>(std::max(o.warmup, 0)), copies.size() > 1 ? 2 * copies.size() : 0);
-  for (size_t i = 0; i < warmup; ++i) {
-    PreparedCase& c = copies[i % copies.size()];
+  size_t warmed = 0;
+  const auto warmup_start = std::chrono::steady_clock::now();
+  while (warmed < warmup && !(warmed > 0 && over_budget(o, warmup_start))) {
+    PreparedCase& c = copies[warmed++ % copies.size()];
     reset_and_wait(api, index, c);
     c.function();
   }
   api.synchronize(index);
   const std::unique_ptr<DeviceTimer> timer = api.timer(index);
   Samples s;
-  s.warmup_calls = static_cast<int>(warmup);
+  s.warmup_calls = static_cast<int>(warmed);
   const Sampler at{.api = api, .index = index, .timer = *timer, .options = o, .samples = s};
-  for (int i = 0; i < o.iterations; ++i) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iterations && !(i >= kMinBudgetSamples && over_budget(o, start)); ++i) {
     PreparedCase& c = copies[static_cast<size_t>(i) % copies.size()];
     sample(at, c, c.function, 1);
   }
@@ -123,7 +131,8 @@ Samples time_graph(const DeviceApi& api, int index, PreparedCase& c, const Timin
   s.calls_per_sample = calls;
   s.warmup_calls = o.warmup;
   const Sampler at{.api = api, .index = index, .timer = *timer, .options = o, .samples = s};
-  for (int i = 0; i < o.iterations; ++i) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iterations && !(i >= kMinBudgetSamples && over_budget(o, start)); ++i) {
     sample(at, c, [&] { graph->replay(); }, calls);
   }
   return s;

@@ -33,10 +33,18 @@ struct TimingOptions {
   int warmup = 3;
   int iterations = 20;
   int graph_calls = 64;  // calls captured per graph (1 when the case has a reset)
+  // The seconds one implementation's samples of a case may take (0: no limit): sampling stops after
+  // the sample that passes it, with at least kMinBudgetSamples taken, and the warm-up after the call
+  // that passes it (one call at least). For a first answer (scripts/main.sh), where a slow baseline
+  // would otherwise take `iterations` long calls.
+  double budget_seconds = 0;
   // Runs before each timed sample, after its reset and outside the host and device intervals (a distributed
   // run aligns the ranks' samples with a barrier here).
   std::function<void()> before_sample;
 };
+
+// The fewest samples a --budget leaves a case.
+inline constexpr int kMinBudgetSamples = 3;
 
 // Seconds per call, one entry per sample.
 struct Samples {

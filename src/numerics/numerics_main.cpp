@@ -90,7 +90,7 @@ json run_case(const KernelCase& c, const Plan& plan, const Target& target, const
 std::string markdown(const json& report, size_t limit) {
   std::ostringstream md;
   md << "# Numerics: " << report["operation"].get<std::string>() << " on " << report["device"].get<std::string>()
-     << " (" << report["mode"].get<std::string>() << ")\n\n";
+     << " (" << report["mode"].get<std::string>() << ", " << report.value("grid", "default") << " grid)\n\n";
   const json& env = report["environment"];
   md << "Revision `" << env["revision"].get<std::string>() << "`, torch " << env["torch"].get<std::string>() << ", "
      << env["cpu_model"].get<std::string>() << " (" << env["cpu_simd_target"].get<std::string>() << "), seed "
@@ -215,6 +215,7 @@ int run(const std::vector<std::string>& argv, std::unique_ptr<DistributedRun>& d
               {"device", setup.report_device},
               {"mode", common.mode},
               {"seed", common.seed},
+              {"grid", setup.grid},
               {"environment", tools::environment(setup.device, setup.index, common.revision)},
               {"implementations", json::array()}};
   const tools::OccupancyProbe occupancy(setup.device, setup.index);

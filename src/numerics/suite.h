@@ -153,6 +153,11 @@ struct OperationSuite {
   // Option values the benchmark uses where the user gave none (timing wants fewer, larger cases
   // than validation does).
   SuiteOptions benchmark_defaults;
+  // The headline cases: option values both tools use under --grid headline where the user gave
+  // none (scripts/main.sh's quick default). One to four cases of the shapes the operation is known
+  // by (a decode batch and a prefill of a Llama-3-8B-class model), cheap enough to validate in
+  // seconds. Empty: --grid headline runs the default grid and says so.
+  SuiteOptions headline{};
   // Optional, called once per implementation (plan) before any of its cases run, by both tools:
   // loads what the implementation needs (an extension, a compiled kernel). A returned reason marks
   // every case of that implementation unsupported; an exception is an execution error.

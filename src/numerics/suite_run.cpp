@@ -1,5 +1,6 @@
 #include "src/numerics/suite_run.h"
 
+#include <iostream>
 #include <sstream>
 
 #include "src/core/strings.h"
@@ -74,14 +75,40 @@ SuiteRun start_suite_run(const tools::CommonOptions& common, const OperationSuit
                                  (run.device == Device::kCpu ? "" : ":" + std::to_string(run.index))
                            : common.device;
   run.mode = parse_execution_mode(common.mode);
+  const SuiteOptions values = grid_options(suite, options, common.grid, tool, run.grid);
+  if (common.grid != run.grid) {
+    std::cerr << "xllm-kernel-" << tool << ": " << suite.operation << "'s suite declares no headline cases; "
+              << "running its default grid\n";
+  }
   try {
-    run.cases = suite.cases(options);
+    run.cases = suite.cases(values);
   } catch (const CLI::ValidationError& e) {
     throw tools::UsageError(e.what());
   }
   run.targets =
       suite_targets(suite, run.device, run.mode, common.implementation, implementation_given, common.batch_invariant);
   return run;
+}
+
+SuiteOptions grid_options(const OperationSuite& suite, const SuiteOptions& given, const std::string& grid,
+                          const std::string& tool, std::string& grid_used) {
+  const SuiteOptions* fill = nullptr;
+  grid_used = "default";
+  if (grid == "headline" && !suite.headline.empty()) {
+    fill = &suite.headline;
+    grid_used = "headline";
+  } else if (grid != "headline" && grid != "default") {
+    throw tools::UsageError("--grid: 'default' or 'headline', got '" + grid + "'");
+  } else if (tool == "benchmark") {
+    fill = &suite.benchmark_defaults;
+  }
+  SuiteOptions values = given;
+  if (fill != nullptr) {
+    for (const auto& [key, defaults] : *fill) {
+      if (values[key].empty()) values[key] = defaults;
+    }
+  }
+  return values;
 }
 
 json run_configuration(const OperationSuite& suite, const tools::CommonOptions& common, const SuiteRun& run) {
@@ -91,6 +118,7 @@ json run_configuration(const OperationSuite& suite, const tools::CommonOptions& 
   return {{"operation", suite.operation},
           {"device", to_string(run.device)},
           {"mode", common.mode},
+          {"grid", run.grid},
           {"implementations", names},
           {"seed", common.seed},
           {"cases", tools::distributed::case_list_digest(ids)}};

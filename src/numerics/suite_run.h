@@ -40,16 +40,25 @@ struct SuiteRun {
   int index = 0;  // the device index: --device's, or the rank's own in a distributed run
   ExecutionMode mode = ExecutionMode::kEager;
   std::string report_device;  // the report's "device": the rank's own ("cuda:1") when distributed, else --device
+  std::string grid = "default";  // the grid the cases come from (--grid; "default" where the suite has no headline)
   std::vector<std::shared_ptr<const KernelCase>> cases;
   std::vector<tools::Target> targets;
 };
 
 // In order: --device, the distributed start (with --distributed; sets `dist`, named `tool`), --mode,
-// the suite's cases from `options` (a suite's CLI::ValidationError becomes tools::UsageError), and
-// the targets (suite_targets with --implementation).
+// the suite's cases from `options` where given, else from --grid's values (grid_options; a suite's
+// CLI::ValidationError becomes tools::UsageError), and the targets (suite_targets with
+// --implementation).
 SuiteRun start_suite_run(const tools::CommonOptions& common, const OperationSuite& suite, const SuiteOptions& options,
                          bool implementation_given, const std::string& tool,
                          std::unique_ptr<tools::distributed::DistributedRun>& dist);
+
+// The option values a run's cases come from: `given` (the user's), then, for each option the user
+// left out, the grid's: under "headline" the suite's headline cases; under "default" nothing for
+// the numerics tool (its validation grid) and the suite's benchmark_defaults for the benchmark.
+// `grid_used` is the grid applied ("default" when the suite declares no headline cases).
+SuiteOptions grid_options(const OperationSuite& suite, const SuiteOptions& given, const std::string& grid,
+                          const std::string& tool, std::string& grid_used);
 
 // What every rank of a distributed run must share: operation, device kind, mode, implementations
 // (an excluded one marked), seed and the digest of the case list. A tool adds its own flags.

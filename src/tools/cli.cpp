@@ -17,8 +17,15 @@ void add_common_arguments(CLI::App& app, CommonOptions& c) {
                                                                        {"cuda_graph", "graph"}}))
       ->check(CLI::IsMember({"eager", "graph"}));
   app.add_option("--implementation", c.implementation,
-                 "An implementation name, 'selected' (what initialize picks) or 'all'")
+                 "An implementation name, 'selected' (what initialize picks), 'all', a solution ('torch': the "
+                 "device's torch implementation) or a comma list of these but 'all' ('selected,torch')")
       ->capture_default_str();
+  app.add_option("--grid", c.grid,
+                 "The cases where the suite's own options are not given: 'default' (the numerics tool's validation "
+                 "grid, the benchmark's timing grid) or 'headline' (the suite's one to four headline cases, for a "
+                 "first answer in seconds; scripts/main.sh's quick default)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "headline"}));
   app.add_flag("--batch-invariant", c.batch_invariant,
                "Only implementations that declare batch invariance (as initialize(batch_invariant=true)): "
                "'selected' is what that selects; with 'all', the others are listed as excluded");

@@ -34,6 +34,7 @@ struct CommonOptions {
   std::string device = "cpu";
   std::string mode = "eager";
   std::string implementation = "selected";
+  std::string grid = "default";  // --grid: "default" or "headline" (numerics::OperationSuite::headline)
   std::string revision = "unknown";
   std::string output;
   std::string markdown;

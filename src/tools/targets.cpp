@@ -1,5 +1,7 @@
 #include "src/tools/targets.h"
 
+#include <algorithm>
+
 #include "src/core/strings.h"
 #include "src/tools/cli.h"
 #include "xllm_kernel/catalog.h"
@@ -10,6 +12,24 @@ namespace xllm_kernel::tools {
 
 std::vector<Target> resolve_targets(const std::string& operation, Device device, ExecutionMode mode,
                                     const std::string& which, bool batch_invariant) {
+  if (which.find(',') != std::string::npos) {
+    std::vector<Target> targets;
+    size_t start = 0;
+    while (start <= which.size()) {
+      const size_t end = std::min(which.find(',', start), which.size());
+      const std::string one = which.substr(start, end - start);
+      start = end + 1;
+      if (one.empty() || one == "all") {
+        throw UsageError("--implementation: a list names implementations, solutions or 'selected', got '" + which + "'");
+      }
+      for (Target& t : resolve_targets(operation, device, mode, one, batch_invariant)) {
+        bool seen = false;
+        for (const Target& earlier : targets) seen |= earlier.name == t.name;
+        if (!seen) targets.push_back(std::move(t));
+      }
+    }
+    return targets;
+  }
   InitializeOptions options;
   options.operations = {operation};
   options.mode = mode;
@@ -68,6 +88,11 @@ std::vector<Target> resolve_targets(const std::string& operation, Device device,
   for (const auto& c : ex.candidates) {
     if (c.name == which) return {make(c)};
     names.push_back(c.name);
+  }
+  // A solution's name: the device's implementation of the operation in that solution.
+  const std::string solution_name = std::string(to_string(device)) + "." + which + "." + operation;
+  for (const auto& c : ex.candidates) {
+    if (c.name == solution_name) return {make(c)};
   }
   throw UsageError("--implementation: unknown implementation '" + which + "' of " + operation + " on " +
                    to_string(device) + "; closest: " + detail::join(detail::closest(which, names), ", "));

@@ -20,7 +20,10 @@ struct Target {
   std::string excluded_reason;
 };
 
-// "selected" (what initialize would pick), "all" (every candidate on the device), or a name.
+// "selected" (what initialize would pick), "all" (every candidate on the device), a name, a
+// solution's name standing for the device's implementation of it ("torch": cpu.torch.rms_norm), or a
+// comma list of those but "all" (each implementation once, in the list's order: "selected,torch"
+// times what initialize picks beside the torch solution, once when they are the same).
 // Throws UsageError for an unknown name (with the closest ones).
 // batch_invariant: as InitializeOptions::batch_invariant (the others are excluded, with the reason).
 std::vector<Target> resolve_targets(const std::string& operation, Device device, ExecutionMode mode,

@@ -157,6 +157,32 @@ TEST(Timing, ColdCacheWarmupTouchesEveryCopyBeforeTiming) {
   EXPECT_EQ(n, 3 + 12);
 }
 
+// --budget: a slow call takes the fewest samples (3) and one warm-up call; a fast one every sample.
+TEST(Timing, BudgetStopsASlowCaseAfterThreeSamples) {
+  int calls = 0;
+  std::vector<numerics::PreparedCase> slow(1);
+  slow[0].function = [&] {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  };
+  TimingOptions o;
+  o.warmup = 10;
+  o.iterations = 20;
+  o.budget_seconds = 0.075;  // 2.5 calls: a late wake-up from a sleep only ends the warm-up sooner
+  const Samples s = time_eager(*device_api(Device::kCpu), 0, slow, o);
+  EXPECT_GE(s.warmup_calls, 1);
+  EXPECT_LE(s.warmup_calls, 3) << "the warm-up stops after the call that passes the budget";
+  EXPECT_EQ(s.device.size(), static_cast<size_t>(kMinBudgetSamples));
+  EXPECT_EQ(calls, s.warmup_calls + kMinBudgetSamples);
+  std::vector<numerics::PreparedCase> fast(1);
+  fast[0].function = [] {};
+  const Samples f = time_eager(*device_api(Device::kCpu), 0, fast, o);
+  EXPECT_EQ(f.warmup_calls, 10);
+  EXPECT_EQ(f.device.size(), 20u) << "a budget the samples stay under takes every one";
+  o.budget_seconds = 0;
+  EXPECT_EQ(time_eager(*device_api(Device::kCpu), 0, slow, o).device.size(), 20u) << "0: no budget";
+}
+
 // The mutating path: the reset stays out of the host enqueue and device intervals, but the wall time
 // (what a caller of a mutating call waits for) includes it, and the reset's own time is recorded.
 TEST(Timing, ResetIsOutsideEnqueueAndDeviceButInsideWall) {

@@ -12,6 +12,8 @@
 #include <set>
 
 #include "src/numerics/suite.h"
+#include "src/numerics/suite_run.h"
+#include "src/tools/cli.h"
 #include "xllm_kernel/xllm_kernel.h"
 #include "xllm_kernel/tools.h"
 
@@ -288,6 +290,27 @@ TEST(Numerics, ListShowsAvailability) {
   EXPECT_NE(out.find("cpu.torch.layer_norm  available"), std::string::npos) << out;
 }
 
+// --implementation: a solution's name, and a comma list run in its order, each implementation once;
+// --grid headline: the report says so and has the suite's headline cases.
+TEST(Numerics, ImplementationListAndHeadlineGrid) {
+  ToolRun r = numerics({"--operation", "rms_norm", "--implementation", "selected,torch,cpu.torch.rms_norm,selected",
+                        "--grid", "headline"},
+                       "list");
+  ASSERT_EQ(r.code, 0) << failures_of(r.report);
+  EXPECT_EQ(r.report["grid"], "headline");
+  const json& impls = r.report["implementations"];
+  ASSERT_EQ(impls.size(), 2u);
+  EXPECT_EQ(impls[0]["implementation"]["name"], "cpu.native.rms_norm");
+  EXPECT_EQ(impls[1]["implementation"]["name"], "cpu.torch.rms_norm");
+  std::string grid;
+  const numerics::OperationSuite* suite = numerics::find_suite("rms_norm");
+  EXPECT_EQ(impls[0]["results"].size(), suite->cases(numerics::grid_options(*suite, {}, "headline", "numerics", grid)).size());
+  for (const char* bad : {"all,torch", "selected,", "no_such_solution"}) {
+    EXPECT_EQ(numerics({"--operation", "rms_norm", "--implementation", bad}, "bad").code, 2) << bad;
+  }
+  EXPECT_EQ(numerics({"--operation", "rms_norm", "--grid", "everything"}, "bad_grid").code, 2);
+}
+
 TEST(Numerics, SameSeedSameInputsAnyOrder) {
   ToolRun a = numerics({"--operation", "rms_norm", "--implementation", "cpu.torch.rms_norm", "--hidden", "7,64", "--dtype", "bfloat16"}, "seed_a");
   ToolRun b = numerics({"--operation", "rms_norm", "--implementation", "cpu.torch.rms_norm", "--hidden", "64", "--dtype", "bfloat16"}, "seed_b");
@@ -340,7 +363,37 @@ TEST(Checklist, EveryOperationHasFakeSuiteAndReference) {
     EXPECT_TRUE(suite->has_reference) << "suite without an independent reference";
     EXPECT_TRUE(suite->row_shape) << "suite without row_shape (the generic tests' view of a case)";
     EXPECT_FALSE(suite->cases({}).empty()) << "suite without default cases";
+    // The headline cases of scripts/main.sh's quick default: one to four, each with rows.
+    ASSERT_FALSE(suite->headline.empty()) << "suite without headline cases (--grid headline)";
+    std::string grid;
+    const auto headline = suite->cases(numerics::grid_options(*suite, {}, "headline", "numerics", grid));
+    EXPECT_EQ(grid, "headline");
+    EXPECT_GE(headline.size(), 1u);
+    EXPECT_LE(headline.size(), 4u) << "a headline grid is one to four cases";
+    for (const auto& c : headline) EXPECT_GT(suite->row_shape(c->parameters()).rows, 0) << c->case_id();
   }
+}
+
+// --grid: the headline cases where the user gave no option, the user's values where given; the
+// benchmark's default grid is the suite's benchmark_defaults, the numerics tool's its own.
+TEST(Numerics, GridOptionsFillWhatTheUserLeftOut) {
+  const numerics::OperationSuite* suite = numerics::find_suite("rms_norm");
+  ASSERT_NE(suite, nullptr);
+  std::string grid;
+  numerics::SuiteOptions given{{"dtype", {"float32"}}};
+  const numerics::SuiteOptions headline = numerics::grid_options(*suite, given, "headline", "benchmark", grid);
+  EXPECT_EQ(grid, "headline");
+  EXPECT_EQ(headline.at("dtype"), std::vector<std::string>{"float32"});
+  EXPECT_EQ(headline.at("tokens"), suite->headline.at("tokens"));
+  const numerics::SuiteOptions timing = numerics::grid_options(*suite, {}, "default", "benchmark", grid);
+  EXPECT_EQ(grid, "default");
+  EXPECT_EQ(timing.at("tokens"), suite->benchmark_defaults.at("tokens"));
+  EXPECT_TRUE(numerics::grid_options(*suite, {}, "default", "numerics", grid).empty());
+  numerics::OperationSuite without = *suite;
+  without.headline.clear();
+  EXPECT_TRUE(numerics::grid_options(without, {}, "headline", "numerics", grid).empty());
+  EXPECT_EQ(grid, "default") << "a suite without headline cases runs its default grid";
+  EXPECT_THROW(numerics::grid_options(*suite, {}, "all", "numerics", grid), tools::UsageError);
 }
 
 }  // namespace

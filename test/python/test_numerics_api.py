@@ -95,6 +95,9 @@ def test_suite_fields_are_checked():
     with pytest.raises(SuiteArgumentError, match="benchmark_defaults names 'tokens'"):
         SuiteAdapter(OperationSuite(operation="x", implementations=(), add_arguments=lambda p: None,
                                     cases=lambda a: [], benchmark_defaults={"tokens": [1]}), "test")
+    with pytest.raises(SuiteArgumentError, match="headline names 'tokens'"):
+        SuiteAdapter(OperationSuite(operation="x", implementations=(), add_arguments=lambda p: None,
+                                    cases=lambda a: [], headline={"tokens": [1]}), "test")
 
 
 # ---- tensor cases ----

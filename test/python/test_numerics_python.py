@@ -140,6 +140,20 @@ def test_benchmark_times_a_python_suite_and_compare_reads_its_reports(tmp_path):
     assert row["parameters"] == {"hidden": 256, "tokens": 64}  # the suite's benchmark_defaults
     assert row["status"] == "timed" and len(row["samples"]["device"]) == 5
     assert row["bytes_read"] == 2 * 64 * 256 * 4 and row["bytes_written"] == 64 * 256 * 4
+    assert rep["grid"] == "default"
+
+    # --grid headline: the suite's headline values, in both tools.
+    for name in ("numerics", "benchmark"):
+        out = tmp_path / f"h-{name}.json"
+        r = tool(name, "--operation", "my_add_", "--implementation", "cpu.python.my_add_", "--grid", "headline",
+                 *(("--iterations", "2", "--warmup", "0", "--copy-bytes", "1048576") if name == "benchmark" else ()),
+                 "--output", str(out))
+        assert r.returncode == 0, r.stderr
+        rep = report(out)
+        assert rep["grid"] == "headline"
+        params = ([x["parameters"] for x in rep["results"]] if name == "benchmark"
+                  else [x["parameters"] for x in rep["implementations"][0]["results"]])
+        assert params == [{"hidden": 40, "tokens": 3}], name
 
     r = tool("benchmark", "--operation", "my_scale", "--dtype", "float32", "--iterations", "2", "--warmup", "0",
              "--copy-bytes", "1048576", "--output", str(tmp_path / "w.json"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from xllm_kernel.numerics.suite import (CaseMetadata, Implementation, KernelCase, OperationSuite, Plan,
                                         PreparedCase, Validation)
@@ -186,12 +186,17 @@ class SuiteAdapter:
         self._parser = ArgumentRecorder(suite.operation)
         suite.add_arguments(self._parser)
         known = {a.dest: a for a in self._parser.arguments}
-        self._benchmark_defaults: dict[str, list[str]] = {}
-        for key, value in suite.benchmark_defaults.items():
+        self._benchmark_defaults = self._cli_values(suite.benchmark_defaults, "benchmark_defaults", known)
+        self._headline = self._cli_values(suite.headline, "headline", known)
+
+    def _cli_values(self, values: Mapping[str, Any], field: str, known: dict) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for key, value in values.items():
             if key not in known:
-                raise SuiteArgumentError(f"suite {self.operation}: benchmark_defaults names {key!r}, which is not "
+                raise SuiteArgumentError(f"suite {self.operation}: {field} names {key!r}, which is not "
                                          f"one of its arguments ({', '.join(known) or 'none'})")
-            self._benchmark_defaults[key] = known[key].cli_default(value)
+            out[key] = known[key].cli_default(value)
+        return out
 
     # Read once, when the suite is added.
     def cli_arguments(self) -> list:
@@ -199,6 +204,9 @@ class SuiteAdapter:
 
     def cli_benchmark_defaults(self) -> dict[str, list[str]]:
         return dict(self._benchmark_defaults)
+
+    def cli_headline(self) -> dict[str, list[str]]:
+        return dict(self._headline)
 
     def parse(self, options: dict[str, list[str]]) -> argparse.Namespace:
         return self._parser.parse(options)

@@ -54,6 +54,7 @@ def tensor_suite(
     description: str = "",
     prepare: Optional[Callable[[Plan], Optional[str]]] = None,
     benchmark_defaults: Optional[Mapping[str, Any]] = None,
+    headline: Optional[Mapping[str, Any]] = None,
 ) -> OperationSuite:
     """An OperationSuite whose cases are every combination of `dimensions` (the last varies fastest)."""
     if isinstance(dimensions, Mapping):
@@ -90,4 +91,4 @@ def tensor_suite(
 
     return OperationSuite(operation=operation, implementations=tuple(implementations), add_arguments=add_arguments,
                           cases=cases, prepare=prepare, description=description,
-                          benchmark_defaults=dict(benchmark_defaults or {}))
+                          benchmark_defaults=dict(benchmark_defaults or {}), headline=dict(headline or {}))

@@ -133,6 +133,9 @@ class OperationSuite:
     description: str = ""
     # Argument values the benchmark uses where the user gave none (timing wants fewer, larger cases).
     benchmark_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The headline cases: argument values both tools use under --grid headline where the user gave
+    # none (one to four cases of the shapes the operation is known by; empty: the default grid).
+    headline: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         who = f"OperationSuite({self.operation!r})"
@@ -152,3 +155,4 @@ class OperationSuite:
         if self.prepare is not None and not callable(self.prepare):
             raise TypeError(f"{who}: prepare must be callable or None, got {self.prepare!r}")
         object.__setattr__(self, "benchmark_defaults", dict(self.benchmark_defaults))
+        object.__setattr__(self, "headline", dict(self.headline))

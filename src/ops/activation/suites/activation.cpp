@@ -130,6 +130,11 @@ Example build(activation::ActivationFunction act, bool gated, const json& p, at:
   return ex;
 }
 
+// The headline cases: a decode batch of 16 and a 512-token prefill chunk, d = 4096, bfloat16.
+SuiteOptions headline() {
+  return {{"tokens", {"16", "512"}}, {"hidden", {"4096"}}, {"dtype", {"bfloat16"}}, {"layout", {"contiguous"}}};
+}
+
 SuiteOptions benchmark_defaults() {
   return {{"tokens", {"1", "128", "2048"}}, {"hidden", {"4096"}}, {"dtype", {"bfloat16", "float32"}},
           {"layout", {"contiguous"}}};
@@ -187,6 +192,7 @@ OperationSuite make_suite(const activation::GatedActivation& entry, bool gated) 
           },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       // "any strides for the leading dimensions"; "zero rows allowed".
       .accepted_bad_inputs = accepted_bad_inputs(gated)};

@@ -411,6 +411,14 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
 
 SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
 
+// The headline case: a decode step of 16 sequences of 1024 tokens, 32 query and 8 KV heads of 128,
+// blocks of 16, bfloat16 (its validation copies the whole cache: 4096 tokens would take seconds).
+SuiteOptions headline() {
+  return {{"batch", {"decode"}},     {"seqs", {"16"}},       {"context", {"1024"}}, {"heads", {"32x8"}},
+          {"head_size", {"128"}},    {"block_size", {"16"}}, {"soft_cap", {"0"}},   {"window", {"0"}},
+          {"dtype", {"bfloat16"}},   {"layout", {"contiguous"}}, {"lengths", {"equal"}}};
+}
+
 }  // namespace
 
 const OperationSuite& paged_attention_suite() {
@@ -421,6 +429,7 @@ const OperationSuite& paged_attention_suite() {
       .cases = cases,
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       .accepted_bad_inputs = {
           {.argument = "query",

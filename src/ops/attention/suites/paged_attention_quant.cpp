@@ -373,6 +373,15 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
 
 SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
 
+// The headline cases: paged_attention's decode step (16 x 1024, 32/8 heads of 128) over fp8 and
+// int8 pages.
+SuiteOptions headline() {
+  return {{"batch", {"decode"}},   {"seqs", {"16"}},       {"context", {"1024"}}, {"heads", {"32x8"}},
+          {"head_size", {"128"}},  {"block_size", {"16"}}, {"soft_cap", {"0"}},   {"window", {"0"}},
+          {"dtype", {"bfloat16"}}, {"cache_dtype", {"float8_e4m3fn", "int8"}},
+          {"layout", {"contiguous"}}, {"lengths", {"equal"}}};
+}
+
 }  // namespace
 
 const OperationSuite& paged_attention_quant_suite() {
@@ -384,6 +393,7 @@ const OperationSuite& paged_attention_quant_suite() {
       .cases = cases,
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       .accepted_bad_inputs = {
           {.argument = "query",

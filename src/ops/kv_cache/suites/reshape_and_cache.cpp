@@ -169,6 +169,13 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
+// The headline cases: a decode batch of 16 and a 512-token prefill chunk of 8 KV heads of 128 into
+// random slots of a 256-block cache (every block is validated: a cache of 4096 takes seconds), bfloat16.
+SuiteOptions headline() {
+  return {{"tokens", {"16", "512"}}, {"head_size", {"128"}}, {"kv_heads", {"8"}}, {"block_size", {"16"}},
+          {"num_blocks", {"256"}},     {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}}, {"slots", {"random"}}};
+}
+
 SuiteOptions benchmark_defaults() {
   return {{"tokens", {"1", "128", "8192"}}, {"head_size", {"128"}}, {"kv_heads", {"8"}}, {"block_size", {"16"}},
           {"num_blocks", {"4096"}},         {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}},
@@ -190,6 +197,7 @@ const OperationSuite& reshape_and_cache_suite() {
       .cases = cases,
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       // slot_mapping is read through its stride. (A cache one block larger is rejected: value_cache
       // must have key_cache's shape.)

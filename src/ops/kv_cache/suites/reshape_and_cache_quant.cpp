@@ -267,6 +267,13 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
+// The headline cases: reshape_and_cache's (16 and 512 tokens) into fp8 and int8 caches.
+SuiteOptions headline() {
+  return {{"tokens", {"16", "512"}}, {"head_size", {"128"}},   {"kv_heads", {"8"}},
+          {"block_size", {"16"}},       {"num_blocks", {"256"}}, {"dtype", {"bfloat16"}},
+          {"cache_dtype", {"float8_e4m3fn", "int8"}}, {"layout", {"contiguous"}}, {"slots", {"random"}}};
+}
+
 SuiteOptions benchmark_defaults() {
   return {{"tokens", {"1", "128", "8192"}}, {"head_size", {"128"}},   {"kv_heads", {"8"}},
           {"block_size", {"16"}},           {"num_blocks", {"4096"}}, {"dtype", {"bfloat16"}},
@@ -288,6 +295,7 @@ const OperationSuite& reshape_and_cache_quant_suite() {
       .cases = cases,
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       // slot_mapping is read through its stride. (The first case's caches are int8: a scale of
       // another shape or layout is an error.)

@@ -256,6 +256,13 @@ SuiteOptions benchmark_defaults() {
           {"layout", {"contiguous"}}};
 }
 
+// The headline cases: a decode batch of 16 and a 128-row chunk through Llama-3-8B's o projection
+// (4096 x 4096), in bf16 and int4 (group 128) weights (scaled_mm's headline has int8).
+SuiteOptions headline() {
+  return {{"tokens", {"16", "128"}}, {"shape", {"4096x4096"}}, {"scheme", {"bf16", "int4/g128"}},
+          {"dtype", {"bfloat16"}},     {"bias", {"none"}},       {"layout", {"contiguous"}}};
+}
+
 // Rows of the input; the width the kernels tile is N (panels of output channels).
 RowShape row_shape(const json& p) { return {p.at("tokens"), parse_shape(p.at("shape")).first}; }
 
@@ -267,6 +274,7 @@ const OperationSuite& linear_suite() {
       .cases = [](const SuiteOptions& o) { return cases("linear", o, &build_linear); },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       .accepted_bad_inputs = {{"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"},
                               {"input", "dim 0 + 1", AcceptedAs::kValidPrefixClose,
@@ -284,6 +292,8 @@ const OperationSuite& linear_pack_suite() {
       .has_reference = true,
       .benchmark_defaults = {{"tokens", {"1"}}, {"shape", {"4096x4096"}}, {"scheme", {"bf16", "int4/g128"}},
                              {"dtype", {"bfloat16"}}, {"bias", {"none"}}, {"layout", {"contiguous"}}},
+      .headline = {{"tokens", {"1"}}, {"shape", {"4096x4096"}}, {"scheme", {"bf16", "int4/g128"}},
+                   {"dtype", {"bfloat16"}}, {"bias", {"none"}}, {"layout", {"contiguous"}}},
       .row_shape = row_shape,
       .accepted_bad_inputs = {
           {"weight", "non-contiguous last dimension", AcceptedAs::kSameResults, "the values are what is packed"},

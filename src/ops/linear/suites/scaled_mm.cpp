@@ -385,6 +385,15 @@ SuiteOptions benchmark_defaults(bool activation) {
   return o;
 }
 
+// The headline cases: a decode batch of 16 and a 128-row chunk through a 4096 x 4096 projection,
+// int8 and w4a8 weights.
+SuiteOptions headline(bool activation) {
+  SuiteOptions o{{"tokens", {"16", "128"}}, {"shape", {"4096x4096"}}, {"scheme", {"w8a8-int8", "w4a8/g128"}},
+                 {"dtype", {"bfloat16"}},     {"bias", {"none"}},       {"layout", {"contiguous"}}};
+  if (activation) o["activation"] = {"token"};
+  return o;
+}
+
 RowShape row_shape(const json& p) { return {p.at("tokens"), parse_shape(p.at("shape")).first}; }
 
 const OperationSuite& scaled_mm_suite() {
@@ -396,6 +405,7 @@ const OperationSuite& scaled_mm_suite() {
       .cases = [](const SuiteOptions& o) { return cases("scaled_mm", o, &build_scaled_mm, true); },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(true),
+      .headline = headline(true),
       .row_shape = row_shape,
       .accepted_bad_inputs = {{"a", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"},
                               {"a", "dim 0 + 1", AcceptedAs::kValidPrefixClose,
@@ -418,6 +428,7 @@ const OperationSuite& linear_dynamic_quant_suite() {
       .cases = [](const SuiteOptions& o) { return cases("linear_dynamic_quant", o, &build_dynamic, false); },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(false),
+      .headline = headline(false),
       .row_shape = row_shape,
       .accepted_bad_inputs = {{"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"},
                               {"input", "dim 0 + 1", AcceptedAs::kValidPrefixClose,

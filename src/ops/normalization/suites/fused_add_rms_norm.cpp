@@ -47,6 +47,7 @@ const OperationSuite& fused_add_rms_norm_suite() {
           },
       .has_reference = true,
       .benchmark_defaults = normalization::benchmark_defaults(),
+      .headline = normalization::headline(),
       .row_shape = normalization::row_shape};  // accepts no bad input: residual must match input
   return suite;
 }

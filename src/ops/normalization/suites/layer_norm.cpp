@@ -58,6 +58,7 @@ const OperationSuite& layer_norm_suite() {
           },
       .has_reference = true,
       .benchmark_defaults = normalization::benchmark_defaults(),
+      .headline = normalization::headline(),
       .row_shape = normalization::row_shape,
       .accepted_bad_inputs = normalization::accepted_row_variants()};
   return suite;

@@ -28,6 +28,11 @@ void add_arguments(CLI::App& app, SuiteOptions& options, bool with_bias) {
   });
 }
 
+SuiteOptions headline() {
+  return {{"tokens", {"16", "512"}}, {"hidden", {"4096"}},     {"dtype", {"bfloat16"}},
+          {"weight-dtype", {"input"}},  {"layout", {"contiguous"}}, {"bias", {"true"}}};
+}
+
 SuiteOptions benchmark_defaults() {
   return {{"tokens", {"1", "128", "2048"}}, {"hidden", {"4096"}},     {"dtype", {"bfloat16", "float32"}},
           {"weight-dtype", {"input"}},      {"layout", {"contiguous"}}, {"bias", {"true"}}};

@@ -29,6 +29,10 @@ Grid grid(const SuiteOptions& options, bool with_bias);
 // for the large shape).
 SuiteOptions benchmark_defaults();
 
+// The headline cases (--grid headline): a decode batch of 16 and a 512-token prefill chunk of 4096
+// (Llama-3-8B's hidden size) in bfloat16.
+SuiteOptions headline();
+
 // [tokens, hidden] input in the case's layout, randn * scale + offset, from the generator.
 //   contiguous: [tokens, hidden]; strided: rows hidden + 8 apart; 3d: [tokens, 2, hidden] whose
 //   leading dimensions cannot merge into one stride.

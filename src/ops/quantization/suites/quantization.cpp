@@ -242,6 +242,16 @@ SuiteOptions benchmark_options(const Spec& s) {
 
 SuiteOptions benchmark_defaults() { return {{"preset", {"benchmark"}}}; }
 
+// The headline cases: the timing cases' kinds (int8 and fp8 where the scheme has both) on a decode
+// batch of 16 and a 512-token prefill chunk of 4096, the fused composition only.
+SuiteOptions headline(const Spec& s) {
+  SuiteOptions o = benchmark_options(s);
+  o["tokens"] = {"16", "512"};
+  o["hidden"] = {"4096"};
+  if (s.fused()) o["composition"] = {"fused"};
+  return o;
+}
+
 RowShape row_shape(const json& p) {
   const int64_t tokens = p.at("tokens"), hidden = p.at("hidden");
   return {p.at("layout") == "3d" ? 2 * tokens : tokens, hidden};
@@ -719,6 +729,7 @@ OperationSuite make_suite(const Spec& s, const std::string& description) {
           },
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(s),
       .row_shape = row_shape,
       .accepted_bad_inputs = accepted(s)};
 }

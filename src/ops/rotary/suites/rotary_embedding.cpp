@@ -355,6 +355,10 @@ const OperationSuite& rotary_embedding_suite() {
       .benchmark_defaults = {{"tokens", {"1", "128", "8192"}}, {"head-size", {"128"}}, {"rot", {"full"}},
                              {"heads", {"32/8"}}, {"is-neox", {"true"}}, {"dtype", {"bfloat16"}},
                              {"cache-dtype", {"float32"}}, {"layout", {"contiguous"}}},
+      // A decode batch of 16 and a 512-token prefill chunk of the same heads.
+      .headline = {{"tokens", {"16", "512"}}, {"head-size", {"128"}}, {"rot", {"full"}}, {"heads", {"32/8"}},
+                   {"is-neox", {"true"}}, {"dtype", {"bfloat16"}}, {"cache-dtype", {"float32"}},
+                   {"layout", {"contiguous"}}},
       .row_shape = row_shape,
       .accepted_bad_inputs = {
           {"positions", "non-contiguous last dimension", AcceptedAs::kSameResults,

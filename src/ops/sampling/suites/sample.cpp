@@ -306,6 +306,12 @@ SuiteOptions benchmark_defaults() {
           {"layout", {"contiguous"}}};
 }
 
+// The headline cases: a decode batch of 16 over Llama-3's vocabulary, typical parameters and greedy.
+SuiteOptions headline() {
+  return {{"batch", {"16"}},    {"vocab", {"128256"}},        {"dtype", {"float32"}}, {"dist", {"normal1"}},
+          {"shares", {"none"}}, {"sampling", {"typical", "greedy"}}, {"layout", {"contiguous"}}};
+}
+
 RowShape row_shape(const json& p) { return {p.at("batch").get<int64_t>(), p.at("vocab").get<int64_t>()}; }
 
 }  // namespace
@@ -318,6 +324,7 @@ const OperationSuite& sample_suite() {
       .cases = cases,
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
+      .headline = headline(),
       .row_shape = row_shape,
       .accepted_bad_inputs = {
           {.argument = "logits",
