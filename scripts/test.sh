@@ -27,6 +27,8 @@ ctest_rc=0
 OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}" \
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-} || ctest_rc=$?
 echo "[test] ctest done at $(( $(date +%s) - start )) s (exit $ctest_rc)" >&2
+# Which kernel variants (CPU classes) ran here and which were skipped, from CTest's log.
+python3 scripts/kernel_variants.py "$BUILD_DIR" --output "$BUILD_DIR/kernel-variants.md" >&2 || true
 
 # The Python the build used (scripts/setup.sh's virtual environment), on the build tree's package.
 PYTHON="$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")"

@@ -14,7 +14,6 @@
 #include "csrc/cpu/attention/attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -722,11 +721,9 @@ bool DecodeKernelAllowed(const PagedAttentionParams& p) {
 // 82 ms the streaming of the caches alone.
 constexpr int64_t kAmxTileVectors = 512;
 
-std::atomic<bool> g_avx512_prefill_forced{false};
-
 // The prefill tile kernel's tiles here, where DecodeKernelAllowed (so AVX512_BF16 is present): AMX's,
-// else (or when a test forces it) the AVX-512 BF16 ones.
-bool PrefillOnAmx() { return PrefillAmxBf16Supported() && !g_avx512_prefill_forced.load(); }
+// else (or where a test takes AMX away: ScopedCpuFeatures) the AVX-512 BF16 ones.
+bool PrefillOnAmx() { return PrefillAmxBf16Supported(); }
 
 void RunPrefillItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
   if (PrefillOnAmx()) {
@@ -867,8 +864,6 @@ AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const
   if (PrefillAmxBf16Accepts(p, item)) return PrefillOnAmx() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kAvx512Bf16Prefill;
   return AttentionKernel::kHighway;
 }
-
-void set_prefill_avx512_tiles_for_test(bool on) { g_avx512_prefill_forced.store(on); }
 
 Status paged_attention_merge(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,
                              int64_t begin, int64_t end) {

@@ -106,11 +106,6 @@ inline constexpr int64_t kInvariantSplitKeys = 1024;
 enum class AttentionKernel { kHighway, kAvx512Bf16Decode, kAmxBf16Prefill, kAvx512Bf16Prefill };
 AttentionKernel paged_attention_item_kernel(const PagedAttentionParams& p, const AttentionItem& item);
 
-// For tests: while on, the prefill tile kernel runs on the AVX-512 BF16 tiles also where the CPU
-// has AMX (so that an AMX CPU tests both). Off by default; no effect on CPUs without AMX. Not for
-// toggling while calls run.
-void set_prefill_avx512_tiles_for_test(bool on);
-
 // Runs items [begin, end) of the plan; may run concurrently on disjoint ranges. workspace: at
 // least plan.workspace_bytes, 64-byte aligned.
 Status paged_attention(const PagedAttentionParams& p, const PagedAttentionPlan& plan, void* workspace,

@@ -10,9 +10,9 @@ namespace xllm_kernel::cpu::attention_detail {
 bool PrefillAmxBf16Supported() {
   // AVX-512 with AVX512_BF16 (the softmax's conversions), AMX-BF16 with the tile states enabled by
   // the OS, and the tile data granted to this process (without it the first tile instruction
-  // faults): csrc/cpu/common/cpu_features.h.
-  static const bool ok = cpu_features().avx512_bf16 && cpu_features().amx_bf16 && amx_tile_data_granted();
-  return ok;
+  // faults): csrc/cpu/common/cpu_features.h. Read at each call: a test may take AMX away.
+  const CpuFeatures& f = cpu_features();
+  return f.avx512_bf16 && f.amx_bf16 && amx_tile_data_granted();
 }
 
 void RunPrefillItemAmxBf16(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {

@@ -1,7 +1,7 @@
 // The prefill tile kernel (attention_prefill_amx_kernel.h) on AVX-512 BF16 tiles (Avx512Bf16Tiles,
 // csrc/cpu/common/amx_tiles.h: the tile operations on memory, tdpbf16ps by vdpbf16ps): the prefill
-// kernel of CPUs with AVX512_BF16 and no AMX (AMD Zen 4 and 5), and, under
-// set_prefill_avx512_tiles_for_test (attention.h), of the tests on AMX CPUs too.
+// kernel of CPUs with AVX512_BF16 and no AMX (AMD Zen 4 and 5), and of the tests on AMX CPUs that
+// take AMX away (ScopedCpuFeatures, csrc/cpu/common/cpu_features.h).
 #include "csrc/cpu/attention/attention_prefill_amx.h"
 #include "csrc/cpu/attention/attention_prefill_amx_kernel.h"
 

@@ -408,8 +408,7 @@ void PanelsT(const LinearParams& p, Src src, size_t panel_bytes, int64_t panel_b
 bool ReadsBf16Rows(const LinearParams& p) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return p.scheme == LinearScheme::kBFloat16 && p.layout == kernels::LinearLayout::kPanelPairs &&
-         p.x_bf16 != nullptr && cpu_features().avx512_bf16 &&
-         scaled_mm_detail::dot_products_allowed() == ScaledMmDotProducts::kAll;
+         p.x_bf16 != nullptr && cpu_features().avx512_bf16;
 #else
   (void)p;
   return false;

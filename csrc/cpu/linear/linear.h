@@ -61,7 +61,7 @@ constexpr kernels::LinearLayout linear_panel_layout(LinearScheme s, int64_t k) {
 }
 
 // Whether linear(p) reads p.x_bf16 instead of p.x: bf16 weights in kPanelPairs, bf16 rows given,
-// a CPU with AVX512_BF16 and its bf16 dot products allowed (set_scaled_mm_dot_products_for_test).
+// cpu_features() with AVX512_BF16 (a test's ScopedCpuFeatures may take it away).
 // A caller with bf16 input sets x_bf16 first, then converts the rows to float32 only where false.
 bool linear_reads_bf16_rows(const LinearParams& p);
 

@@ -12,9 +12,9 @@
 //           vpmaddubsw + vpmaddwd
 //   others  scalar int32                             scalar float32 (the same bits as AVX2's)
 //
-// set_scaled_mm_dot_products_for_test turns vpdpbusd and vdpbf16ps off (kNone), or only their
-// AVX-512 forms (kNoAvx512), so that a test reaches the AVX3 target's AVX2 and AVX-VNNI kernels
-// and the AVX2 target's vpmaddubsw ones on a CPU that has every extension.
+// The choice reads cpu_features(), so that a test's ScopedCpuFeatures (the CPU classes "avx512",
+// "avx512_avx_vnni", "avx2", ...) reaches the AVX3 target's AVX2 and AVX-VNNI kernels and the AVX2
+// target's vpmaddubsw ones on a CPU that has every extension.
 //
 // Loop order: chunks of rows (about 2 MiB of prepared activations), then panels, then the kernel's
 // row tiles, so a panel's weights (K * 32 bytes) are read from memory once per chunk and from the
@@ -55,15 +55,12 @@ inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s, bool caller_
 #if HWY_TARGET <= HWY_AVX3
   if (caller_bf16 && s == LinearScheme::kW8A8Fp8 && f.avx512_bf16) return d::CallerFp8Kernel();
 #endif
-  const ScaledMmDotProducts dots = d::dot_products_allowed();
 #if HWY_TARGET <= HWY_AVX3
-  if (dots == ScaledMmDotProducts::kAll) {
-    if (f.avx512_vnni && s == LinearScheme::kW8A8Int8) return d::Int8Avx512VnniKernel();
-    if (f.avx512_vnni && s == LinearScheme::kW4A8) return d::W4a8Avx512VnniKernel();
-    if (f.avx512_bf16 && s == LinearScheme::kW8A8Fp8) return d::Fp8Avx512Bf16Kernel();
-  }
+  if (f.avx512_vnni && s == LinearScheme::kW8A8Int8) return d::Int8Avx512VnniKernel();
+  if (f.avx512_vnni && s == LinearScheme::kW4A8) return d::W4a8Avx512VnniKernel();
+  if (f.avx512_bf16 && s == LinearScheme::kW8A8Fp8) return d::Fp8Avx512Bf16Kernel();
 #endif
-  if (dots != ScaledMmDotProducts::kNone && f.avx_vnni) {
+  if (f.avx_vnni) {
     if (s == LinearScheme::kW8A8Int8) return d::Int8AvxVnniKernel();
     if (s == LinearScheme::kW4A8) return d::W4a8AvxVnniKernel();
   }

@@ -108,16 +108,4 @@ Status scaled_mm(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end
 // "avx2", "avx512", "scalar", ...): for reports and rooflines.
 const char* scaled_mm_isa();
 
-// For tests: which dot-product instructions scaled_mm and scaled_mm_isa may use, so that a test
-// reaches every kernel its CPU can run on each Highway target.
-enum class ScaledMmDotProducts {
-  kAll,        // the default: whatever the CPU has
-  kNoAvx512,   // no AVX512_VNNI or AVX512_BF16: the AVX-512 target runs its AVX-VNNI (vpdpbusd ymm)
-               // kernels where the CPU has AVX-VNNI, else its AVX2 ones
-  kNone,       // no vpdpbusd (AVX512_VNNI, AVX-VNNI) or vdpbf16ps: the AVX2 kernels (vpmaddubsw,
-               // FMA)
-};
-// Not for concurrent use with running kernels' selection.
-void set_scaled_mm_dot_products_for_test(ScaledMmDotProducts allowed);
-
 }  // namespace xllm_kernel::cpu

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,13 +19,6 @@ HWY_EXPORT(ScaledMmPanels);
 HWY_EXPORT(ScaledMmIsa);
 
 namespace scaled_mm_detail {
-
-inline std::atomic<ScaledMmDotProducts>& DotProducts() {
-  static std::atomic<ScaledMmDotProducts> allowed{ScaledMmDotProducts::kAll};
-  return allowed;
-}
-
-ScaledMmDotProducts dot_products_allowed() { return DotProducts().load(std::memory_order_relaxed); }
 
 // e4m3fn byte -> float32 (exact): bias 7, no infinities, S.1111.111 NaN.
 inline const std::array<float, 256>& Fp8Values() {
@@ -227,10 +219,6 @@ inline const char* InvalidScaledMmGroups(LinearScheme s, int64_t k, int64_t grou
 }
 
 }  // namespace scaled_mm_detail
-
-void set_scaled_mm_dot_products_for_test(ScaledMmDotProducts allowed) {
-  scaled_mm_detail::DotProducts().store(allowed, std::memory_order_relaxed);
-}
 
 Status scaled_mm(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end) {
   if (!kernels::scheme_quantizes_activations(p.scheme)) return Status::invalid("scaled_mm takes w8a8-int8, w8a8-fp8 or w4a8");

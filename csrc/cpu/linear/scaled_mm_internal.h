@@ -67,9 +67,6 @@ PanelKernel ScalarKernel(LinearScheme s);
 // (scaled_mm_entries.h).
 PanelKernel CallerInt8Kernel();
 
-// Which dot-product instructions the kernels may use (set_scaled_mm_dot_products_for_test).
-ScaledMmDotProducts dot_products_allowed();
-
 #if defined(__x86_64__) || defined(_M_X64)
 // scaled_mm_x86.cpp. Each needs the CPU features its name says (AVX2: AVX2 + FMA + F16C; AVX-512:
 // F, BW, VL, DQ and the named extension; AVX-VNNI: AVX2 + FMA + F16C + AVX-VNNI); the driver

@@ -4,7 +4,6 @@
 // scalar functions, which the tests check on every target.
 #include "csrc/cpu/quantization/quantization.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -603,7 +602,7 @@ class RowQuantizer {
  public:
   explicit RowQuantizer(const QuantParams& p) : method_(MethodOf(p)), scale_ub_(p.scale_ub), stream_(p.stream_out) {
 #if XLLM_QUANT_BF16_TABLE
-    tables_ = CpuHasVbmi() && quant_byte_tables_enabled();
+    tables_ = CpuHasVbmi();
 #endif
     if (p.scheme == QuantScheme::kStatic) {
       static_scale_ = *p.static_scale;
@@ -865,13 +864,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace xllm_kernel::cpu {
-
-namespace {
-std::atomic<bool> g_byte_tables{true};
-}  // namespace
-
-bool quant_byte_tables_enabled() { return g_byte_tables.load(std::memory_order_relaxed); }
-void set_quant_byte_tables_for_test(bool enabled) { g_byte_tables.store(enabled, std::memory_order_relaxed); }
 
 HWY_EXPORT(QuantRows);
 HWY_EXPORT(RmsNormQuantRows);

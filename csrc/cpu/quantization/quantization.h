@@ -72,10 +72,8 @@ Status rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
 Status fused_add_rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
 Status silu_and_mul_quant(const QuantParams& p, int64_t row_begin, int64_t row_end);
 
-// Per-token fp8 of bfloat16 rows takes a 128-byte table per row where the CPU has AVX512_VBMI
-// (the same bits as the quotient; see quantization.cpp). Tests turn it off to run the quotient
-// path on such CPUs too; the setting is process-wide and read when a call starts.
-bool quant_byte_tables_enabled();
-void set_quant_byte_tables_for_test(bool enabled);
+// Per-token fp8 of bfloat16 rows takes a 128-byte table per row where cpu_features() has
+// AVX512_VBMI (the same bits as the quotient; see quantization.cpp), read when a call starts:
+// tests take the feature away (ScopedCpuFeatures) to run the quotient path on such CPUs too.
 
 }  // namespace xllm_kernel::cpu

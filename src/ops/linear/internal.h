@@ -22,14 +22,6 @@ using kernels::LinearHeader;
 using kernels::LinearLayout;
 using kernels::LinearScheme;
 
-// For tests: when cpu.native runs torch's brgemm (src/ops/linear/native_cpu.cpp): linear for bf16
-// input with bf16 weights, scaled_mm's w8a8-int8 for its int32 sums and w8a8-fp8 (with AVX512_BF16)
-// for its float32 sums. kAuto: where the CPU has AMX-BF16 (linear, w8a8-fp8) or AMX-INT8 (w8a8-int8);
-// kAlways: wherever torch's brgemm runs (it errors where it does not); kNever. Not for concurrent use
-// with running calls.
-enum class NativeLinearBrgemm { kAuto, kAlways, kNever };
-void set_native_linear_brgemm_for_test(NativeLinearBrgemm policy);
-
 // "[2, 3]": a tensor's shape in errors.
 std::string shape_string(const at::Tensor& t);
 

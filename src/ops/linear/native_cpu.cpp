@@ -13,14 +13,14 @@
 // and the kernels' own epilogue: exact sums, so the same bits as the kernels' own vpdpbusd.
 // w8a8-fp8 on a CPU with AMX-BF16: the kernel converts each panel's e4m3 weights to bf16 pairs once
 // (exact) and takes each K group's float32 sums from torch's bf16 brgemm, oneDNN's order, for every M.
-// set_native_linear_brgemm_for_test runs all three on any CPU torch's brgemm supports (AVX512_BF16,
-// AVX512_VNNI: its vdpbf16ps and vpdpbusd microkernels), so the paths are tested without AMX.
+// A test's cpu::ScopedCpuFeatures(..., torch_brgemm_without_amx = true) runs all three on any CPU
+// torch's brgemm supports (AVX512_BF16, AVX512_VNNI: its vdpbf16ps and vpdpbusd microkernels), so the
+// paths are tested without AMX; one that takes AMX away turns them off.
 #include <ATen/ATen.h>
 #include <ATen/native/CPUBlas.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "csrc/cpu/common/cpu_features.h"
@@ -36,20 +36,9 @@
 namespace xllm_kernel::linear {
 namespace {
 
-std::atomic<NativeLinearBrgemm>& brgemm_policy() {
-  static std::atomic<NativeLinearBrgemm> policy{NativeLinearBrgemm::kAuto};
-  return policy;
-}
-
-// Whether the policy runs torch's brgemm where the CPU has AMX of that kind (`amx`).
-bool brgemm_allowed(bool amx) {
-  switch (brgemm_policy().load(std::memory_order_relaxed)) {
-    case NativeLinearBrgemm::kAlways: return true;
-    case NativeLinearBrgemm::kNever: return false;
-    case NativeLinearBrgemm::kAuto: break;
-  }
-  return amx;
-}
+// Whether torch's brgemm runs where the CPU (as cpu_features() says) has AMX of that kind (`amx`):
+// there, or wherever a test asks for it (cpu::torch_brgemm_without_amx).
+bool brgemm_allowed(bool amx) { return amx || cpu::torch_brgemm_without_amx(); }
 
 // Whether linear runs torch's brgemm for this weight and input (above).
 bool use_brgemm(const LinearHeader& h, at::ScalarType input) {
@@ -235,10 +224,6 @@ at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor
 }
 
 }  // namespace
-
-void set_native_linear_brgemm_for_test(NativeLinearBrgemm policy) {
-  brgemm_policy().store(policy, std::memory_order_relaxed);
-}
 
 XLLM_REGISTER_NAMED("cpu.native.scaled_mm", modules().native_cpu, scaled_mm_operation(), native_scaled_mm);
 XLLM_REGISTER_NAMED("cpu.native.linear_dynamic_quant", modules().native_cpu, linear_dynamic_quant_operation(),

@@ -385,31 +385,31 @@ void RunPlan(PagedAttentionParams p, int64_t threads, bool on_threads) {
 
 // Whether this CPU and OS run the prefill tile kernel on AMX: AVX512_BF16, AMX-TILE and AMX-BF16 and
 // the tile data granted to the process, as the kernel itself asks (csrc/cpu/common/cpu_features.h),
-// unless a test forces the AVX-512 BF16 tiles (Avx512PrefillTiles).
-bool avx512_tiles_forced = false;
+// unless a test takes AMX away (Avx512PrefillTiles).
 bool HasAmxKernel() {
   const CpuFeatures& f = cpu_features();
   return f.avx512_bf16 && f.amx_bf16 && amx_tile_data_granted();
 }
 
-// While alive, the prefill tile kernel runs on the AVX-512 BF16 tiles, AMX or not.
-struct Avx512PrefillTiles {
-  Avx512PrefillTiles() {
-    set_prefill_avx512_tiles_for_test(true);
-    avx512_tiles_forced = true;
+// While alive, AMX is taken away (ScopedCpuFeatures): the prefill tile kernel runs on the AVX-512
+// BF16 tiles, AMX or not.
+class Avx512PrefillTiles {
+ public:
+  Avx512PrefillTiles() : scope_(WithoutAmx()) {}
+
+ private:
+  static CpuFeatures WithoutAmx() {
+    CpuFeatures f = probed_cpu_features();
+    f.amx_bf16 = f.amx_int8 = false;
+    return f;
   }
-  ~Avx512PrefillTiles() {
-    set_prefill_avx512_tiles_for_test(false);
-    avx512_tiles_forced = false;
-  }
-  Avx512PrefillTiles(const Avx512PrefillTiles&) = delete;
-  Avx512PrefillTiles& operator=(const Avx512PrefillTiles&) = delete;
+  ScopedCpuFeatures scope_;
 };
 
 // The prefill tile kernel of this CPU: on AMX, or on the AVX-512 BF16 tiles (every CPU with
 // AVX512_BF16; where it is absent, the kernel never runs).
 AttentionKernel PrefillTileKernel() {
-  return HasAmxKernel() && !avx512_tiles_forced ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kAvx512Bf16Prefill;
+  return HasAmxKernel() ? AttentionKernel::kAmxBf16Prefill : AttentionKernel::kAvx512Bf16Prefill;
 }
 
 // Whether the prefill tile kernel may run items of this dtype under the current target restriction.

@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "csrc/common/rows.h"
+#include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/common/simd.h"
 #include "hwy/targets.h"
 #include "test/csrc/common/guarded_memory.h"
@@ -254,6 +256,52 @@ void ForEachKernelTarget(F&& f) {
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
+
+// ---------------------------------------------------------------- CPU classes
+
+// A kernel test parametrized over CPU classes (cpu_class_names(), csrc/cpu/common/cpu_features.h):
+// each class this CPU can stand in for runs with that class's features and the best Highway target
+// they leave (ScopedCpuFeatures), so a test reaches every kernel variant its CPU can run; a class
+// whose features this CPU lacks is skipped, naming them, so that a variant never run reads SKIPPED,
+// not PASSED. scripts/kernel_variants.py lists which ran and which were skipped.
+//
+//   class CpuScaledMmClass : public ::testing::TestWithParam<std::string> {};
+//   TEST_P(CpuScaledMmClass, MatchesTheContract) {
+//     XLLM_AS_CPU_CLASS(GetParam());
+//     ... the kernels dispatch as on a CPU of that class ...
+//   }
+//   INSTANTIATE_TEST_SUITE_P(Cpu, CpuScaledMmClass, CpuClasses(), CpuClassTestName);
+class CpuClassScope {
+ public:
+  explicit CpuClassScope(const std::string& name) : missing_(missing_cpu_features(cpu_class_features(name))) {
+    // The Highway target the class dispatches to must be compiled (a build for this machine's
+    // target alone, XLLM_KERNEL_CPU_TARGETS=native as in the sanitizer builds, has no other).
+    const std::string target = name == "sse4" ? "SSE4" : name.rfind("avx2", 0) == 0 ? "AVX2" : "AVX3";
+    bool compiled = false;
+    for (int64_t t : KernelTargets()) compiled |= target == hwy::TargetName(t);
+    if (missing_.empty() && !compiled) missing_ = "the kernels' " + target + " target (not compiled in this build)";
+    if (missing_.empty()) scope_ = std::make_unique<ScopedCpuFeatures>(cpu_class_features(name));
+  }
+  // What the CPU or the build lacks for the class ("" when the class runs here).
+  const std::string& missing() const { return missing_; }
+
+ private:
+  std::string missing_;
+  std::unique_ptr<ScopedCpuFeatures> scope_;
+};
+
+#define XLLM_AS_CPU_CLASS(name)                                                                      \
+  const ::xllm_kernel::cpu::test::CpuClassScope xllm_cpu_class_scope(name);                           \
+  if (!xllm_cpu_class_scope.missing().empty())                                                       \
+  GTEST_SKIP() << "CPU class " << (name) << ": this CPU lacks " << xllm_cpu_class_scope.missing() \
+               << " (it has: " << ::xllm_kernel::cpu::cpu_features_text() << ")"
+
+// The classes, all or those named (in cpu_class_names()' order).
+inline ::testing::internal::ParamGenerator<std::string> CpuClasses(std::vector<std::string> only = {}) {
+  if (only.empty()) only = cpu_class_names();
+  return ::testing::ValuesIn(only);
+}
+inline std::string CpuClassTestName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
 // ---------------------------------------------------------------- memory (guarded_memory.h)
 

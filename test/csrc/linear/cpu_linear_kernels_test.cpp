@@ -298,67 +298,64 @@ float Bf16DotChain(const float* x, const Weights& w, int64_t n) {
 // bf16 rows with bf16 weights: where the kernel reads the rows as bf16 (the AVX-512 target on a CPU
 // with AVX512_BF16), its float32 sums equal the vdpbf16ps chain bit for bit; elsewhere (odd K, other
 // targets, dot products off) the float32 chain of the other schemes. Both within the reference's
-// tolerance, each row's bits the same alone and among others, on one or two panel ranges.
-TEST(CpuLinearKernel, Bf16RowsRunTheBf16DotChainWhereTheCpuHasIt) {
+// tolerance, each row's bits the same alone and among others, on one or two panel ranges; on each CPU
+// class with a path of its own (the SSE4 and AVX2 targets, AVX-512 without and with AVX512_BF16).
+class CpuLinearClass : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuLinearClass, Bf16RowsRunTheBf16DotChainWhereTheCpuHasIt) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string cls = GetParam();
   std::mt19937 rng(17);
   // m, n, k (67: odd; 8200: above 8192, the chain resumed across the driver's blocks of 256 pairs)
   const int64_t shapes[][3] = {{1, 37, 66}, {9, 70, 512}, {20, 33, 130}, {3, 40, 67}, {11, 40, 8200}};
-  bool dot_ran = false;
-  for (bool dots : {true, false}) {
-    set_scaled_mm_dot_products_for_test(dots ? ScaledMmDotProducts::kAll : ScaledMmDotProducts::kNone);
-    for (int64_t target : KernelTargets()) {
-      TargetScope scope(target);
-      for (const auto& shape : shapes) {
-        const int64_t m = shape[0], n = shape[1], k = shape[2];
-        const Weights w = MakeWeights(LinearScheme::kBFloat16, n, k, k, false, rng);
-        const Packed packed(w);
-        ASSERT_TRUE(packed.status.is_ok()) << packed.status.reason;
-        const Bf16Rows x = MakeBf16Rows(m * k, rng);
-        std::vector<float> y(static_cast<size_t>(m * n)), alone(static_cast<size_t>(n));
-        LinearParams p = Params(w, packed, DType::kFloat32, m, x.values.data(), k, y.data(), nullptr);
-        p.x_bf16 = x.bits.data();
-        p.x_bf16_stride = k;
-        const bool reads = linear_reads_bf16_rows(p);
-        const bool expect = dots && k % 2 == 0 && cpu_features().avx512_bf16 && target <= HWY_AVX3;
-        ASSERT_EQ(reads, expect) << hwy::TargetName(target) << " k=" << k;
-        dot_ran = dot_ran || reads;
-        if (reads) p.x = nullptr;  // the kernel must not need the float32 rows
-        const int64_t panels = linear_panels(n);
-        Status s2;
-        std::thread t([&] { s2 = linear(p, panels / 2, panels); });
-        const Status s1 = linear(p, 0, panels / 2);
-        t.join();
-        ASSERT_TRUE(s1.is_ok() && s2.is_ok()) << s1.reason << " " << s2.reason;
-        for (int64_t r = 0; r < m; ++r) {
-          LinearParams one = p;
-          one.m = 1;
-          one.x = reads ? nullptr : x.values.data() + r * k;
-          one.x_bf16 = x.bits.data() + r * k;
-          one.out = alone.data();
-          ASSERT_TRUE(linear(one, 0, panels).is_ok());
-          ASSERT_EQ(0, std::memcmp(alone.data(), &y[r * n], static_cast<size_t>(n) * 4))
-              << hwy::TargetName(target) << " m=" << m << " k=" << k << " row " << r;
-          for (int64_t nn = 0; nn < n; ++nn) {
-            double want = 0, mag = 0;
-            for (int64_t kk = 0; kk < k; ++kk) {
-              const double prod = static_cast<double>(x.values[r * k + kk]) * w.w[nn * k + kk];
-              want += prod;
-              mag += std::abs(prod);
-            }
-            const float got = y[r * n + nn];
-            ASSERT_LE(std::abs(got - want), (k + 2) * 0x1p-24 * mag) << hwy::TargetName(target) << " k=" << k;
-            if (reads) {
-              ASSERT_EQ(got, Bf16DotChain(&x.values[r * k], w, nn))
-                  << hwy::TargetName(target) << " m=" << m << " k=" << k << " at (" << r << ", " << nn << ")";
-            }
-          }
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], k = shape[2];
+    const Weights w = MakeWeights(LinearScheme::kBFloat16, n, k, k, false, rng);
+    const Packed packed(w);
+    ASSERT_TRUE(packed.status.is_ok()) << packed.status.reason;
+    const Bf16Rows x = MakeBf16Rows(m * k, rng);
+    std::vector<float> y(static_cast<size_t>(m * n)), alone(static_cast<size_t>(n));
+    LinearParams p = Params(w, packed, DType::kFloat32, m, x.values.data(), k, y.data(), nullptr);
+    p.x_bf16 = x.bits.data();
+    p.x_bf16_stride = k;
+    const bool reads = linear_reads_bf16_rows(p);
+    const bool expect = k % 2 == 0 && cls == "avx512_bf16";
+    ASSERT_EQ(reads, expect) << cls << " k=" << k;
+    if (reads) p.x = nullptr;  // the kernel must not need the float32 rows
+    const int64_t panels = linear_panels(n);
+    Status s2;
+    std::thread t([&] { s2 = linear(p, panels / 2, panels); });
+    const Status s1 = linear(p, 0, panels / 2);
+    t.join();
+    ASSERT_TRUE(s1.is_ok() && s2.is_ok()) << s1.reason << " " << s2.reason;
+    for (int64_t r = 0; r < m; ++r) {
+      LinearParams one = p;
+      one.m = 1;
+      one.x = reads ? nullptr : x.values.data() + r * k;
+      one.x_bf16 = x.bits.data() + r * k;
+      one.out = alone.data();
+      ASSERT_TRUE(linear(one, 0, panels).is_ok());
+      ASSERT_EQ(0, std::memcmp(alone.data(), &y[r * n], static_cast<size_t>(n) * 4))
+          << cls << " m=" << m << " k=" << k << " row " << r;
+      for (int64_t nn = 0; nn < n; ++nn) {
+        double want = 0, mag = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double prod = static_cast<double>(x.values[r * k + kk]) * w.w[nn * k + kk];
+          want += prod;
+          mag += std::abs(prod);
+        }
+        const float got = y[r * n + nn];
+        ASSERT_LE(std::abs(got - want), (k + 2) * 0x1p-24 * mag) << cls << " k=" << k;
+        if (reads) {
+          ASSERT_EQ(got, Bf16DotChain(&x.values[r * k], w, nn))
+              << cls << " m=" << m << " k=" << k << " at (" << r << ", " << nn << ")";
         }
       }
     }
   }
-  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kAll);
-  if (!dot_ran) GTEST_SKIP() << "no AVX512_BF16 on this CPU (it has: " << cpu_features_text() << "): the bf16 dot kernel never ran";
 }
+
+INSTANTIATE_TEST_SUITE_P(Cpu, CpuLinearClass, CpuClasses({"sse4", "avx2", "avx512", "avx512_bf16"}), CpuClassTestName);
 
 TEST(CpuLinearKernel, NonFiniteScalesPropagate) {
   std::mt19937 rng(3);

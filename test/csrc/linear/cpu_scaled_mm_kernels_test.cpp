@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -214,32 +215,21 @@ void ExpectMatches(const Weights& w, const Acts& x, const Options& o, const void
   }
 }
 
-// Runs f(name) on every Highway target with every dot product allowed (kAll), none (kNone: the
-// AVX2 kernels, vpmaddubsw and FMA) and, where that selects a kernel of its own, none of the
-// AVX-512 ones (kNoAvx512: the AVX3 target's AVX-VNNI kernels). The AVX2 target runs its AVX-VNNI
-// kernels (vpdpbusd ymm) under kAll where the CPU has AVX-VNNI, its vpmaddubsw ones under kNone.
-template <class F>
-void ForEachPath(F&& f) {
-  using D = ScaledMmDotProducts;
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    set_scaled_mm_dot_products_for_test(D::kAll);
-    const std::string all = scaled_mm_isa();
-    set_scaled_mm_dot_products_for_test(D::kNone);
-    const std::string none = scaled_mm_isa();
-    for (D dots : {D::kAll, D::kNoAvx512, D::kNone}) {
-      set_scaled_mm_dot_products_for_test(dots);
-      const std::string isa = scaled_mm_isa();
-      if (dots == D::kNoAvx512 && (isa == all || isa == none)) continue;
-      const std::string name = std::string(hwy::TargetName(target)) + "/" + isa +
-                               (dots == D::kAll ? "" : dots == D::kNoAvx512 ? "/no-avx512-dots" : "/no-dots");
-      SCOPED_TRACE(name);
-      f(name);
-      set_scaled_mm_dot_products_for_test(D::kAll);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-}
+// The kernel tests below run on each CPU class (cpu_test_support.h, XLLM_AS_CPU_CLASS) scaled_mm
+// has kernels for, as the driver picks them (scaled_mm-inl.h: ScaledMmKernel):
+//   sse4              the scalar kernels (Highway's SSE4 target)
+//   avx2              vpmaddubsw + vpmaddwd, float32 FMA (AVX2 target)
+//   avx2_vnni         vpdpbusd on ymm (AVX2 target)
+//   avx512            the AVX2 kernels under the AVX3 target's driver
+//   avx512_avx_vnni   vpdpbusd on ymm under the AVX3 target's driver
+//   avx512_vnni       vpdpbusd on zmm; fp8 on FMA
+//   avx512_bf16       vpdpbusd on zmm; fp8 on vdpbf16ps
+// A class this CPU lacks is skipped with what it lacks. scaled_mm has no AMX kernel of its own (its
+// AMX paths are torch's brgemm: test/ops/linear/native_brgemm_test.cpp).
+class CpuScaledMmClass : public ::testing::TestWithParam<std::string> {};
+
+const std::vector<std::string> kScaledMmClasses = {"sse4",        "avx2",        "avx2_vnni", "avx512", "avx512_avx_vnni",
+                                                   "avx512_vnni", "avx512_bf16"};
 
 std::vector<uint8_t> RunScaledMm(const ScaledMmParams& p, int threads = 1) {
   std::vector<uint8_t> y(static_cast<size_t>(std::max<int64_t>(1, p.m * p.n * ElemSize(p.out_dtype))));
@@ -290,49 +280,49 @@ void CheckShape(const Weights& w, int64_t m, std::mt19937& rng, const std::strin
   }
 }
 
-TEST(CpuScaledMmKernel, W8a8Int8MatchesTheContractBitForBit) {
+TEST_P(CpuScaledMmClass, W8a8Int8MatchesTheContractBitForBit) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(7);
   const int64_t shapes[][3] = {{1, 37, 67}, {3, 64, 256}, {17, 33, 130}, {9, 100, 1023}, {2, 32, 1}, {8, 70, 4}};
-  ForEachPath([&](const std::string& path) {
-    for (const auto& s : shapes) {
-      CheckShape(MakeWeights(LinearScheme::kW8A8Int8, s[1], s[2], s[2], false, rng), s[0], rng, path);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  });
+  for (const auto& s : shapes) {
+    CheckShape(MakeWeights(LinearScheme::kW8A8Int8, s[1], s[2], s[2], false, rng), s[0], rng, path);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
-TEST(CpuScaledMmKernel, W4a8MatchesTheContractBitForBit) {
+TEST_P(CpuScaledMmClass, W4a8MatchesTheContractBitForBit) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(9);
   struct Shape {
     int64_t m, n, group, groups;
   };
   const Shape shapes[] = {{1, 37, 8, 5}, {3, 64, 32, 4}, {17, 33, 128, 3}, {5, 96, 128, 1}, {4, 40, 8, 1}, {6, 50, 32, 9}};
-  ForEachPath([&](const std::string& path) {
-    for (const Shape& s : shapes) {
-      for (bool zeros : {false, true}) {
-        CheckShape(MakeWeights(LinearScheme::kW4A8, s.n, s.group * s.groups, s.group, zeros, rng), s.m, rng, path);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-    }
-  });
-}
-
-TEST(CpuScaledMmKernel, W4a8AllowsAShorterLastGroup) {
-  std::mt19937 rng(13);
-  ForEachPath([&](const std::string& path) {
-    CheckShape(MakeWeights(LinearScheme::kW4A8, 45, 136, 32, true, rng), 5, rng, path);  // groups 32 x 4 + 8
-  });
-}
-
-TEST(CpuScaledMmKernel, W8a8Fp8MatchesTheFloat64Reference) {
-  std::mt19937 rng(11);
-  const int64_t shapes[][4] = {{1, 37, 67, 67}, {3, 64, 256, 128}, {17, 33, 300, 128}, {6, 50, 130, 130}, {5, 40, 1, 1}};
-  ForEachPath([&](const std::string& path) {
-    for (const auto& s : shapes) {
-      CheckShape(MakeWeights(LinearScheme::kW8A8Fp8, s[1], s[2], s[3], false, rng), s[0], rng, path);
+  for (const Shape& s : shapes) {
+    for (bool zeros : {false, true}) {
+      CheckShape(MakeWeights(LinearScheme::kW4A8, s.n, s.group * s.groups, s.group, zeros, rng), s.m, rng, path);
       if (::testing::Test::HasFatalFailure()) return;
     }
-  });
+  }
+}
+
+TEST_P(CpuScaledMmClass, W4a8AllowsAShorterLastGroup) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
+  std::mt19937 rng(13);
+  CheckShape(MakeWeights(LinearScheme::kW4A8, 45, 136, 32, true, rng), 5, rng, path);  // groups 32 x 4 + 8
+}
+
+TEST_P(CpuScaledMmClass, W8a8Fp8MatchesTheFloat64Reference) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
+  std::mt19937 rng(11);
+  const int64_t shapes[][4] = {{1, 37, 67, 67}, {3, 64, 256, 128}, {17, 33, 300, 128}, {6, 50, 130, 130}, {5, 40, 1, 1}};
+  for (const auto& s : shapes) {
+    CheckShape(MakeWeights(LinearScheme::kW8A8Fp8, s[1], s[2], s[3], false, rng), s[0], rng, path);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 TEST(CpuScaledMmKernel, MEqualToZeroWritesNothing) {
@@ -351,43 +341,45 @@ TEST(CpuScaledMmKernel, MEqualToZeroWritesNothing) {
 
 // The largest K with every product at its extreme: the int32 sums (and the VNNI kernels' a + 128
 // shifted ones) must not overflow.
-TEST(CpuScaledMmKernel, ExtremeValuesAtTheLargestKDoNotOverflow) {
+TEST_P(CpuScaledMmClass, ExtremeValuesAtTheLargestKDoNotOverflow) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(17);
   const int64_t k = kernels::kScaledMmMaxK;
-  ForEachPath([&](const std::string& path) {
-    for (int q : {127, -127}) {
-      for (int a : {-128, 127}) {
-        const Weights w = MakeWeights(LinearScheme::kW8A8Int8, 35, k, k, false, rng, q);
-        const Packed packed(w);
-        ASSERT_TRUE(packed.status.is_ok());
-        Acts x(LinearScheme::kW8A8Int8, 3, k, rng, a);
-        x.azp = {0, -128, a == 127 ? -128 : 127};  // (a - azp) up to 255 in magnitude
-        for (bool with_azp : {false, true}) {
-          Options o;
-          o.with_azp = with_azp;
-          std::vector<float> y(static_cast<size_t>(3 * w.n));
-          ASSERT_TRUE(scaled_mm(Params(w, packed, x, o, y.data()), 0, linear_panels(w.n)).is_ok());
-          ExpectMatches(w, x, o, y.data(), path + " " + Describe(w, 3, o) + " q=" + std::to_string(q) + " a=" + std::to_string(a));
-        }
-      }
-    }
-    // w4a8: |a| = 128 against the extreme nibbles, one group of the largest K that is a multiple of 8.
-    const int64_t k8 = k / 8 * 8;
-    for (int q : {-8, 7}) {
-      const Weights w = MakeWeights(LinearScheme::kW4A8, 33, k8, k8, false, rng, q);
+  for (int q : {127, -127}) {
+    for (int a : {-128, 127}) {
+      const Weights w = MakeWeights(LinearScheme::kW8A8Int8, 35, k, k, false, rng, q);
       const Packed packed(w);
       ASSERT_TRUE(packed.status.is_ok());
-      const Acts x(LinearScheme::kW4A8, 2, k8, rng, -128);
-      std::vector<float> y(static_cast<size_t>(2 * w.n));
-      ASSERT_TRUE(scaled_mm(Params(w, packed, x, Options{}, y.data()), 0, linear_panels(w.n)).is_ok());
-      ExpectMatches(w, x, Options{}, y.data(), path + " w4a8 extreme q=" + std::to_string(q));
+      Acts x(LinearScheme::kW8A8Int8, 3, k, rng, a);
+      x.azp = {0, -128, a == 127 ? -128 : 127};  // (a - azp) up to 255 in magnitude
+      for (bool with_azp : {false, true}) {
+        Options o;
+        o.with_azp = with_azp;
+        std::vector<float> y(static_cast<size_t>(3 * w.n));
+        ASSERT_TRUE(scaled_mm(Params(w, packed, x, o, y.data()), 0, linear_panels(w.n)).is_ok());
+        ExpectMatches(w, x, o, y.data(), path + " " + Describe(w, 3, o) + " q=" + std::to_string(q) + " a=" + std::to_string(a));
+      }
     }
-  });
+  }
+  // w4a8: |a| = 128 against the extreme nibbles, one group of the largest K that is a multiple of 8.
+  const int64_t k8 = k / 8 * 8;
+  for (int q : {-8, 7}) {
+    const Weights w = MakeWeights(LinearScheme::kW4A8, 33, k8, k8, false, rng, q);
+    const Packed packed(w);
+    ASSERT_TRUE(packed.status.is_ok());
+    const Acts x(LinearScheme::kW4A8, 2, k8, rng, -128);
+    std::vector<float> y(static_cast<size_t>(2 * w.n));
+    ASSERT_TRUE(scaled_mm(Params(w, packed, x, Options{}, y.data()), 0, linear_panels(w.n)).is_ok());
+    ExpectMatches(w, x, Options{}, y.data(), path + " w4a8 extreme q=" + std::to_string(q));
+  }
 }
 
 // A row's output bits alone equal its bits among M others at any position, on one panel range or
 // split in two on two threads; fp8 included (its sums' order depends on K alone).
-TEST(CpuScaledMmKernel, ARowsBitsDoNotDependOnTheBatch) {
+TEST_P(CpuScaledMmClass, ARowsBitsDoNotDependOnTheBatch) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(19);
   struct Config {
     LinearScheme scheme;
@@ -400,65 +392,64 @@ TEST(CpuScaledMmKernel, ARowsBitsDoNotDependOnTheBatch) {
                             {LinearScheme::kW8A8Fp8, 390, 390, false},
                             {LinearScheme::kW8A8Fp8, 384, 128, false}};
   const int64_t n = 100;
-  ForEachPath([&](const std::string& path) {
-    for (const Config& c : configs) {
-      const Weights w = MakeWeights(c.scheme, n, c.k, c.group, c.zeros, rng);
-      const Packed packed(w);
-      ASSERT_TRUE(packed.status.is_ok());
-      std::vector<float> bias(static_cast<size_t>(n));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& b : bias) b = normal(rng);
-      Options o;
-      o.out = DType::kBFloat16;
-      o.bias = bias.data();
-      o.with_azp = c.scheme == LinearScheme::kW8A8Int8;
-      const Acts alone(c.scheme, 1, c.k, rng);
-      const std::vector<uint8_t> want = RunScaledMm(Params(w, packed, alone, o, nullptr));
-      for (int64_t m : {2, 5, 17, 64}) {
-        Acts x(c.scheme, m, c.k, rng);
-        const int64_t at = (m * 5) / 7;
-        std::memcpy(x.a + at * x.stride, alone.a, static_cast<size_t>(c.k));
-        x.scale_a[at] = alone.scale_a[0];
-        x.azp[at] = alone.azp[0];
-        for (int threads : {1, 2}) {
-          const std::vector<uint8_t> y = RunScaledMm(Params(w, packed, x, o, nullptr), threads);
-          ASSERT_EQ(0, std::memcmp(&y[at * n * 2], want.data(), static_cast<size_t>(n) * 2))
-              << path << " " << kernels::scheme_name(c.scheme) << " m=" << m << " threads=" << threads;
-        }
+  for (const Config& c : configs) {
+    const Weights w = MakeWeights(c.scheme, n, c.k, c.group, c.zeros, rng);
+    const Packed packed(w);
+    ASSERT_TRUE(packed.status.is_ok());
+    std::vector<float> bias(static_cast<size_t>(n));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& b : bias) b = normal(rng);
+    Options o;
+    o.out = DType::kBFloat16;
+    o.bias = bias.data();
+    o.with_azp = c.scheme == LinearScheme::kW8A8Int8;
+    const Acts alone(c.scheme, 1, c.k, rng);
+    const std::vector<uint8_t> want = RunScaledMm(Params(w, packed, alone, o, nullptr));
+    for (int64_t m : {2, 5, 17, 64}) {
+      Acts x(c.scheme, m, c.k, rng);
+      const int64_t at = (m * 5) / 7;
+      std::memcpy(x.a + at * x.stride, alone.a, static_cast<size_t>(c.k));
+      x.scale_a[at] = alone.scale_a[0];
+      x.azp[at] = alone.azp[0];
+      for (int threads : {1, 2}) {
+        const std::vector<uint8_t> y = RunScaledMm(Params(w, packed, x, o, nullptr), threads);
+        ASSERT_EQ(0, std::memcmp(&y[at * n * 2], want.data(), static_cast<size_t>(n) * 2))
+            << path << " " << kernels::scheme_name(c.scheme) << " m=" << m << " threads=" << threads;
       }
     }
-  });
+  }
 }
 
 // Long batches run in chunks of rows (scaled_mm-inl.h: about 2 MiB of prepared activations, at
 // least 64 rows): rows on either side of a chunk's edge give the bits they give alone.
-TEST(CpuScaledMmKernel, ChunksOfRowsGiveTheRowsBitsAlone) {
+TEST_P(CpuScaledMmClass, ChunksOfRowsGiveTheRowsBitsAlone) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(41);
   const int64_t n = 40, m = 150;
-  ForEachPath([&](const std::string& path) {
-    for (LinearScheme s : {LinearScheme::kW8A8Int8, LinearScheme::kW8A8Fp8}) {
-      const int64_t k = s == LinearScheme::kW8A8Int8 ? 32768 + 3 : 8192 + 1;  // chunks of 64 rows (f32 rows for fp8)
-      const Weights w = MakeWeights(s, n, k, k, false, rng);
-      const Packed packed(w);
-      ASSERT_TRUE(packed.status.is_ok());
-      Options o;
-      o.with_azp = s == LinearScheme::kW8A8Int8;
-      const Acts x(s, m, k, rng);
-      const std::vector<uint8_t> all = RunScaledMm(Params(w, packed, x, o, nullptr));
-      for (int64_t r : {0, 63, 64, 127, 128, 149}) {
-        Acts one(s, 1, k, rng);
-        std::memcpy(one.a, x.Row(r), static_cast<size_t>(k));
-        one.scale_a[0] = x.scale_a[r];
-        one.azp[0] = x.azp[r];
-        const std::vector<uint8_t> alone = RunScaledMm(Params(w, packed, one, o, nullptr));
-        ASSERT_EQ(0, std::memcmp(&all[r * n * 4], alone.data(), static_cast<size_t>(n) * 4))
-            << path << " " << kernels::scheme_name(s) << " row " << r;
-      }
+  for (LinearScheme s : {LinearScheme::kW8A8Int8, LinearScheme::kW8A8Fp8}) {
+    const int64_t k = s == LinearScheme::kW8A8Int8 ? 32768 + 3 : 8192 + 1;  // chunks of 64 rows (f32 rows for fp8)
+    const Weights w = MakeWeights(s, n, k, k, false, rng);
+    const Packed packed(w);
+    ASSERT_TRUE(packed.status.is_ok());
+    Options o;
+    o.with_azp = s == LinearScheme::kW8A8Int8;
+    const Acts x(s, m, k, rng);
+    const std::vector<uint8_t> all = RunScaledMm(Params(w, packed, x, o, nullptr));
+    for (int64_t r : {0, 63, 64, 127, 128, 149}) {
+      Acts one(s, 1, k, rng);
+      std::memcpy(one.a, x.Row(r), static_cast<size_t>(k));
+      one.scale_a[0] = x.scale_a[r];
+      one.azp[0] = x.azp[r];
+      const std::vector<uint8_t> alone = RunScaledMm(Params(w, packed, one, o, nullptr));
+      ASSERT_EQ(0, std::memcmp(&all[r * n * 4], alone.data(), static_cast<size_t>(n) * 4))
+          << path << " " << kernels::scheme_name(s) << " row " << r;
     }
-  });
+  }
 }
 
-// The scalar kernel and the AVX2 FMA kernel sum fp8 products in the same order (k = 0, 1, ...).
+// The scalar kernel and the AVX2 FMA kernel (under the AVX2 and the AVX3 target's drivers) sum fp8
+// products in the same order (k = 0, 1, ...).
 TEST(CpuScaledMmKernel, Fp8ScalarAndAvx2KernelsGiveTheSameBits) {
   std::mt19937 rng(23);
   const Weights w = MakeWeights(LinearScheme::kW8A8Fp8, 70, 4096 + 6, 128, false, rng);
@@ -466,60 +457,53 @@ TEST(CpuScaledMmKernel, Fp8ScalarAndAvx2KernelsGiveTheSameBits) {
   ASSERT_TRUE(packed.status.is_ok());
   const Acts x(LinearScheme::kW8A8Fp8, 5, w.k, rng);
   std::vector<std::vector<uint8_t>> outs;
-  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kNone);
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
+  std::vector<std::string> ran;
+  for (const char* cls : {"sse4", "avx2", "avx512"}) {
+    const CpuClassScope scope(cls);
+    if (!scope.missing().empty()) continue;
     outs.push_back(RunScaledMm(Params(w, packed, x, Options{}, nullptr)));
+    ran.push_back(cls);
   }
-  set_scaled_mm_dot_products_for_test(ScaledMmDotProducts::kAll);
-  for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[0], outs[i]) << hwy::TargetName(KernelTargets()[i]);
+  if (ran.size() < 2) GTEST_SKIP() << "fewer than two of the classes sse4, avx2, avx512 run here: nothing to compare";
+  for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[0], outs[i]) << ran[i];
 }
 
-TEST(CpuScaledMmKernel, NanPropagates) {
+TEST_P(CpuScaledMmClass, NanPropagates) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::string path = GetParam();
   std::mt19937 rng(29);
-  ForEachPath([&](const std::string& path) {
-    for (LinearScheme s : {LinearScheme::kW8A8Int8, LinearScheme::kW4A8, LinearScheme::kW8A8Fp8}) {
-      Weights w = MakeWeights(s, 40, 64, s == LinearScheme::kW4A8 ? 32 : 64, false, rng);
-      w.scales[1 * w.groups] = NAN;  // channel 1, group 0
-      const Packed packed(w);
-      ASSERT_TRUE(packed.status.is_ok());
-      Acts x(s, 3, 64, rng);
-      x.scale_a[2] = NAN;  // row 2
-      if (s == LinearScheme::kW8A8Fp8) x.a[0 * x.stride + 5] = 0x7F;  // row 0: a NaN input
-      std::vector<float> y(static_cast<size_t>(3 * 40));
-      ASSERT_TRUE(scaled_mm(Params(w, packed, x, Options{}, y.data()), 0, 2).is_ok());
-      for (int64_t r = 0; r < 3; ++r) {
-        for (int64_t nn = 0; nn < 40; ++nn) {
-          const bool nan = nn == 1 || r == 2 || (s == LinearScheme::kW8A8Fp8 && r == 0);
-          EXPECT_EQ(nan, std::isnan(y[r * 40 + nn])) << path << " " << kernels::scheme_name(s) << " (" << r << ", " << nn << ")";
-        }
+  for (LinearScheme s : {LinearScheme::kW8A8Int8, LinearScheme::kW4A8, LinearScheme::kW8A8Fp8}) {
+    Weights w = MakeWeights(s, 40, 64, s == LinearScheme::kW4A8 ? 32 : 64, false, rng);
+    w.scales[1 * w.groups] = NAN;  // channel 1, group 0
+    const Packed packed(w);
+    ASSERT_TRUE(packed.status.is_ok());
+    Acts x(s, 3, 64, rng);
+    x.scale_a[2] = NAN;  // row 2
+    if (s == LinearScheme::kW8A8Fp8) x.a[0 * x.stride + 5] = 0x7F;  // row 0: a NaN input
+    std::vector<float> y(static_cast<size_t>(3 * 40));
+    ASSERT_TRUE(scaled_mm(Params(w, packed, x, Options{}, y.data()), 0, 2).is_ok());
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t nn = 0; nn < 40; ++nn) {
+        const bool nan = nn == 1 || r == 2 || (s == LinearScheme::kW8A8Fp8 && r == 0);
+        EXPECT_EQ(nan, std::isnan(y[r * 40 + nn])) << path << " " << kernels::scheme_name(s) << " (" << r << ", " << nn << ")";
       }
     }
-  });
-}
-
-// The int8 kernel each target selects on this CPU under each set of allowed dot products.
-TEST(CpuScaledMmKernel, IsaNamesThePath) {
-  using D = ScaledMmDotProducts;
-  const CpuFeatures& f = cpu_features();
-  const std::string ymm = f.avx_vnni ? "avx-vnni" : "avx2";
-  for (int64_t target : KernelTargets()) {
-    TargetScope scope(target);
-    const std::string isa = scaled_mm_isa();
-    const std::string name = hwy::TargetName(target);
-    if (name == "AVX2") EXPECT_EQ(isa, ymm);
-    if (name == "AVX3") EXPECT_EQ(isa, f.avx512_vnni ? "avx512-vnni" : ymm);
-    if (name == "AVX2" || name == "AVX3") {
-      set_scaled_mm_dot_products_for_test(D::kNoAvx512);
-      EXPECT_EQ(std::string(scaled_mm_isa()), ymm) << name;
-      set_scaled_mm_dot_products_for_test(D::kNone);
-      EXPECT_EQ(std::string(scaled_mm_isa()), "avx2") << name;
-      set_scaled_mm_dot_products_for_test(D::kAll);
-    }
-    if (name == "SSE4") EXPECT_EQ(isa, "scalar");
-    EXPECT_FALSE(isa.empty());
   }
 }
+
+// The int8 kernel each CPU class selects, and the Highway target it runs under.
+TEST_P(CpuScaledMmClass, IsaNamesThePath) {
+  XLLM_AS_CPU_CLASS(GetParam());
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"sse4", {"scalar", "SSE4"}},         {"avx2", {"avx2", "AVX2"}},
+      {"avx2_vnni", {"avx-vnni", "AVX2"}},  {"avx512", {"avx2", "AVX3"}},
+      {"avx512_avx_vnni", {"avx-vnni", "AVX3"}}, {"avx512_vnni", {"avx512-vnni", "AVX3"}},
+      {"avx512_bf16", {"avx512-vnni", "AVX3"}}};
+  EXPECT_EQ(std::string(scaled_mm_isa()), want.at(GetParam()).first);
+  EXPECT_EQ(std::string(simd_target()), want.at(GetParam()).second);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, CpuScaledMmClass, CpuClasses(kScaledMmClasses), CpuClassTestName);
 
 TEST(CpuScaledMmKernel, PackRejectsValuesOutsideTheirRange) {
   std::mt19937 rng(31);

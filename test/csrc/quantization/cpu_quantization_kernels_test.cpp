@@ -47,13 +47,19 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr uint32_t kCanonicalNaN = 0x7FC00000u;
 
-// The bf16 byte-table path on (the default) or off while in scope.
+// The bf16 byte-table path as the CPU has it (AVX512_VBMI), or off (the feature taken away) while in
+// scope.
 class ByteTablesScope {
  public:
-  explicit ByteTablesScope(bool enabled) { set_quant_byte_tables_for_test(enabled); }
-  ~ByteTablesScope() { set_quant_byte_tables_for_test(true); }
-  ByteTablesScope(const ByteTablesScope&) = delete;
-  ByteTablesScope& operator=(const ByteTablesScope&) = delete;
+  explicit ByteTablesScope(bool enabled) : scope_(Allowed(enabled)) {}
+
+ private:
+  static CpuFeatures Allowed(bool enabled) {
+    CpuFeatures f = probed_cpu_features();
+    f.avx512_vbmi = f.avx512_vbmi && enabled;
+    return f;
+  }
+  ScopedCpuFeatures scope_;
 };
 
 // The table settings to run: both for per-token fp8 of bf16 rows (the tables' only use), else on.

@@ -322,17 +322,16 @@ void CheckBatchInvariance(std::initializer_list<at::ScalarType> dtypes) {
 TEST(CpuAttentionQuant, BatchInvariantRowsAreTheSameAloneAndInAnyBatch) { CheckBatchInvariance({at::kBFloat16, at::kFloat}); }
 
 // The prefill tile kernel over quantized pages on the AVX-512 BF16 tiles (forced where the CPU has
-// AMX: cpu::set_prefill_avx512_tiles_for_test), on any CPU with AVX512_BF16: through cpu.native's
+// AMX: AMX taken away by cpu::ScopedCpuFeatures), on any CPU with AVX512_BF16: through cpu.native's
 // bridge, its bf16-query prefill rows (more than 16 query vectors per KV head) against the reference
 // over the dequantized caches, and batch invariant as above. On AMX CPUs the tests above run the
 // AMX tiles. The kernel tests (test/csrc/attention) check both element by element against a
 // float64 bound.
 TEST(CpuAttentionQuant, PrefillOnAvx512Bf16TilesMatchesTheReferenceAndIsBatchInvariant) {
   if (!cpu::cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16: the AVX-512 BF16 tiles need it";
-  struct Forced {
-    Forced() { cpu::set_prefill_avx512_tiles_for_test(true); }
-    ~Forced() { cpu::set_prefill_avx512_tiles_for_test(false); }
-  } forced;
+  cpu::CpuFeatures without_amx = cpu::probed_cpu_features();
+  without_amx.amx_bf16 = without_amx.amx_int8 = false;
+  const cpu::ScopedCpuFeatures forced(without_amx);
   const Batch batches[] = {
       {{19, 33}, {19, 33}, 8, 8, 80},                  // prefill, MHA, head 80
       {{50, 40, 9}, {12, 1, 9}, 16, 1, 128, 32},       // chunk + decode + prefill, MQA

@@ -1,6 +1,6 @@
 // cpu.native's two paths through torch's at::native::cpublas::brgemm, each against the kernels'
-// own, forced on any CPU torch's brgemm runs on (set_native_linear_brgemm_for_test; by default they
-// run where the CPU has AMX):
+// own, forced on any CPU torch's brgemm runs on (cpu::ScopedCpuFeatures' torch_brgemm_without_amx; by
+// default they run where the CPU has AMX):
 //   linear, bf16 input with bf16 weights: the vdpbf16ps kernel (or the float32 chain where the CPU has
 //     no AVX512_BF16) and brgemm are each within the float64 reference's tolerance and batch invariant
 //     (a row's bits alone, among others, on 1 or 2 threads, from strided rows); a packed weight of
@@ -28,11 +28,21 @@
 namespace xllm_kernel::testing {
 namespace {
 
-using linear::NativeLinearBrgemm;
+// Which path cpu.native takes: its own kernels (AMX taken away, so never torch's brgemm), or torch's
+// brgemm on any CPU it runs on (cpu::ScopedCpuFeatures' torch_brgemm_without_amx).
+enum class NativeLinearBrgemm { kNever, kAlways };
 
-struct PolicyScope {
-  explicit PolicyScope(NativeLinearBrgemm p) { linear::set_native_linear_brgemm_for_test(p); }
-  ~PolicyScope() { linear::set_native_linear_brgemm_for_test(NativeLinearBrgemm::kAuto); }
+class PolicyScope {
+ public:
+  explicit PolicyScope(NativeLinearBrgemm p) : scope_(Allowed(p), p == NativeLinearBrgemm::kAlways) {}
+
+ private:
+  static cpu::CpuFeatures Allowed(NativeLinearBrgemm p) {
+    cpu::CpuFeatures f = cpu::probed_cpu_features();
+    if (p == NativeLinearBrgemm::kNever) f.amx_bf16 = f.amx_int8 = false;
+    return f;
+  }
+  const cpu::ScopedCpuFeatures scope_;
 };
 
 // The paths this CPU can run: the kernels always; torch's brgemm where its bf16 (int8) microkernel runs.
