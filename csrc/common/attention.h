@@ -92,9 +92,9 @@ struct PagedAttentionParams {
   float scale = 1.0f;          // multiplies the logits
   float soft_cap = 0.0f;       // > 0: logit = soft_cap * tanh(logit / soft_cap); 0: off
   int64_t sliding_window = 0;  // > 0: the last sliding_window positions (its own included); <= 0: off
-  // CUDA: a plan whose key ranges depend on each row alone (never on the SM count or the other
-  // rows), merged in order, so that a row's bits are the same in any batch (csrc/cuda/attention/
-  // attention.h). The CPU kernel takes it as plan_paged_attention's argument instead.
+  // A plan whose work depends on each row alone (never on the thread or SM count, or the other
+  // rows), merged in order, so that a row's bits are the same in any batch: read by both kernels'
+  // plan_paged_attention (csrc/cpu/attention/attention.h, csrc/cuda/attention/attention.h).
   bool batch_invariant = false;
 };
 

@@ -103,8 +103,6 @@ enum class QuantScheme : int {
   kStatic = 2,       // one given scale for the whole tensor (and, int8 only, an optional zero point)
 };
 
-constexpr const char* quant_dtype_name(QuantDType t) { return t == QuantDType::kInt8 ? "int8" : "float8_e4m3fn"; }
-
 constexpr bool valid_quant_dtype(QuantDType t) { return t == QuantDType::kInt8 || t == QuantDType::kFloat8E4M3; }
 
 // Whether the scheme exists and fits the quantized type (kPerTokenAzp is int8 only).

@@ -11,7 +11,7 @@
 //   if (detail::stream_cpu_output(out.nbytes())) params.stream_out = true;
 //
 // XLLM_KERNEL_CPU_STREAM_BYTES=<bytes> replaces the threshold (0: stream every eligible output;
-// a huge value: never stream). The reports record stream_policy().
+// a huge value: never stream). The reports record cpu_stream_policy().
 #pragma once
 
 #include <cstdint>

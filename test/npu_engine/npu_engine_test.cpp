@@ -56,7 +56,7 @@ TEST(NpuExclusion, WithoutTorchNpuEveryNpuCandidateIsAMissingDependency) {
 class NpuStandIn : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_NE(dlopen(XK_NPU_STANDIN_PATH, RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
+    ASSERT_NE(dlopen(XLLM_NPU_STANDIN_PATH, RTLD_NOW | RTLD_GLOBAL), nullptr) << dlerror();
     ASSERT_EQ(c10::get_privateuse1_backend(), "npu");
     // The operations with npu implementations (the whole catalog would fail: the other families
     // have none on npu).

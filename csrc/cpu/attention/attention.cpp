@@ -749,7 +749,8 @@ int64_t AmxTileRows(const PagedAttentionParams& p, int64_t threads, int64_t tile
 
 }  // namespace
 
-PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads, bool batch_invariant) {
+PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads) {
+  const bool batch_invariant = p.batch_invariant;
   PagedAttentionPlan plan;
   if (InvalidParams(p) != nullptr) return plan;
   threads = std::max<int64_t>(threads, 1);

@@ -82,13 +82,13 @@ struct PagedAttentionPlan {
 // lengths contradict each other, or whose table holds a block id outside [0, num_blocks) where
 // its keys are, gets no items (its output rows are not written).
 //
-// batch_invariant: a sequence's items depend on that sequence alone, never on the thread count or
+// p.batch_invariant: a sequence's items depend on that sequence alone, never on the thread count or
 // the other sequences: query rows are tiled by a fixed count (the AMX prefill kernel's 512 query
 // vectors where it runs), and the keys of an item are split into fixed chunks of
 // kInvariantSplitKeys (more where that would exceed kMaxSplits), merged in key order. The same
 // query row then gets the same bits in any batch and on any number of threads (it may differ when
 // its prompt is prefilled in other chunks: the tiles start at the call's first row).
-PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads, bool batch_invariant = false);
+PagedAttentionPlan plan_paged_attention(const PagedAttentionParams& p, int64_t threads);
 
 // The keys of an item of a batch-invariant plan are split into chunks of this many (a multiple of
 // the kernels' key tile), merged in a fixed order.

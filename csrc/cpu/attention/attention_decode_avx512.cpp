@@ -38,8 +38,8 @@
 #include "csrc/cpu/common/avx512_math.h"
 #include "csrc/cpu/common/cpu_features.h"
 
-#define XK_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define XK_AVX512BF16_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XLLM_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XLLM_AVX512BF16_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace xllm_kernel::cpu::attention_detail {
 
@@ -65,14 +65,14 @@ inline __mmask16 KeyRange(int64_t lo, int64_t hi) {
 
 // Elements [0, 32) of an int8 row (lanes outside `m` zero) as float32: the even ones in `even`, the
 // odd ones in `odd` (the layout TileValues accumulates in).
-XK_AVX512BF16_INLINE void EvenOddInt8(const uint8_t* p, __mmask32 m, __m512& even, __m512& odd) {
+XLLM_AVX512BF16_INLINE void EvenOddInt8(const uint8_t* p, __mmask32 m, __m512& even, __m512& odd) {
   const __m512i w = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, p));
   even = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16));
   odd = _mm512_cvtepi32_ps(_mm512_srai_epi32(w, 16));
 }
 
 // r[j] = the sum of the 16 lanes of a[j] (16 vectors, 64 bytes apart), by a transpose-add tree.
-XK_AVX512BF16_INLINE __m512 Reduce16(const float* a) {
+XLLM_AVX512BF16_INLINE __m512 Reduce16(const float* a) {
   __m512 b[8], c[4];
   for (int p = 0; p < 8; ++p) {
     const __m512 x = _mm512_load_ps(a + 32 * p), y = _mm512_load_ps(a + 32 * p + 16);
@@ -100,7 +100,7 @@ struct Scratch16 {
 };
 
 // Prefetches (into L1) the lines of [row, row + bytes): a head's slice of a cache row of a later tile.
-XK_AVX512BF16_INLINE void PrefetchSlice(const char* row, int64_t bytes) {
+XLLM_AVX512BF16_INLINE void PrefetchSlice(const char* row, int64_t bytes) {
   const char* end = row + bytes;
   for (const char* a = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63}); a < end;
        a += 64) {
@@ -112,7 +112,7 @@ XK_AVX512BF16_INLINE void PrefetchSlice(const char* row, int64_t bytes) {
 // vector where the pass is full); ahead[j] (or null): this head's slice of a later key, prefetched
 // alongside key j.
 template <Fmt F, int NC, int MB>
-XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const Elem<F>* const* krow, __mmask16 ok,
+XLLM_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const Elem<F>* const* krow, __mmask16 ok,
                                    __mmask32 last, float* dots, const char* const* ahead, int64_t ahead_bytes) {
   __m512bh qv[MB][NC];
   for (int i = 0; i < MB; ++i) {
@@ -143,7 +143,7 @@ XK_AVX512BF16_INLINE void DotsPass(const uint16_t* q, int m0, int mb, const Elem
 // null): this head's slice of a key of a later tile, ahead_bytes long, prefetched with key j (the
 // prefetches spread over the work instead of issued at once).
 template <Fmt F, int NC>
-XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const Elem<F>* const* krow, __mmask16 ok, __mmask32 last,
+XLLM_AVX512BF16 void TileDots(const uint16_t* q, int M, const Elem<F>* const* krow, __mmask16 ok, __mmask32 last,
                             float* dots, float* s, const char* const* ahead, int64_t ahead_bytes) {
   constexpr int MB = NC >= 16 ? 1 : 16 / NC;  // query vectors per pass, held in registers
   for (int m0 = 0; m0 < M; m0 += MB) {
@@ -162,7 +162,7 @@ XK_AVX512BF16 void TileDots(const uint16_t* q, int M, const Elem<F>* const* krow
 // chunk of the head at a time; the rows' 32-element groups masked by `masks` (2 per chunk).
 // ahead[j] (or null): as TileDots', prefetched with key j, each chunk's part in its first pass.
 template <Fmt F>
-XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const Elem<F>* const* vrow, __mmask16 ok,
+XLLM_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const Elem<F>* const* vrow, __mmask16 ok,
                               const __mmask32* masks, int chunks, int op, float* o, const char* const* ahead,
                               int64_t ahead_bytes) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -218,7 +218,7 @@ XK_AVX512BF16 void TileValues(const float* pm, const float* alpha, int M, const 
 
 // The element-order floats of 32-element group g of an even / odd row: lo = elements 0..15,
 // hi = 16..31.
-XK_AVX512BF16_INLINE void Interleave(const float* o, __m512& lo, __m512& hi) {
+XLLM_AVX512BF16_INLINE void Interleave(const float* o, __m512& lo, __m512& hi) {
   const __m512 e = _mm512_load_ps(o), d = _mm512_load_ps(o + 16);
   const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512i ihi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
@@ -227,7 +227,7 @@ XK_AVX512BF16_INLINE void Interleave(const float* o, __m512& lo, __m512& hi) {
 }
 
 template <Fmt F, int NC>
-XK_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+XLLM_AVX512BF16 void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
   using TC = Elem<F>;
   constexpr int64_t kEs = sizeof(TC);
   constexpr bool kQuant = F != Fmt::kBf16;

@@ -45,9 +45,9 @@
 #include "csrc/cpu/common/amx_tiles.h"
 #include "csrc/cpu/common/avx512_math.h"
 
-#define XK_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
-#define XK_AMX_LAMBDA __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
-#define XK_AMX_INLINE \
+#define XLLM_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#define XLLM_AMX_LAMBDA __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#define XLLM_AMX_INLINE \
   inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
 namespace xllm_kernel::cpu::attention_detail::amx_prefill {
@@ -63,7 +63,7 @@ inline __mmask16 Lanes16(int64_t n) {
 // 2^x for x <= 0 (NaN stays NaN; below -126 a tiny positive number, callers mask what must be 0):
 // x = n + f, |f| <= 1/2, 2^f = e^(f ln2) by its Taylor polynomial of degree 6 (truncation 1.2e-7
 // relative), scaled by 2^n.
-XK_AMX_INLINE __m512 Exp2(__m512 x) {
+XLLM_AMX_INLINE __m512 Exp2(__m512 x) {
   x = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);  // the second operand where either is NaN
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
@@ -78,7 +78,7 @@ XK_AMX_INLINE __m512 Exp2(__m512 x) {
 }
 
 // Transposes the 16 x 16 matrix of 32-bit elements whose row i is r[i].
-XK_AMX_INLINE void Transpose16(__m512i* r) {
+XLLM_AMX_INLINE void Transpose16(__m512i* r) {
   __m512i t[16], u[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -168,7 +168,7 @@ struct AmxScratch {
 };
 
 template <class Tiles, int NC>
-XK_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const AttentionItem& item, const SeqSpan& span,
+XLLM_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const AttentionItem& item, const SeqSpan& span,
                     int hi, const AmxScratch& sc, float* workspace) {
   constexpr int hsp = NC * 32, DT = 2 * NC;
   const int64_t G = kernels::query_heads_per_kv(p), hs = p.head_size;
@@ -238,7 +238,7 @@ XK_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const Attention
   const bool capped = p.soft_cap > 0.0f, increasing = p.scale > 0.0f;
   const __m512 scale2 = _mm512_set1_ps(p.scale * kLog2e), cap2 = _mm512_set1_ps(p.soft_cap * kLog2e);
   const __m512 scale_cap = _mm512_set1_ps(capped ? p.scale / p.soft_cap : 0.0f);
-  auto Logit2 = [&](__m512 x) XK_AMX_LAMBDA {
+  auto Logit2 = [&](__m512 x) XLLM_AMX_LAMBDA {
     return capped ? _mm512_mul_ps(cap2, avx512::Tanh<6>(_mm512_mul_ps(x, scale_cap))) : _mm512_mul_ps(x, scale2);
   };
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -388,7 +388,7 @@ XK_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const Attention
       // Weights 2^(logit2 - max) rounded to bf16, in key pairs: w[i] word 2m / 2m + 1 = keys 2i /
       // 2i + 1 of vector m. Quantized values: each weight times its value's factor before the
       // rounding (P V of the dequantized rows), the denominator the sum of the plain weights.
-      auto weight = [&](int j) XK_AMX_LAMBDA {
+      auto weight = [&](int j) XLLM_AMX_LAMBDA {
         const __m512 x = _mm512_load_ps(sc.s + 16 * j);
         const __m512 y = increasing ? (capped ? _mm512_sub_ps(Logit2(x), use_max) : _mm512_fmsub_ps(x, scale2, use_max))
                                     : _mm512_sub_ps(x, use_max);
@@ -475,7 +475,7 @@ XK_AMX void RunHead(Tiles& tiles, const PagedAttentionParams& p, const Attention
 }
 
 template <class Tiles, int NC>
-XK_AMX void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
+XLLM_AMX void RunItem(const PagedAttentionParams& p, const AttentionItem& item, float* workspace) {
   SeqSpan span;
   if (!SeqSpanOf(p, item.seq, span)) return;
   constexpr int hsp = NC * 32, DT = 2 * NC;

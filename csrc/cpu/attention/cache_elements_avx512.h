@@ -15,7 +15,7 @@
 
 #include "csrc/common/kv_cache.h"
 
-#define XK_CACHE_ELEMENTS_INLINE \
+#define XLLM_CACHE_ELEMENTS_INLINE \
   inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace xllm_kernel::cpu::attention_detail {
@@ -40,7 +40,7 @@ inline Fmt FmtOf(kernels::KvCacheFormat f) {
 // Elements [0, 32) of p (lanes outside `m` zero, never read) as 32 bf16: exact for every format (an
 // e4m3 element comes out as 2^-8 of its value).
 template <Fmt F>
-XK_CACHE_ELEMENTS_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
+XLLM_CACHE_ELEMENTS_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
   if constexpr (F == Fmt::kBf16) {
     return _mm512_maskz_loadu_epi16(m, p);
   } else if constexpr (F == Fmt::kInt8) {
@@ -60,7 +60,7 @@ XK_CACHE_ELEMENTS_INLINE __m512i Load32(const Elem<F>* p, __mmask32 m) {
 }
 
 // Load32 with the format chosen at run time; p points at the first element's byte.
-XK_CACHE_ELEMENTS_INLINE __m512i Load32(Fmt f, const uint8_t* p, __mmask32 m) {
+XLLM_CACHE_ELEMENTS_INLINE __m512i Load32(Fmt f, const uint8_t* p, __mmask32 m) {
   switch (f) {
     case Fmt::kFp8: return Load32<Fmt::kFp8>(p, m);
     case Fmt::kInt8: return Load32<Fmt::kInt8>(p, m);

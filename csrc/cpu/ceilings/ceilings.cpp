@@ -112,52 +112,52 @@ namespace {
 #if defined(__x86_64__)
 // Twelve independent accumulator chains (named variables c0..c11, so they stay in registers), four
 // rounds unrolled; the inputs are either opaque to the compiler (the dot-product builtins) or taken
-// from the chain itself (AVX2), so nothing is hoisted out of the loop. XK_PEAK_FN(name, target,
+// from the chain itself (AVX2), so nothing is hoisted out of the loop. XLLM_PEAK_FN(name, target,
 // vector type, zero, scalar of s, products an instruction) defines `double name(int64_t iterations)`
-// returning the operations done, from XK_PEAK_INIT_name(k) (chain k's start), XK_PEAK_STEP_name(k)
-// (one step of chain k) and XK_PEAK_FOLD_name(k) (chain k folded into s).
-#define XK_REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define XK_PEAK_FN(NAME, TARGET, V, ZERO, SCALAR, PRODUCTS)                               \
+// returning the operations done, from XLLM_PEAK_INIT_name(k) (chain k's start), XLLM_PEAK_STEP_name(k)
+// (one step of chain k) and XLLM_PEAK_FOLD_name(k) (chain k folded into s).
+#define XLLM_REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define XLLM_PEAK_FN(NAME, TARGET, V, ZERO, SCALAR, PRODUCTS)                               \
   __attribute__((target(TARGET))) double NAME(int64_t iterations) {                     \
-    XK_REP12(XK_PEAK_INIT_##NAME)                                                       \
+    XLLM_REP12(XLLM_PEAK_INIT_##NAME)                                                       \
     for (int64_t i = 0; i < iterations; ++i) {                                          \
-      XK_REP12(XK_PEAK_STEP_##NAME) XK_REP12(XK_PEAK_STEP_##NAME)                       \
-      XK_REP12(XK_PEAK_STEP_##NAME) XK_REP12(XK_PEAK_STEP_##NAME)                       \
+      XLLM_REP12(XLLM_PEAK_STEP_##NAME) XLLM_REP12(XLLM_PEAK_STEP_##NAME)                       \
+      XLLM_REP12(XLLM_PEAK_STEP_##NAME) XLLM_REP12(XLLM_PEAK_STEP_##NAME)                       \
     }                                                                                   \
     V s = ZERO;                                                                         \
-    XK_REP12(XK_PEAK_FOLD_##NAME)                                                       \
+    XLLM_REP12(XLLM_PEAK_FOLD_##NAME)                                                       \
     volatile auto sink = SCALAR;                                                        \
     (void)sink;                                                                         \
     return static_cast<double>(iterations) * 4 * 12 * (PRODUCTS) * 2;                   \
   }
 
-#define XK_PEAK_INIT_Int8Avx512Vnni(k) __m512i c##k = _mm512_set1_epi32(k);
-#define XK_PEAK_STEP_Int8Avx512Vnni(k) c##k = _mm512_dpbusd_epi32(c##k, _mm512_set1_epi8(1), _mm512_set1_epi8(3));
-#define XK_PEAK_FOLD_Int8Avx512Vnni(k) s = _mm512_xor_si512(s, c##k);
-XK_PEAK_FN(Int8Avx512Vnni, "avx512f,avx512bw,avx512vnni", __m512i, _mm512_setzero_si512(),
+#define XLLM_PEAK_INIT_Int8Avx512Vnni(k) __m512i c##k = _mm512_set1_epi32(k);
+#define XLLM_PEAK_STEP_Int8Avx512Vnni(k) c##k = _mm512_dpbusd_epi32(c##k, _mm512_set1_epi8(1), _mm512_set1_epi8(3));
+#define XLLM_PEAK_FOLD_Int8Avx512Vnni(k) s = _mm512_xor_si512(s, c##k);
+XLLM_PEAK_FN(Int8Avx512Vnni, "avx512f,avx512bw,avx512vnni", __m512i, _mm512_setzero_si512(),
            _mm512_reduce_add_epi32(s), 64)
 
-#define XK_PEAK_INIT_Int8AvxVnni(k) __m256i c##k = _mm256_set1_epi32(k);
-#define XK_PEAK_STEP_Int8AvxVnni(k) c##k = _mm256_dpbusd_avx_epi32(c##k, _mm256_set1_epi8(1), _mm256_set1_epi8(3));
-#define XK_PEAK_FOLD_Int8AvxVnni(k) s = _mm256_xor_si256(s, c##k);
-XK_PEAK_FN(Int8AvxVnni, "avx2,fma,avxvnni", __m256i, _mm256_setzero_si256(), _mm256_extract_epi32(s, 0), 32)
+#define XLLM_PEAK_INIT_Int8AvxVnni(k) __m256i c##k = _mm256_set1_epi32(k);
+#define XLLM_PEAK_STEP_Int8AvxVnni(k) c##k = _mm256_dpbusd_avx_epi32(c##k, _mm256_set1_epi8(1), _mm256_set1_epi8(3));
+#define XLLM_PEAK_FOLD_Int8AvxVnni(k) s = _mm256_xor_si256(s, c##k);
+XLLM_PEAK_FN(Int8AvxVnni, "avx2,fma,avxvnni", __m256i, _mm256_setzero_si256(), _mm256_extract_epi32(s, 0), 32)
 
 // u8 x s8 pairs summed to int16 (vpmaddubsw), pairs of those to int32 (vpmaddwd), accumulated
 // (vpaddd): 32 products per three instructions.
-#define XK_PEAK_INIT_Int8Avx2(k) __m256i c##k = _mm256_set1_epi32(k);
-#define XK_PEAK_STEP_Int8Avx2(k) \
+#define XLLM_PEAK_INIT_Int8Avx2(k) __m256i c##k = _mm256_set1_epi32(k);
+#define XLLM_PEAK_STEP_Int8Avx2(k) \
   c##k = _mm256_add_epi32(c##k, _mm256_madd_epi16(_mm256_maddubs_epi16(c##k, _mm256_set1_epi8(3)), _mm256_set1_epi16(1)));
-#define XK_PEAK_FOLD_Int8Avx2(k) s = _mm256_xor_si256(s, c##k);
-XK_PEAK_FN(Int8Avx2, "avx2,fma", __m256i, _mm256_setzero_si256(), _mm256_extract_epi32(s, 0), 32)
+#define XLLM_PEAK_FOLD_Int8Avx2(k) s = _mm256_xor_si256(s, c##k);
+XLLM_PEAK_FN(Int8Avx2, "avx2,fma", __m256i, _mm256_setzero_si256(), _mm256_extract_epi32(s, 0), 32)
 
 // bf16 pairs of 1.0 and 2^-20: the sums grow slowly, never overflow.
-#define XK_PEAK_INIT_Bf16Avx512(k) __m512 c##k = _mm512_set1_ps(static_cast<float>(k));
-#define XK_PEAK_STEP_Bf16Avx512(k) \
+#define XLLM_PEAK_INIT_Bf16Avx512(k) __m512 c##k = _mm512_set1_ps(static_cast<float>(k));
+#define XLLM_PEAK_STEP_Bf16Avx512(k) \
   c##k = _mm512_dpbf16_ps(c##k, (__m512bh)_mm512_set1_epi16(0x3F80), (__m512bh)_mm512_set1_epi16(0x3580));
-#define XK_PEAK_FOLD_Bf16Avx512(k) s = _mm512_add_ps(s, c##k);
-XK_PEAK_FN(Bf16Avx512, "avx512f,avx512bw,avx512bf16", __m512, _mm512_setzero_ps(), _mm512_reduce_add_ps(s), 32)
-#undef XK_PEAK_FN
-#undef XK_REP12
+#define XLLM_PEAK_FOLD_Bf16Avx512(k) s = _mm512_add_ps(s, c##k);
+XLLM_PEAK_FN(Bf16Avx512, "avx512f,avx512bw,avx512bf16", __m512, _mm512_setzero_ps(), _mm512_reduce_add_ps(s), 32)
+#undef XLLM_PEAK_FN
+#undef XLLM_REP12
 
 // Tiles 0-3 accumulate, 4-5 are A, 6-7 are B, every one 16 rows of 64 bytes (zeros: the tile
 // units take no shortcut on values). Inline assembly, as in the AMX attention kernel.

@@ -49,36 +49,36 @@ inline AmxTileConfig AmxTiles16x64(int count) {
   return cfg;
 }
 
-#define XK_AMX_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define XLLM_AMX_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
 // The tile instructions, with the memory they touch made visible to the compiler (the loads as much
 // as the stores: scratch written by vector stores just before a tile load).
 struct AmxTiles {
-  XK_AMX_TILES_INLINE static void Configure() {
+  XLLM_AMX_TILES_INLINE static void Configure() {
     const AmxTileConfig cfg = AmxTiles16x64(8);
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
   }
-  XK_AMX_TILES_INLINE static void Release() { __asm__ volatile("tilerelease" ::); }
+  XLLM_AMX_TILES_INLINE static void Release() { __asm__ volatile("tilerelease" ::); }
   template <int T>
-  XK_AMX_TILES_INLINE static void Zero() {
+  XLLM_AMX_TILES_INLINE static void Zero() {
     __asm__ volatile("tilezero %%tmm%c0" ::"i"(T));
   }
   template <int T>
-  XK_AMX_TILES_INLINE static void Load(const void* base, int64_t stride) {
+  XLLM_AMX_TILES_INLINE static void Load(const void* base, int64_t stride) {
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(static_cast<long>(stride)), "i"(T) : "memory");
   }
   template <int T>
-  XK_AMX_TILES_INLINE static void Store(void* base, int64_t stride) {
+  XLLM_AMX_TILES_INLINE static void Store(void* base, int64_t stride) {
     __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(stride)), "i"(T) : "memory");
   }
   // C += A B
   template <int C, int A, int B>
-  XK_AMX_TILES_INLINE static void Dot() {
+  XLLM_AMX_TILES_INLINE static void Dot() {
     __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
   }
 };
 
-#define XK_AVX512_BF16_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
+#define XLLM_AVX512_BF16_TILES_INLINE inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
 
 struct Avx512Bf16Tiles {
   alignas(64) uint8_t tile[8][16][64];
@@ -100,7 +100,7 @@ struct Avx512Bf16Tiles {
   // Row m of C: its 16 float32 += the sum over k of A's pair k of row m (broadcast) times row k of B
   // (16 pairs), pair by pair as vdpbf16ps does; B's rows held in registers, four rows of C at a time.
   template <int C, int A, int B>
-  XK_AVX512_BF16_TILES_INLINE void Dot() {
+  XLLM_AVX512_BF16_TILES_INLINE void Dot() {
     __m512bh b[16];
     for (int k = 0; k < 16; ++k) b[k] = (__m512bh)_mm512_load_si512(tile[B][k]);
     for (int m = 0; m < 16; m += 4) {

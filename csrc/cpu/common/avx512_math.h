@@ -4,7 +4,7 @@
 // they need (avx512f, avx512dq) and are always inlined, so any caller whose own target includes
 // those compiles them in its own context; callers check cpu_features() (cpu_features.h) first.
 //
-//   XK_AVX512BF16_INLINE __m512 Weights(__m512 logits, __m512 max) {
+//   XLLM_AVX512BF16_INLINE __m512 Weights(__m512 logits, __m512 max) {
 //     return xllm_kernel::cpu::avx512::Exp<7>(_mm512_sub_ps(logits, max));
 //   }
 #pragma once

@@ -17,8 +17,8 @@
 #include "csrc/common/linear.h"
 #include "csrc/cpu/linear/bf16_dot.h"
 
-#define XK_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define XK_BF16_INLINE \
+#define XLLM_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XLLM_BF16_INLINE \
   inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace xllm_kernel::cpu::linear_detail {
@@ -34,7 +34,7 @@ inline int32_t Load32(const uint16_t* p) {
 }
 
 template <int R>
-XK_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, const Bf16DotRange& range, const uint16_t* w, float* t) {
+XLLM_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, const Bf16DotRange& range, const uint16_t* w, float* t) {
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) {
     acc[r][0] = range.resume ? _mm512_loadu_ps(t + r * kP) : _mm512_setzero_ps();
@@ -60,7 +60,7 @@ XK_BF16_INLINE void Rows(const uint16_t* x, int64_t x_stride, const Bf16DotRange
 
 }  // namespace
 
-XK_BF16 void Bf16DotPanel(const uint16_t* x, int64_t x_stride, int64_t m, const uint16_t* panel,
+XLLM_BF16 void Bf16DotPanel(const uint16_t* x, int64_t x_stride, int64_t m, const uint16_t* panel,
                           const Bf16DotRange& range, float* t) {
   for (int64_t m0 = 0; m0 < m; m0 += kBf16DotRows) {
     const uint16_t* xr = x + m0 * x_stride;

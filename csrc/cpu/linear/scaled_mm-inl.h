@@ -44,16 +44,17 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The panel kernel of scheme s on this target and CPU. The caller's GEMMs (ScaledMmParams::
-// int8_panel_sums, bf16_panel_sums) run where given: w8a8-int8's on every target, w8a8-fp8's on the
-// AVX-512 target of a CPU with AVX512_BF16 (its weights' conversion).
-inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s, bool caller_int8 = false, bool caller_bf16 = false) {
+// int8_panel_sums, bf16_panel_sums: torch's brgemm in the library, so the Brgemm* kernels) run where
+// given: w8a8-int8's on every target, w8a8-fp8's on the AVX-512 target of a CPU with AVX512_BF16
+// (its weights' conversion).
+inline scaled_mm_detail::PanelKernel ScaledMmKernel(LinearScheme s, bool brgemm_int8 = false, bool brgemm_bf16 = false) {
   namespace d = scaled_mm_detail;
-  (void)caller_bf16;
-  if (caller_int8 && s == LinearScheme::kW8A8Int8) return d::CallerInt8Kernel();
+  (void)brgemm_bf16;
+  if (brgemm_int8 && s == LinearScheme::kW8A8Int8) return d::BrgemmInt8Kernel();
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const CpuFeatures& f = cpu_features();
 #if HWY_TARGET <= HWY_AVX3
-  if (caller_bf16 && s == LinearScheme::kW8A8Fp8 && f.avx512_bf16) return d::CallerFp8Kernel();
+  if (brgemm_bf16 && s == LinearScheme::kW8A8Fp8 && f.avx512_bf16) return d::BrgemmFp8Kernel();
 #endif
 #if HWY_TARGET <= HWY_AVX3
   if (f.avx512_vnni && s == LinearScheme::kW8A8Int8) return d::Int8Avx512VnniKernel();

@@ -132,7 +132,7 @@ void ScalarInt8Panel(const Prepared& x, int64_t panel, float* t) {
 }
 
 // The caller's int32 sums of (a + 128) q, then the VNNI kernels' compensation and epilogue.
-void CallerInt8Panel(const Prepared& x, int64_t panel, float* t) {
+void BrgemmInt8Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * (x.k4 / 4) * 128;
   int32_t* acc = static_cast<int32_t*>(x.scratch);
@@ -140,7 +140,7 @@ void CallerInt8Panel(const Prepared& x, int64_t panel, float* t) {
   for (int64_t r = 0; r < p.m; ++r) FinishInt8Row(x, panel, r, acc + r * kP, 128 + (x.azp != nullptr ? x.azp[r] : 0), t);
 }
 
-int64_t CallerInt8Scratch(int64_t m, int64_t) { return m * kP * 4; }
+int64_t BrgemmInt8Scratch(int64_t m, int64_t) { return m * kP * 4; }
 
 void ScalarW4a8Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
@@ -200,7 +200,7 @@ PanelKernel ScalarKernel(LinearScheme s) {
   }
 }
 
-PanelKernel CallerInt8Kernel() { return {CallerInt8Panel, AForm::kUint8, "caller", CallerInt8Scratch}; }
+PanelKernel BrgemmInt8Kernel() { return {BrgemmInt8Panel, AForm::kUint8, "brgemm", BrgemmInt8Scratch}; }
 
 // Why a scheme's group layout is invalid, or nullptr.
 inline const char* InvalidScaledMmGroups(LinearScheme s, int64_t k, int64_t group, int64_t groups) {

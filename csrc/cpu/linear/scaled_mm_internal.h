@@ -63,9 +63,9 @@ void PrepareActivations(const ScaledMmParams& p, AForm form, Activations& act);
 // The scalar kernel of a scheme (scaled_mm_entries.h): targets without an x86 kernel.
 PanelKernel ScalarKernel(LinearScheme s);
 
-// w8a8-int8 over the caller's ScaledMmParams::int8_panel_sums, then the kernels' epilogue
+// w8a8-int8 over the caller's ScaledMmParams::int8_panel_sums (torch's brgemm in the library), then the kernels' epilogue
 // (scaled_mm_entries.h).
-PanelKernel CallerInt8Kernel();
+PanelKernel BrgemmInt8Kernel();
 
 #if defined(__x86_64__) || defined(_M_X64)
 // scaled_mm_x86.cpp. Each needs the CPU features its name says (AVX2: AVX2 + FMA + F16C; AVX-512:
@@ -74,7 +74,7 @@ PanelKernel CallerInt8Kernel();
 PanelKernel Int8Avx512VnniKernel();  // w8a8-int8, vpdpbusd on zmm
 PanelKernel W4a8Avx512VnniKernel();  // w4a8, vpdpbusd on zmm
 PanelKernel Fp8Avx512Bf16Kernel();   // w8a8-fp8, vdpbf16ps on zmm
-PanelKernel CallerFp8Kernel();       // w8a8-fp8 over ScaledMmParams::bf16_panel_sums (AVX512_BF16 conversion)
+PanelKernel BrgemmFp8Kernel();       // w8a8-fp8 over ScaledMmParams::bf16_panel_sums (AVX512_BF16 conversion)
 PanelKernel Int8AvxVnniKernel();     // w8a8-int8, vpdpbusd on ymm (VEX)
 PanelKernel W4a8AvxVnniKernel();     // w4a8, vpdpbusd on ymm (VEX)
 PanelKernel Int8Avx2Kernel();        // w8a8-int8, vpmaddubsw with the sign trick

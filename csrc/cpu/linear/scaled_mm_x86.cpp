@@ -43,15 +43,15 @@
 
 #include "csrc/cpu/linear/scaled_mm_internal.h"
 
-#define XK_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define XK_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c")))
-#define XK_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-#define XK_AVX_VNNI_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
-#define XK_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
-#define XK_VNNI_INLINE \
+#define XLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define XLLM_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define XLLM_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define XLLM_AVX_VNNI_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
+#define XLLM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define XLLM_VNNI_INLINE \
   inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
-#define XK_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define XK_BF16_INLINE \
+#define XLLM_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define XLLM_BF16_INLINE \
   inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace xllm_kernel::cpu::scaled_mm_detail {
@@ -85,7 +85,7 @@ inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx5
 }
 
 // The same from int32 sums: c converted to float32 (nearest even) first.
-XK_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
+XLLM_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m512 s0, __m512 s1, bool first) {
   EpilogueF512(t, _mm512_cvtepi32_ps(c0), _mm512_cvtepi32_ps(c1), sa, s0, s1, first);
 }
 
@@ -94,7 +94,7 @@ XK_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, __m
 // tile (a register copy of most accumulators per quad, and spills), which left that loop bound by
 // dispatch at about two thirds of vpdpbusd's peak. (The w4a8 loop keeps the intrinsic: the same
 // change measured no faster there.)
-XK_VNNI_INLINE __m512i Dpbusd(__m512i acc, __m512i u, __m512i s) {
+XLLM_VNNI_INLINE __m512i Dpbusd(__m512i acc, __m512i u, __m512i s) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
   return acc;
 }
@@ -105,7 +105,7 @@ constexpr int kInt8VnniRows = 8;
 
 // Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8.
 template <int R>
-XK_VNNI_INLINE void Int8VnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
+XLLM_VNNI_INLINE void Int8VnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
                                  const int32_t* sums, const float* scales, float* t) {
   // Few rows: two accumulator sets (even and odd quads) so that vpdpbusd's latency is hidden.
   constexpr int kSets = R <= 2 ? 2 : 1;
@@ -154,7 +154,7 @@ XK_VNNI_INLINE void Int8VnniRows(const Prepared& x, const int8_t* w, int64_t qua
   }
 }
 
-XK_VNNI void Int8VnniPanel(const Prepared& x, int64_t panel, float* t) {
+XLLM_VNNI void Int8VnniPanel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4;
   const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
@@ -180,7 +180,7 @@ constexpr int kW4a8VnniRows = 8;
 
 // Rows [m0, m0 + R) of a panel: w the panel's blocks of 8 k, [K / 8][2][16][4] bytes.
 template <int R>
-XK_VNNI_INLINE void W4a8VnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+XLLM_VNNI_INLINE void W4a8VnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
   const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
@@ -229,7 +229,7 @@ XK_VNNI_INLINE void W4a8VnniRows(const Prepared& x, int64_t panel, int64_t m0, f
   }
 }
 
-XK_VNNI void W4a8VnniPanel(const Prepared& x, int64_t panel, float* t) {
+XLLM_VNNI void W4a8VnniPanel(const Prepared& x, int64_t panel, float* t) {
   const int64_t m = x.p->m;
   for (int64_t m0 = 0; m0 < m; m0 += kW4a8VnniRows) {
     switch (std::min<int64_t>(kW4a8VnniRows, m - m0)) {
@@ -279,13 +279,13 @@ struct Bf16Tables {
   __m512i t0, t1, t2, t3;
 };
 
-XK_BF16_INLINE Bf16Tables LoadBf16Tables() {
+XLLM_BF16_INLINE Bf16Tables LoadBf16Tables() {
   return {_mm512_load_si512(kBf16Table.v), _mm512_load_si512(kBf16Table.v + 32), _mm512_load_si512(kBf16Table.v + 64),
           _mm512_load_si512(kBf16Table.v + 96)};
 }
 
 // 32 e4m3 bytes -> 32 bf16, exact (NaN stays NaN).
-XK_BF16_INLINE __m512i E4m3ToBf16(__m256i bytes, const Bf16Tables& tb) {
+XLLM_BF16_INLINE __m512i E4m3ToBf16(__m256i bytes, const Bf16Tables& tb) {
   const __m512i x = _mm512_cvtepu8_epi16(bytes);
   const __m512i lo = _mm512_permutex2var_epi16(tb.t0, x, tb.t1);  // magnitudes 0..63 (index bits 0-5)
   const __m512i hi = _mm512_permutex2var_epi16(tb.t2, x, tb.t3);  // 64..127
@@ -295,7 +295,7 @@ XK_BF16_INLINE __m512i E4m3ToBf16(__m256i bytes, const Bf16Tables& tb) {
 }
 
 // Converts quads [q0, q1) of a panel (e4m3, [quads][32][4]) to bf16, 4 zmm per quad.
-XK_BF16 void ConvertFp8PanelBf16(const uint8_t* w, int64_t q0, int64_t q1, __m512i* dst) {
+XLLM_BF16 void ConvertFp8PanelBf16(const uint8_t* w, int64_t q0, int64_t q1, __m512i* dst) {
   const Bf16Tables tb = LoadBf16Tables();
   for (int64_t q = q0; q < q1; ++q) {
     for (int j = 0; j < 4; ++j) {
@@ -306,7 +306,7 @@ XK_BF16 void ConvertFp8PanelBf16(const uint8_t* w, int64_t q0, int64_t q1, __m51
 
 // Rows [m0, m0 + R) of a panel: w its e4m3 quads, or (kConverted) `conv` its bf16 quads.
 template <int R, bool kConverted>
-XK_BF16_INLINE void Fp8Bf16Rows(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, int64_t m0,
+XLLM_BF16_INLINE void Fp8Bf16Rows(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, int64_t m0,
                                 float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4, groups = p.groups;
@@ -348,7 +348,7 @@ XK_BF16_INLINE void Fp8Bf16Rows(const Prepared& x, int64_t panel, const uint8_t*
 }
 
 template <bool kConverted>
-XK_BF16_INLINE void Fp8Bf16Tiles(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, float* t) {
+XLLM_BF16_INLINE void Fp8Bf16Tiles(const Prepared& x, int64_t panel, const uint8_t* w, const __m512i* conv, float* t) {
   const int64_t m = x.p->m;
   for (int64_t m0 = 0; m0 < m; m0 += kFp8Bf16Rows) {
     switch (std::min<int64_t>(kFp8Bf16Rows, m - m0)) {
@@ -360,7 +360,7 @@ XK_BF16_INLINE void Fp8Bf16Tiles(const Prepared& x, int64_t panel, const uint8_t
   }
 }
 
-XK_BF16 void Fp8Bf16Panel(const Prepared& x, int64_t panel, float* t) {
+XLLM_BF16 void Fp8Bf16Panel(const Prepared& x, int64_t panel, float* t) {
   const int64_t quads = x.k4 / 4;
   const uint8_t* w = static_cast<const uint8_t*>(x.p->weights) + panel * quads * 128;
   if (x.p->m <= kFp8Bf16Rows) return Fp8Bf16Tiles<false>(x, panel, w, nullptr, t);
@@ -377,7 +377,7 @@ int64_t Fp8Bf16Scratch(int64_t m, int64_t k4) { return m > kFp8Bf16Rows ? k4 / 4
 // A panel's e4m3 quads ([quads][32][4]) as bf16 pairs of k ([2 * quads][32][2]: the operand layout of
 // vdpbf16ps and oneDNN's bf16 brgemm), exact. A converted zmm holds channels 8j .. 8j + 7, each as the
 // 32-bit words (k0, k1), (k2, k3): the even words of two such zmm are 16 channels' (k0, k1).
-XK_BF16 void ConvertFp8PanelPairs(const uint8_t* w, int64_t quads, uint16_t* pairs) {
+XLLM_BF16 void ConvertFp8PanelPairs(const uint8_t* w, int64_t quads, uint16_t* pairs) {
   const Bf16Tables tb = LoadBf16Tables();
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -396,7 +396,7 @@ XK_BF16 void ConvertFp8PanelPairs(const uint8_t* w, int64_t quads, uint16_t* pai
 
 // The panel converted once into scratch, then per K group the caller's float32 sums
 // (ScaledMmParams::bf16_panel_sums) and the epilogue: t = (acc * sa) * s, or t + that after the first.
-XK_BF16 void CallerFp8Panel(const Prepared& x, int64_t panel, float* t) {
+XLLM_BF16 void BrgemmFp8Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4, groups = p.groups;
   const int64_t per_group = groups == 1 ? quads : p.group / 4;
@@ -417,11 +417,11 @@ XK_BF16 void CallerFp8Panel(const Prepared& x, int64_t panel, float* t) {
 }
 
 // The converted panel (K4 * 32 bf16) and the sums of one group (m * 32 float32).
-int64_t CallerFp8Scratch(int64_t m, int64_t k4) { return k4 * kP * 2 + m * kP * 4; }
+int64_t BrgemmFp8Scratch(int64_t m, int64_t k4) { return k4 * kP * 2 + m * kP * 4; }
 
 // ================================================================ AVX2
 
-XK_AVX2_INLINE void Epilogue256(float* t, __m256i c, __m256 sa, __m256 s, bool first) {
+XLLM_AVX2_INLINE void Epilogue256(float* t, __m256i c, __m256 sa, __m256 s, bool first) {
   __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), sa), s);
   if (!first) f = _mm256_add_ps(_mm256_loadu_ps(t), f);
   _mm256_storeu_ps(t, f);
@@ -432,7 +432,7 @@ XK_AVX2_INLINE void Epilogue256(float* t, __m256i c, __m256 sa, __m256 s, bool f
 constexpr int kInt8Avx2Rows = 2;
 
 template <int R>
-XK_AVX2_INLINE void Int8Avx2Rows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0, const int32_t* sums,
+XLLM_AVX2_INLINE void Int8Avx2Rows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0, const int32_t* sums,
                                  const float* scales, float* t) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][4];
@@ -463,7 +463,7 @@ XK_AVX2_INLINE void Int8Avx2Rows(const Prepared& x, const int8_t* w, int64_t qua
   }
 }
 
-XK_AVX2 void Int8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+XLLM_AVX2 void Int8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4;
   const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
@@ -481,7 +481,7 @@ XK_AVX2 void Int8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
 constexpr int kW4a8Avx2Rows = 2;
 
 template <int R>
-XK_AVX2_INLINE void W4a8Avx2Rows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+XLLM_AVX2_INLINE void W4a8Avx2Rows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
   const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
@@ -523,7 +523,7 @@ XK_AVX2_INLINE void W4a8Avx2Rows(const Prepared& x, int64_t panel, int64_t m0, f
   }
 }
 
-XK_AVX2 void W4a8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+XLLM_AVX2 void W4a8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
   const int64_t m = x.p->m;
   for (int64_t m0 = 0; m0 < m; m0 += kW4a8Avx2Rows) {
     if (m - m0 >= 2) {
@@ -541,7 +541,7 @@ XK_AVX2 void W4a8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
 // most of the 3-row tile's accumulators to the stack every quad. {vex}: without it the assembler
 // encodes the AVX512_VNNI + VL (EVEX) form, which a CPU with AVX-VNNI alone does not have. Only
 // ymm0-15 ("x"); s may come from memory.
-XK_AVX_VNNI_INLINE __m256i DpbusdVex(__m256i acc, __m256i u, __m256i s) {
+XLLM_AVX_VNNI_INLINE __m256i DpbusdVex(__m256i acc, __m256i u, __m256i s) {
   asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
   return acc;
 }
@@ -556,7 +556,7 @@ constexpr int kInt8AvxVnniRows = 3;
 // Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8; the activations a + 128
 // as uint8 (AForm::kUint8), as the zmm kernel.
 template <int R>
-XK_AVX_VNNI_INLINE void Int8AvxVnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
+XLLM_AVX_VNNI_INLINE void Int8AvxVnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
                                         const int32_t* sums, const float* scales, float* t) {
   // One row: two accumulator sets (even and odd quads), so that vpdpbusd's latency is hidden.
   constexpr int kSets = R == 1 ? 2 : 1;
@@ -603,7 +603,7 @@ XK_AVX_VNNI_INLINE void Int8AvxVnniRows(const Prepared& x, const int8_t* w, int6
   }
 }
 
-XK_AVX_VNNI void Int8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
+XLLM_AVX_VNNI void Int8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4;
   const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
@@ -629,7 +629,7 @@ constexpr int kW4a8AvxVnniRows = 2;
 // signed one (no shift), as the zmm kernel; w the panel's blocks, [K / 8][2][16][4] bytes, so
 // bytes 32j .. 32j + 31 of a block are channels 8j .. 8j + 7.
 template <int R>
-XK_AVX_VNNI_INLINE void W4a8AvxVnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
+XLLM_AVX_VNNI_INLINE void W4a8AvxVnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
   const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
@@ -678,7 +678,7 @@ XK_AVX_VNNI_INLINE void W4a8AvxVnniRows(const Prepared& x, int64_t panel, int64_
   }
 }
 
-XK_AVX_VNNI void W4a8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
+XLLM_AVX_VNNI void W4a8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
   const int64_t m = x.p->m;
   for (int64_t m0 = 0; m0 < m; m0 += kW4a8AvxVnniRows) {
     switch (std::min<int64_t>(kW4a8AvxVnniRows, m - m0)) {
@@ -694,7 +694,7 @@ constexpr int kFp8Avx2Rows = 3;
 constexpr int64_t kFp8Avx2BlockQuads = 64;  // 256 k of the panel in float32: 32 KiB
 
 // 16 e4m3 bytes (u16 lanes) -> float16 bits of 2^-8 their value (exact; NaN stays NaN).
-XK_AVX2_INLINE __m256i E4m3ToF16Scaled(__m256i x) {
+XLLM_AVX2_INLINE __m256i E4m3ToF16Scaled(__m256i x) {
   const __m256i em = _mm256_and_si256(x, _mm256_set1_epi16(0x7F));
   const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(x, 8), _mm256_set1_epi16(static_cast<short>(0x8000)));
   const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(em, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7C00));
@@ -702,7 +702,7 @@ XK_AVX2_INLINE __m256i E4m3ToF16Scaled(__m256i x) {
 }
 
 // Quads [q0, q1) of a panel (e4m3, [quads][32][4]) as float32 2^-8 their value, [k][32].
-XK_AVX2 void ConvertFp8BlockF32(const uint8_t* w, int64_t q0, int64_t q1, float* dst) {
+XLLM_AVX2 void ConvertFp8BlockF32(const uint8_t* w, int64_t q0, int64_t q1, float* dst) {
   // Within each 128-bit lane (4 channels x 4 k) gather by k, then the lanes' dwords in k order:
   // bytes 8i .. 8i + 7 of the result are channels 0..7 at k = i.
   const __m256i by_k = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9,
@@ -726,7 +726,7 @@ XK_AVX2 void ConvertFp8BlockF32(const uint8_t* w, int64_t q0, int64_t q1, float*
 // acc = fma(a[k], W[k], acc) for k in [k0, k1) of the block (W: [k - kb][32] float32), rows [m0, m0 + R),
 // the partial sums carried in `partial` ([m][32], exact float32) between blocks.
 template <int R>
-XK_AVX2_INLINE void Fp8Avx2Chain(const Prepared& x, const float* block, int64_t kb, int64_t k0, int64_t k1,
+XLLM_AVX2_INLINE void Fp8Avx2Chain(const Prepared& x, const float* block, int64_t kb, int64_t k0, int64_t k1,
                                  int64_t m0, bool first, float* partial) {
   __m256 acc[R][4];
   for (int r = 0; r < R; ++r) {
@@ -752,7 +752,7 @@ XK_AVX2_INLINE void Fp8Avx2Chain(const Prepared& x, const float* block, int64_t 
   }
 }
 
-XK_AVX2 void Fp8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
+XLLM_AVX2 void Fp8Avx2Panel(const Prepared& x, int64_t panel, float* t) {
   const ScaledMmParams& p = *x.p;
   const int64_t quads = x.k4 / 4, groups = p.groups, m = p.m;
   const int64_t per_group = groups == 1 ? quads : p.group / 4;
@@ -793,7 +793,7 @@ int64_t Fp8Avx2Scratch(int64_t m, int64_t) { return (kFp8Avx2BlockQuads * 4 + m)
 PanelKernel Int8Avx512VnniKernel() { return {Int8VnniPanel, AForm::kUint8, "avx512-vnni", nullptr}; }
 PanelKernel W4a8Avx512VnniKernel() { return {W4a8VnniPanel, AForm::kInt8, "avx512-vnni", nullptr}; }
 PanelKernel Fp8Avx512Bf16Kernel() { return {Fp8Bf16Panel, AForm::kBf16, "avx512-bf16", Fp8Bf16Scratch}; }
-PanelKernel CallerFp8Kernel() { return {CallerFp8Panel, AForm::kBf16, "caller", CallerFp8Scratch}; }
+PanelKernel BrgemmFp8Kernel() { return {BrgemmFp8Panel, AForm::kBf16, "brgemm", BrgemmFp8Scratch}; }
 PanelKernel Int8AvxVnniKernel() { return {Int8AvxVnniPanel, AForm::kUint8, "avx-vnni", nullptr}; }
 PanelKernel W4a8AvxVnniKernel() { return {W4a8AvxVnniPanel, AForm::kInt8, "avx-vnni", nullptr}; }
 PanelKernel Int8Avx2Kernel() { return {Int8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }

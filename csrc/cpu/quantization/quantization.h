@@ -34,18 +34,13 @@
 // while they quantize this one, the longest pass with fp8; the row itself is in L1
 // by then.
 //
-// Cost per element and core, rows in cache (AVX-512, Sapphire Rapids, bfloat16 in, minimum of
-// repeats on a shared machine): int8 per-token about 0.06 ns, so it is bound by memory; fp8
-// per-token about 0.15 ns (the true division alone took 0.22 ns: 16 floats per about 10 cycles of
-// the divider). On targets with fma (AVX2, AVX-512) a row whose scale is a normal float with
-// amax <= scale_ub (every row but those holding an infinity or clipped by scale_ub) replaces
-// x / scale by x * RN(1 / scale) and two fma corrections, which give the correctly rounded
-// quotient for every x (quantization.cpp, DivideByScale); the other rows, and targets without
-// fma, keep the division. The fp8 pass is then bound by the vector ALU ports (about 15
-// operations per 16 elements on AVX-512, where the e4m3 rounding takes a table of the exponent
-// and bf16 rows are widened by unpacking), not the divider. rms_norm adds about 0.09 ns (its two
-// row passes: the sum of squares, and the normalized row rounded to dtype into the row buffer);
-// fused_add_rms_norm about 0.17 ns, silu_and_mul about 0.16 ns (per out element).
+// On targets with fma (AVX2, AVX-512) a row whose scale is a normal float with amax <= scale_ub
+// (every row but those holding an infinity or clipped by scale_ub) replaces x / scale by
+// x * RN(1 / scale) and two fma corrections, which give the correctly rounded quotient for every x
+// (quantization.cpp, DivideByScale); the other rows, and targets without fma, keep the division.
+// The fp8 pass is then bound by the vector ALU ports (the e4m3 rounding takes a table of the
+// exponent and bf16 rows are widened by unpacking), not the divider; int8 per-token is bound by
+// memory. Measured costs per element, with their dates and CPUs: docs/performance-notes.md.
 #pragma once
 
 #include <cstdint>

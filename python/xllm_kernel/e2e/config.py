@@ -261,10 +261,6 @@ class WeightSpec:
     def scheme_for(self, role: str) -> str:
         return self.lm_head_scheme if role == "lm_head" else self.scheme
 
-    def pack_group(self, role: str) -> int:
-        """linear_pack's group_size argument: the group for int4 and w4a8, 0 otherwise."""
-        return self.group_size if self.scheme_for(role) in GROUPED_SCHEMES else 0
-
     def activations(self, role: str) -> str | None:
         """The dtype the role's input is quantized to ("int8", "fp8"), None for a weight-only scheme."""
         return ACTIVATION_SCHEMES.get(self.scheme_for(role))

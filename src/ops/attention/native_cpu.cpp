@@ -5,7 +5,7 @@
 // that items of unequal cost (a prefill chunk beside decodes) balance.
 //
 // cpu.native.paged_attention.batch_invariant: the same kernels on a plan that depends on each
-// sequence alone (fixed query tiles and key chunks, cpu::plan_paged_attention's batch_invariant),
+// sequence alone (fixed query tiles and key chunks: PagedAttentionParams::batch_invariant),
 // so that a sequence's rows have the same bits in any batch and on any thread count. Below the
 // default's priority: initialize(batch_invariant=true) selects it.
 #include <ATen/ATen.h>
@@ -34,9 +34,10 @@ at::Tensor run(const Call& call) {
   const int64_t rows = s.num_seqs == 0 ? 0 : query_start_loc.const_data_ptr<int32_t>()[s.num_seqs];
   if (rows < s.tokens) out.narrow(0, rows, s.tokens - rows).zero_();  // padding rows
   if (rows == 0) return out;
-  const cpu::PagedAttentionParams p = kernel_params(call, s, out);
+  cpu::PagedAttentionParams p = kernel_params(call, s, out);
+  p.batch_invariant = kBatchInvariant;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads, kBatchInvariant);
+  const cpu::PagedAttentionPlan plan = cpu::plan_paged_attention(p, threads);
   at::Tensor workspace;
   void* ws = nullptr;
   if (plan.workspace_bytes > 0) {

@@ -22,6 +22,11 @@ using kernels::LinearHeader;
 using kernels::LinearLayout;
 using kernels::LinearScheme;
 
+// Which of cpu.native's GEMMs hand their tiles to torch's oneDNN brgemm on this CPU (as cpu_features()
+// says, src/ops/linear/native_cpu.cpp), for explain: linear's (`scaled` false) or scaled_mm's and
+// linear_dynamic_quant's; "" where none does.
+std::string native_brgemm_paths(bool scaled);
+
 // "[2, 3]": a tensor's shape in errors.
 std::string shape_string(const at::Tensor& t);
 

@@ -211,6 +211,16 @@ const family::StandardModules& modules() {
                .priority = family::kNativePriority,
                .supports = bridge::vendor_operator("npu::npu_quant_matmul", kNpuQuantMatmulSchema)}},
          .batch_invariant = {.native_cpu = true}});
+    // cpu.native hands its GEMM tiles to torch's oneDNN brgemm on AMX CPUs (native_cpu.cpp): explain says
+    // so, in the candidate's detail, where it does.
+    for (Implementation& i : m.native_cpu.implementations) {
+      if (i.operation == &pack_declared()) continue;
+      const bool scaled = i.operation != &linear_declared();
+      i.supports = [scaled] {
+        const std::string paths = native_brgemm_paths(scaled);
+        return ProbeResult::ok(paths.empty() ? "" : "oneDNN via torch: " + paths);
+      };
+    }
     // cuda.native (src/ops/linear/cuda/native_cuda.cpp): the scaled_mm kernel; linear_pack packs every
     // scheme in the canonical rows, and its linear is the ATen path of cuda.torch (no CUDA kernel of
     // its own yet), so that a pack and its linear always come from one solution.

@@ -225,6 +225,20 @@ at::Tensor native_linear_dynamic_quant(const at::Tensor& input, const at::Tensor
 
 }  // namespace
 
+std::string native_brgemm_paths(bool scaled) {
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  std::string paths;
+  auto add = [&](bool on, const char* what) {
+    if (on) paths += (paths.empty() ? "" : "; ") + std::string(what);
+  };
+  if (!scaled) add(brgemm_allowed(f.amx_bf16), "bf16 rows on bf16 weights: torch's oneDNN brgemm (cpublas::brgemm, AMX-BF16)");
+  if (scaled) {
+    add(brgemm_allowed(f.amx_int8), "w8a8-int8's int32 sums: torch's oneDNN u8s8 brgemm (AMX-INT8)");
+    add(f.avx512_bf16 && brgemm_allowed(f.amx_bf16), "w8a8-fp8's float32 sums: torch's oneDNN bf16 brgemm (AMX-BF16)");
+  }
+  return paths;
+}
+
 XLLM_REGISTER_NAMED("cpu.native.scaled_mm", modules().native_cpu, scaled_mm_operation(), native_scaled_mm);
 XLLM_REGISTER_NAMED("cpu.native.linear_dynamic_quant", modules().native_cpu, linear_dynamic_quant_operation(),
                     native_linear_dynamic_quant);

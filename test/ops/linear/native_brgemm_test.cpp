@@ -160,4 +160,29 @@ TEST(NativeBrgemm, LinearRefusesAPackedWeightOfAnotherLayout) {
 }
 
 }  // namespace
+// explain says when cpu.native hands its GEMM tiles to torch's oneDNN brgemm, and only then.
+TEST(NativeBrgemm, ExplainSaysWhenCpuNativeRunsTorchsBrgemm) {
+  // A runtime of its own for each question: a runtime runs an implementation's probes once.
+  const auto detail = [](const std::string& op) {
+    Runtime fresh(registry(), std::vector<const Group*>{&linear_group()}, false);
+    for (const Candidate& c : fresh.explain(Device::kCpu, op).candidates) {
+      if (c.name == "cpu.native." + op) return c.detail;
+    }
+    return std::string("(no candidate)");
+  };
+  {
+    const PolicyScope scope(NativeLinearBrgemm::kNever);
+    for (const char* op : {"linear", "scaled_mm", "linear_dynamic_quant", "linear_pack"}) {
+      EXPECT_EQ(detail(op).find("oneDNN"), std::string::npos) << op << ": " << detail(op);
+    }
+  }
+  const PolicyScope scope(NativeLinearBrgemm::kAlways);
+  EXPECT_NE(detail("linear").find("oneDNN via torch: bf16 rows on bf16 weights"), std::string::npos) << detail("linear");
+  for (const char* op : {"scaled_mm", "linear_dynamic_quant"}) {
+    EXPECT_NE(detail(op).find("w8a8-int8's int32 sums: torch's oneDNN u8s8 brgemm"), std::string::npos) << detail(op);
+    if (cpu::cpu_features().avx512_bf16) EXPECT_NE(detail(op).find("w8a8-fp8's float32 sums"), std::string::npos) << op;
+  }
+  EXPECT_EQ(detail("linear_pack").find("oneDNN"), std::string::npos);
+}
+
 }  // namespace xllm_kernel::testing

@@ -1,4 +1,4 @@
-// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/normalization.cu.
+// cuda.native.*: bridges from at::Tensor to the CUDA kernels in csrc/cuda/normalization/normalization.cu.
 // Built into the plugin libxllm_kernel_cuda.so, which initialize("cuda") loads when the
 // normalization.native_cuda module's probe finds a usable device; loading it registers these.
 #include <ATen/ops/empty.h>
