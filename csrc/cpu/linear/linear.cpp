@@ -27,7 +27,7 @@
 #include "csrc/cpu/common/convert-inl.h"
 #include "csrc/cpu/common/cpu_features.h"
 #include "csrc/cpu/linear/bf16_dot.h"
-#include "csrc/cpu/linear/scaled_mm-inl.h"  // scaled_mm's per-target driver, FinishPanel
+#include "csrc/cpu/linear/scaled_mm-inl.h"  // FinishPanel (scaled_mm.cpp has scaled_mm's own TU)
 
 HWY_BEFORE_NAMESPACE();
 namespace xllm_kernel::cpu {
@@ -629,6 +629,4 @@ Status linear_pack_panels(const LinearPackSource& s, void* weights, float* scale
 }
 
 }  // namespace xllm_kernel::cpu
-
-#include "csrc/cpu/linear/scaled_mm_entries.h"  // scaled_mm's entry points and packing
 #endif  // HWY_ONCE

@@ -1,8 +1,9 @@
-// scaled_mm's per-target driver (scaled_mm.h), included by linear.cpp once per Highway target:
-// picks the panel kernel for the scheme on this target and CPU, prepares the activations once per
-// call, runs the kernel panel by panel and finishes each panel's rows (+ bias, one rounding to the
+// scaled_mm's per-target parts (scaled_mm.h) that its driver (scaled_mm.cpp, which prepares the
+// activations once per call and runs the kernel panel by panel) and linear's bf16 dot-product
+// driver (linear.cpp) share, included by both once per Highway target: the panel kernel for the
+// scheme on this target and CPU, and the finishing of a panel's rows (+ bias, one rounding to the
 // output type). The kernels (scaled_mm_internal.h) are the x86 ones of scaled_mm_x86.cpp on the
-// AVX2 and AVX-512 targets and the scalar ones of scaled_mm_entries.h elsewhere:
+// AVX2 and AVX-512 targets and the scalar ones of scaled_mm.cpp elsewhere:
 //
 //   target  w8a8-int8 / w4a8                        w8a8-fp8
 //   AVX3    vpdpbusd zmm (AVX512_VNNI), else as     vdpbf16ps (AVX512_BF16), else AVX2's
@@ -117,40 +118,6 @@ inline void FinishPanel(DType out_dtype, const PanelRows& rows, int64_t panel, c
     case DType::kFloat16: return FinishPanelRows<float16_t>(rows, panel, t);
   }
 }
-
-void ScaledMmPanels(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end) {
-  const scaled_mm_detail::PanelKernel kernel = ScaledMmKernel(p.scheme, p.int8_panel_sums != nullptr, p.bf16_panel_sums != nullptr);
-  // Rows in chunks whose prepared activations take about 2 MiB (at least 64 rows): the scratch
-  // stays bounded for long prefills; a panel's weights are read once per chunk (from memory
-  // the first time, the cache after). A row's bits do not depend on the chunks.
-  const int64_t k4 = kernels::round_up(p.k, 4);
-  const int64_t elem = kernel.form == scaled_mm_detail::AForm::kFloat32 ? 4
-                       : kernel.form == scaled_mm_detail::AForm::kBf16  ? 2
-                                                                          : 1;
-  const int64_t chunk = std::max<int64_t>(64, (int64_t{2} << 20) / (k4 * elem)) / 8 * 8;
-  hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;
-  const int64_t scratch_bytes = kernel.scratch_bytes != nullptr ? kernel.scratch_bytes(std::min(p.m, chunk), k4) : 0;
-  if (scratch_bytes > 0) scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(scratch_bytes));
-  auto t = hwy::AllocateAligned<float>(static_cast<size_t>(std::min(p.m, chunk) * kernels::kPanel));
-  scaled_mm_detail::Activations act;
-  for (int64_t r0 = 0; r0 < p.m; r0 += chunk) {
-    ScaledMmParams c = p;
-    c.m = std::min(chunk, p.m - r0);
-    c.a = static_cast<const uint8_t*>(p.a) + r0 * p.a_stride;
-    c.scale_a = p.scale_a + r0 * p.scale_a_stride;
-    if (p.azp != nullptr) c.azp = p.azp + r0 * p.azp_stride;
-    c.out = static_cast<uint8_t*>(p.out) + r0 * p.out_stride * kernels::element_size(p.out_dtype);
-    scaled_mm_detail::PrepareActivations(c, kernel.form, act);
-    act.x.scratch = scratch.get();
-    const PanelRows rows{.out = c.out, .out_stride = c.out_stride, .n = c.n, .m = c.m, .bias = c.bias};
-    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-      kernel.fn(act.x, panel, t.get());
-      FinishPanel(c.out_dtype, rows, panel, t.get());
-    }
-  }
-}
-
-const char* ScaledMmIsa() { return ScaledMmKernel(LinearScheme::kW8A8Int8).isa; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace xllm_kernel::cpu

@@ -57,14 +57,14 @@ struct Activations {
   std::vector<int32_t> azp, asum;
 };
 
-// Fills `act` for p's rows in `form` (scaled_mm_entries.h).
+// Fills `act` for p's rows in `form` (scaled_mm.cpp).
 void PrepareActivations(const ScaledMmParams& p, AForm form, Activations& act);
 
-// The scalar kernel of a scheme (scaled_mm_entries.h): targets without an x86 kernel.
+// The scalar kernel of a scheme (scaled_mm.cpp): targets without an x86 kernel.
 PanelKernel ScalarKernel(LinearScheme s);
 
 // w8a8-int8 over the caller's ScaledMmParams::int8_panel_sums (torch's brgemm in the library), then the kernels' epilogue
-// (scaled_mm_entries.h).
+// (scaled_mm.cpp).
 PanelKernel BrgemmInt8Kernel();
 
 #if defined(__x86_64__) || defined(_M_X64)

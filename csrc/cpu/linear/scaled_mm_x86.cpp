@@ -10,7 +10,8 @@
 //     partial sum stays in int32: |sum (a + 128) q| <= 255 * 127 * kScaledMmMaxK < 2^31.
 //   w8a8-int8, AVX-VNNI (Alder Lake and later client cores, Zen 5; no AVX-512 needed): the same
 //     vpdpbusd on ymm, VEX-encoded ({vex} in inline assembly), 3 rows x 32 channels per tile (12
-//     of the 16 ymm registers accumulate); w4a8 2 rows.
+//     of the 16 ymm registers accumulate); w4a8 2 rows. Both widths' int8 and w4a8 tiles are one
+//     source, scaled_mm_vnni-inl.h, compiled once per width (namespaces zmm and ymm below).
 //   w8a8-int8, AVX2: vpmaddubsw(|a|, q * sign(a)) (vpsignb), then vpmaddwd with ones into int32:
 //     |a| <= 128 and |q| <= 127, so a pair's int16 sum (<= 2 * 128 * 127 = 32512) never saturates.
 //   w4a8: the nibbles u (0..15) are the unsigned operand of vpdpbusd (zmm, or ymm with AVX-VNNI)
@@ -38,10 +39,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "csrc/cpu/linear/scaled_mm_internal.h"
+#include "hwy/base.h"
 
 #define XLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define XLLM_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma,f16c")))
@@ -97,152 +101,6 @@ XLLM_VNNI_INLINE void Epilogue512(float* t, __m512i c0, __m512i c1, __m512 sa, _
 XLLM_VNNI_INLINE __m512i Dpbusd(__m512i acc, __m512i u, __m512i s) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
   return acc;
-}
-
-// ---------------------------------------------------------------- w8a8-int8, vpdpbusd
-
-constexpr int kInt8VnniRows = 8;
-
-// Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8.
-template <int R>
-XLLM_VNNI_INLINE void Int8VnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
-                                 const int32_t* sums, const float* scales, float* t) {
-  // Few rows: two accumulator sets (even and odd quads) so that vpdpbusd's latency is hidden.
-  constexpr int kSets = R <= 2 ? 2 : 1;
-  __m512i acc[kSets][R][2];
-  for (int s = 0; s < kSets; ++s) {
-    for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = _mm512_setzero_si512();
-  }
-  const uint8_t* a[R];
-  for (int r = 0; r < R; ++r) a[r] = static_cast<const uint8_t*>(x.a) + (m0 + r) * x.stride;
-  int64_t q = 0;
-  for (; q + kSets <= quads; q += kSets) {
-#pragma GCC unroll 2
-    for (int s = 0; s < kSets; ++s) {
-      const __m512i w0 = _mm512_loadu_si512(w + (q + s) * 128);
-      const __m512i w1 = _mm512_loadu_si512(w + (q + s) * 128 + 64);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512i b = _mm512_set1_epi32(Load32(a[r] + (q + s) * 4));
-        acc[s][r][0] = Dpbusd(acc[s][r][0], b, w0);
-        acc[s][r][1] = Dpbusd(acc[s][r][1], b, w1);
-      }
-    }
-  }
-  for (; q < quads; ++q) {
-    const __m512i w0 = _mm512_loadu_si512(w + q * 128);
-    const __m512i w1 = _mm512_loadu_si512(w + q * 128 + 64);
-    for (int r = 0; r < R; ++r) {
-      const __m512i b = _mm512_set1_epi32(Load32(a[r] + q * 4));
-      acc[0][r][0] = Dpbusd(acc[0][r][0], b, w0);
-      acc[0][r][1] = Dpbusd(acc[0][r][1], b, w1);
-    }
-  }
-  const __m512i sum0 = _mm512_loadu_si512(sums), sum1 = _mm512_loadu_si512(sums + 16);
-  const __m512 s0 = _mm512_loadu_ps(scales), s1 = _mm512_loadu_ps(scales + 16);
-  for (int r = 0; r < R; ++r) {
-    __m512i c0 = acc[0][r][0], c1 = acc[0][r][1];
-    if constexpr (kSets == 2) {
-      c0 = _mm512_add_epi32(c0, acc[1][r][0]);
-      c1 = _mm512_add_epi32(c1, acc[1][r][1]);
-    }
-    // sum (a + 128) q - (128 + azp) sum q; the int32 wraps cancel (the result fits).
-    const __m512i shift = _mm512_set1_epi32(128 + (x.azp != nullptr ? x.azp[m0 + r] : 0));
-    c0 = _mm512_sub_epi32(c0, _mm512_mullo_epi32(sum0, shift));
-    c1 = _mm512_sub_epi32(c1, _mm512_mullo_epi32(sum1, shift));
-    Epilogue512(t + (m0 + r) * kP, c0, c1, _mm512_set1_ps(x.scale_a[m0 + r]), s0, s1, true);
-  }
-}
-
-XLLM_VNNI void Int8VnniPanel(const Prepared& x, int64_t panel, float* t) {
-  const ScaledMmParams& p = *x.p;
-  const int64_t quads = x.k4 / 4;
-  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
-  const int32_t* sums = p.sums + panel * kP;
-  const float* scales = p.scales + panel * kP;
-  for (int64_t m0 = 0; m0 < p.m; m0 += kInt8VnniRows) {
-    switch (std::min<int64_t>(kInt8VnniRows, p.m - m0)) {
-      case 1: Int8VnniRows<1>(x, w, quads, m0, sums, scales, t); break;
-      case 2: Int8VnniRows<2>(x, w, quads, m0, sums, scales, t); break;
-      case 3: Int8VnniRows<3>(x, w, quads, m0, sums, scales, t); break;
-      case 4: Int8VnniRows<4>(x, w, quads, m0, sums, scales, t); break;
-      case 5: Int8VnniRows<5>(x, w, quads, m0, sums, scales, t); break;
-      case 6: Int8VnniRows<6>(x, w, quads, m0, sums, scales, t); break;
-      case 7: Int8VnniRows<7>(x, w, quads, m0, sums, scales, t); break;
-      default: Int8VnniRows<8>(x, w, quads, m0, sums, scales, t); break;
-    }
-  }
-}
-
-// ---------------------------------------------------------------- w4a8, vpdpbusd
-
-constexpr int kW4a8VnniRows = 8;
-
-// Rows [m0, m0 + R) of a panel: w the panel's blocks of 8 k, [K / 8][2][16][4] bytes.
-template <int R>
-XLLM_VNNI_INLINE void W4a8VnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
-  const ScaledMmParams& p = *x.p;
-  const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
-  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
-  const int32_t* zeros = static_cast<const int32_t*>(p.zeros);
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  // Few rows: the low and high quads in accumulators of their own, so that vpdpbusd's latency
-  // is hidden; more rows: one accumulator per 16 channels (registers).
-  constexpr int kSets = R <= 2 ? 2 : 1;
-  const int8_t* a[R];
-  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512i acc[kSets][R][2];  // channels 0-15, 16-31
-    for (int s = 0; s < kSets; ++s) {
-      for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = _mm512_setzero_si512();
-    }
-    const int64_t b1 = std::min(blocks, (g + 1) * per_group);
-    for (int64_t b = g * per_group; b < b1; ++b) {
-      const __m512i v0 = _mm512_loadu_si512(w + b * 128), v1 = _mm512_loadu_si512(w + b * 128 + 64);
-      const __m512i lo0 = _mm512_and_si512(v0, low4), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
-      const __m512i lo1 = _mm512_and_si512(v1, low4), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512i alo = _mm512_set1_epi32(Load32(a[r] + b * 8));
-        const __m512i ahi = _mm512_set1_epi32(Load32(a[r] + b * 8 + 4));
-        acc[0][r][0] = _mm512_dpbusd_epi32(acc[0][r][0], lo0, alo);
-        acc[0][r][1] = _mm512_dpbusd_epi32(acc[0][r][1], lo1, alo);
-        acc[kSets - 1][r][0] = _mm512_dpbusd_epi32(acc[kSets - 1][r][0], hi0, ahi);
-        acc[kSets - 1][r][1] = _mm512_dpbusd_epi32(acc[kSets - 1][r][1], hi1, ahi);
-      }
-    }
-    const int64_t at = (panel * groups + g) * kP;
-    const __m512i z0 = zeros != nullptr ? _mm512_loadu_si512(zeros + at) : _mm512_set1_epi32(8);
-    const __m512i z1 = zeros != nullptr ? _mm512_loadu_si512(zeros + at + 16) : _mm512_set1_epi32(8);
-    const __m512 s0 = _mm512_loadu_ps(p.scales + at), s1 = _mm512_loadu_ps(p.scales + at + 16);
-    for (int r = 0; r < R; ++r) {
-      __m512i c0 = acc[0][r][0], c1 = acc[0][r][1];
-      if constexpr (kSets == 2) {
-        c0 = _mm512_add_epi32(c0, acc[1][r][0]);
-        c1 = _mm512_add_epi32(c1, acc[1][r][1]);
-      }
-      const __m512i asum = _mm512_set1_epi32(x.asum[(m0 + r) * groups + g]);
-      c0 = _mm512_sub_epi32(c0, _mm512_mullo_epi32(z0, asum));
-      c1 = _mm512_sub_epi32(c1, _mm512_mullo_epi32(z1, asum));
-      Epilogue512(t + (m0 + r) * kP, c0, c1, _mm512_set1_ps(x.scale_a[m0 + r]), s0, s1, g == 0);
-    }
-  }
-}
-
-XLLM_VNNI void W4a8VnniPanel(const Prepared& x, int64_t panel, float* t) {
-  const int64_t m = x.p->m;
-  for (int64_t m0 = 0; m0 < m; m0 += kW4a8VnniRows) {
-    switch (std::min<int64_t>(kW4a8VnniRows, m - m0)) {
-      case 1: W4a8VnniRows<1>(x, panel, m0, t); break;
-      case 2: W4a8VnniRows<2>(x, panel, m0, t); break;
-      case 3: W4a8VnniRows<3>(x, panel, m0, t); break;
-      case 4: W4a8VnniRows<4>(x, panel, m0, t); break;
-      case 5: W4a8VnniRows<5>(x, panel, m0, t); break;
-      case 6: W4a8VnniRows<6>(x, panel, m0, t); break;
-      case 7: W4a8VnniRows<7>(x, panel, m0, t); break;
-      default: W4a8VnniRows<8>(x, panel, m0, t); break;
-    }
-  }
 }
 
 // ---------------------------------------------------------------- w8a8-fp8, vdpbf16ps
@@ -546,147 +404,74 @@ XLLM_AVX_VNNI_INLINE __m256i DpbusdVex(__m256i acc, __m256i u, __m256i s) {
   return acc;
 }
 
-// ---------------------------------------------------------------- w8a8-int8, vpdpbusd ymm
+// ================================================================ the vpdpbusd tiles, zmm and ymm
 
-// 16 ymm registers: 3 rows x 32 channels = 12 accumulators, the 3 rows' broadcasts and a weight
-// vector. 12 independent chains hide vpdpbusd's latency: about 1.65x the throughput of 2 rows
-// (8 chains) on Zen 5 at K = N = 4096.
-constexpr int kInt8AvxVnniRows = 3;
+// One source (scaled_mm_vnni-inl.h) compiled for each width in a namespace of its own, under that
+// width's target attributes, with W its operations.
+namespace zmm {
+HWY_PUSH_ATTRIBUTES("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+// 32 zmm registers: 8 rows x 2 vectors of accumulators (or two sets of 2 rows), a quad's weights held.
+struct W {
+  using V = __m512i;
+  static constexpr int kVecs = 2, kInt8Rows = 8, kW4a8Rows = 8;
+  static constexpr bool kHoldWeights = true;
+  static V Zero() { return _mm512_setzero_si512(); }
+  static V Load(const void* p) { return _mm512_loadu_si512(p); }
+  static V Broadcast(int32_t v) { return _mm512_set1_epi32(v); }
+  static V Set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static V Add(V a, V b) { return _mm512_add_epi32(a, b); }
+  static V Sub(V a, V b) { return _mm512_sub_epi32(a, b); }
+  static V Mullo(V a, V b) { return _mm512_mullo_epi32(a, b); }
+  static V LowNibbles(V v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+  static V HighNibbles(V v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
+  static V Dpbusd(V acc, V u, V s) { return scaled_mm_detail::Dpbusd(acc, u, s); }
+  // The intrinsic: the inline assembly measured no faster in the w4a8 tile.
+  static V DpbusdNibbles(V acc, V u, V s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  // The scales held in registers over a tile's rows.
+  struct S {
+    __m512 s0, s1;
+  };
+  static S Scales(const float* s) { return {_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)}; }
+  static void Epilogue(float* t, const V (&c)[kVecs], float sa, S s, bool first) {
+    Epilogue512(t, c[0], c[1], _mm512_set1_ps(sa), s.s0, s.s1, first);
+  }
+};
+#include "csrc/cpu/linear/scaled_mm_vnni-inl.h"
+HWY_POP_ATTRIBUTES
+}  // namespace zmm
 
-// Rows [m0, m0 + R) of a panel: w the panel's quads, [quads][32][4] int8; the activations a + 128
-// as uint8 (AForm::kUint8), as the zmm kernel.
-template <int R>
-XLLM_AVX_VNNI_INLINE void Int8AvxVnniRows(const Prepared& x, const int8_t* w, int64_t quads, int64_t m0,
-                                        const int32_t* sums, const float* scales, float* t) {
-  // One row: two accumulator sets (even and odd quads), so that vpdpbusd's latency is hidden.
-  constexpr int kSets = R == 1 ? 2 : 1;
-  __m256i acc[kSets][R][4];
-  for (int s = 0; s < kSets; ++s) {
-    for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = acc[s][r][2] = acc[s][r][3] = _mm256_setzero_si256();
+namespace ymm {
+HWY_PUSH_ATTRIBUTES("avx2,fma,f16c,avxvnni")
+// 16 ymm registers: 3 rows x 4 vectors of accumulators (w4a8: 2 rows, whose 4 broadcasts are held
+// too), the rows' broadcasts held. 12 independent chains hide vpdpbusd's latency: about 1.65x the
+// throughput of 2 rows (8 chains) on Zen 5 at K = N = 4096; 3 w4a8 rows need more than 16 registers
+// (reloading the broadcasts, the mask from memory, measured slower on Zen 5).
+struct W {
+  using V = __m256i;
+  static constexpr int kVecs = 4, kInt8Rows = 3, kW4a8Rows = 2;
+  static constexpr bool kHoldWeights = false;
+  static V Zero() { return _mm256_setzero_si256(); }
+  static V Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static V Broadcast(int32_t v) { return _mm256_set1_epi32(v); }
+  static V Set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static V Add(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V Sub(V a, V b) { return _mm256_sub_epi32(a, b); }
+  static V Mullo(V a, V b) { return _mm256_mullo_epi32(a, b); }
+  static V LowNibbles(V v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+  static V HighNibbles(V v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+  static V Dpbusd(V acc, V u, V s) { return DpbusdVex(acc, u, s); }
+  static V DpbusdNibbles(V acc, V u, V s) { return DpbusdVex(acc, u, s); }
+  // The scales read from memory by each row (registers are few).
+  using S = const float*;
+  static S Scales(const float* s) { return s; }
+  static void Epilogue(float* t, const V (&c)[kVecs], float sa, S scales, bool first) {
+    const __m256 s = _mm256_set1_ps(sa);
+    for (int j = 0; j < kVecs; ++j) Epilogue256(t + j * 8, c[j], s, _mm256_loadu_ps(scales + j * 8), first);
   }
-  const uint8_t* a[R];
-  for (int r = 0; r < R; ++r) a[r] = static_cast<const uint8_t*>(x.a) + (m0 + r) * x.stride;
-  int64_t q = 0;
-  for (; q + kSets <= quads; q += kSets) {
-#pragma GCC unroll 2
-    for (int s = 0; s < kSets; ++s) {
-      __m256i b[R];
-      for (int r = 0; r < R; ++r) b[r] = _mm256_set1_epi32(Load32(a[r] + (q + s) * 4));
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (q + s) * 128 + j * 32));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[s][r][j] = DpbusdVex(acc[s][r][j], b[r], wv);
-      }
-    }
-  }
-  for (; q < quads; ++q) {
-    for (int r = 0; r < R; ++r) {
-      const __m256i b = _mm256_set1_epi32(Load32(a[r] + q * 4));
-      for (int j = 0; j < 4; ++j) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + q * 128 + j * 32));
-        acc[0][r][j] = DpbusdVex(acc[0][r][j], b, wv);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    // sum (a + 128) q - (128 + azp) sum q; the int32 wraps cancel (the result fits).
-    const __m256i shift = _mm256_set1_epi32(128 + (x.azp != nullptr ? x.azp[m0 + r] : 0));
-    const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
-    for (int j = 0; j < 4; ++j) {
-      __m256i c = acc[0][r][j];
-      if constexpr (kSets == 2) c = _mm256_add_epi32(c, acc[1][r][j]);
-      const __m256i sum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + j * 8));
-      c = _mm256_sub_epi32(c, _mm256_mullo_epi32(sum, shift));
-      Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(scales + j * 8), true);
-    }
-  }
-}
-
-XLLM_AVX_VNNI void Int8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
-  const ScaledMmParams& p = *x.p;
-  const int64_t quads = x.k4 / 4;
-  const int8_t* w = static_cast<const int8_t*>(p.weights) + panel * quads * 128;
-  const int32_t* sums = p.sums + panel * kP;
-  const float* scales = p.scales + panel * kP;
-  for (int64_t m0 = 0; m0 < p.m; m0 += kInt8AvxVnniRows) {
-    switch (std::min<int64_t>(kInt8AvxVnniRows, p.m - m0)) {
-      case 1: Int8AvxVnniRows<1>(x, w, quads, m0, sums, scales, t); break;
-      case 2: Int8AvxVnniRows<2>(x, w, quads, m0, sums, scales, t); break;
-      default: Int8AvxVnniRows<kInt8AvxVnniRows>(x, w, quads, m0, sums, scales, t); break;
-    }
-  }
-}
-
-// ---------------------------------------------------------------- w4a8, vpdpbusd ymm
-
-// 2 rows x 32 channels = 8 accumulators, 4 broadcasts (the rows' low and high quads), the nibble
-// mask and a weight vector's two nibble vectors. (3 rows need more than 16 registers with the
-// broadcasts held; reloading them, with the mask from memory, measured slower on Zen 5.)
-constexpr int kW4a8AvxVnniRows = 2;
-
-// Rows [m0, m0 + R) of a panel: the nibbles (0..15) the unsigned operand, the activations the
-// signed one (no shift), as the zmm kernel; w the panel's blocks, [K / 8][2][16][4] bytes, so
-// bytes 32j .. 32j + 31 of a block are channels 8j .. 8j + 7.
-template <int R>
-XLLM_AVX_VNNI_INLINE void W4a8AvxVnniRows(const Prepared& x, int64_t panel, int64_t m0, float* t) {
-  const ScaledMmParams& p = *x.p;
-  const int64_t blocks = p.k / 8, per_group = p.group / 8, groups = p.groups;
-  const uint8_t* w = static_cast<const uint8_t*>(p.weights) + panel * p.k * 16;
-  const int32_t* zeros = static_cast<const int32_t*>(p.zeros);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  // One row: the low and high quads in accumulators of their own (vpdpbusd's latency).
-  constexpr int kSets = R == 1 ? 2 : 1;
-  const int8_t* a[R];
-  for (int r = 0; r < R; ++r) a[r] = static_cast<const int8_t*>(x.a) + (m0 + r) * x.stride;
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256i acc[kSets][R][4];  // channels 8j .. 8j + 7
-    for (int s = 0; s < kSets; ++s) {
-      for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = acc[s][r][2] = acc[s][r][3] = _mm256_setzero_si256();
-    }
-    const int64_t b1 = std::min(blocks, (g + 1) * per_group);
-    for (int64_t b = g * per_group; b < b1; ++b) {
-      __m256i alo[R], ahi[R];
-      for (int r = 0; r < R; ++r) {
-        alo[r] = _mm256_set1_epi32(Load32(a[r] + b * 8));
-        ahi[r] = _mm256_set1_epi32(Load32(a[r] + b * 8 + 4));
-      }
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * 128 + j * 32));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; ++r) {
-          acc[0][r][j] = DpbusdVex(acc[0][r][j], lo, alo[r]);
-          acc[kSets - 1][r][j] = DpbusdVex(acc[kSets - 1][r][j], hi, ahi[r]);
-        }
-      }
-    }
-    const int64_t at = (panel * groups + g) * kP;
-    for (int r = 0; r < R; ++r) {
-      const __m256i asum = _mm256_set1_epi32(x.asum[(m0 + r) * groups + g]);
-      const __m256 sa = _mm256_set1_ps(x.scale_a[m0 + r]);
-      for (int j = 0; j < 4; ++j) {
-        __m256i c = acc[0][r][j];
-        if constexpr (kSets == 2) c = _mm256_add_epi32(c, acc[1][r][j]);
-        const __m256i z = zeros != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zeros + at + j * 8))
-                                           : _mm256_set1_epi32(8);
-        c = _mm256_sub_epi32(c, _mm256_mullo_epi32(z, asum));
-        Epilogue256(t + (m0 + r) * kP + j * 8, c, sa, _mm256_loadu_ps(p.scales + at + j * 8), g == 0);
-      }
-    }
-  }
-}
-
-XLLM_AVX_VNNI void W4a8AvxVnniPanel(const Prepared& x, int64_t panel, float* t) {
-  const int64_t m = x.p->m;
-  for (int64_t m0 = 0; m0 < m; m0 += kW4a8AvxVnniRows) {
-    switch (std::min<int64_t>(kW4a8AvxVnniRows, m - m0)) {
-      case 1: W4a8AvxVnniRows<1>(x, panel, m0, t); break;
-      default: W4a8AvxVnniRows<kW4a8AvxVnniRows>(x, panel, m0, t); break;
-    }
-  }
-}
+};
+#include "csrc/cpu/linear/scaled_mm_vnni-inl.h"
+HWY_POP_ATTRIBUTES
+}  // namespace ymm
 
 // ---------------------------------------------------------------- w8a8-fp8, float32 FMA
 
@@ -790,12 +575,12 @@ int64_t Fp8Avx2Scratch(int64_t m, int64_t) { return (kFp8Avx2BlockQuads * 4 + m)
 
 }  // namespace
 
-PanelKernel Int8Avx512VnniKernel() { return {Int8VnniPanel, AForm::kUint8, "avx512-vnni", nullptr}; }
-PanelKernel W4a8Avx512VnniKernel() { return {W4a8VnniPanel, AForm::kInt8, "avx512-vnni", nullptr}; }
+PanelKernel Int8Avx512VnniKernel() { return {zmm::Int8Panel, AForm::kUint8, "avx512-vnni", nullptr}; }
+PanelKernel W4a8Avx512VnniKernel() { return {zmm::W4a8Panel, AForm::kInt8, "avx512-vnni", nullptr}; }
 PanelKernel Fp8Avx512Bf16Kernel() { return {Fp8Bf16Panel, AForm::kBf16, "avx512-bf16", Fp8Bf16Scratch}; }
 PanelKernel BrgemmFp8Kernel() { return {BrgemmFp8Panel, AForm::kBf16, "brgemm", BrgemmFp8Scratch}; }
-PanelKernel Int8AvxVnniKernel() { return {Int8AvxVnniPanel, AForm::kUint8, "avx-vnni", nullptr}; }
-PanelKernel W4a8AvxVnniKernel() { return {W4a8AvxVnniPanel, AForm::kInt8, "avx-vnni", nullptr}; }
+PanelKernel Int8AvxVnniKernel() { return {ymm::Int8Panel, AForm::kUint8, "avx-vnni", nullptr}; }
+PanelKernel W4a8AvxVnniKernel() { return {ymm::W4a8Panel, AForm::kInt8, "avx-vnni", nullptr}; }
 PanelKernel Int8Avx2Kernel() { return {Int8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
 PanelKernel W4a8Avx2Kernel() { return {W4a8Avx2Panel, AForm::kInt8, "avx2", nullptr}; }
 PanelKernel Fp8Avx2Kernel() { return {Fp8Avx2Panel, AForm::kFloat32, "avx2-fma", Fp8Avx2Scratch}; }

@@ -1,18 +1,70 @@
-// scaled_mm's entry points (scaled_mm.h), the activations' preparation, the scalar kernels and the
-// packing. Included once, in the HWY_ONCE part of linear.cpp (the family's foreach_target
-// translation unit), after scaled_mm-inl.h was compiled for every target.
-#pragma once
+// scaled_mm's translation unit (scaled_mm.h), in the family's skeleton: compiled once per Highway
+// target (foreach_target), the per-target driver (ScaledMmPanels: rows in chunks, the panel kernel
+// scaled_mm-inl.h's ScaledMmKernel picks, then FinishPanel), and once (HWY_ONCE) the entry points,
+// the activations' preparation, the scalar kernels and the packing. The x86 panel kernels are
+// scaled_mm_x86.cpp's; linear.cpp shares scaled_mm-inl.h's FinishPanel.
+#include "csrc/cpu/linear/scaled_mm.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
-#include "csrc/cpu/linear/scaled_mm.h"
-#include "csrc/cpu/linear/scaled_mm_internal.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "csrc/cpu/linear/scaled_mm.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
 
+#include "csrc/cpu/linear/linear.h"
+#include "csrc/cpu/linear/scaled_mm-inl.h"  // the panel kernels' choice, FinishPanel
+#include "csrc/cpu/linear/scaled_mm_internal.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace xllm_kernel::cpu {
+namespace HWY_NAMESPACE {
+
+void ScaledMmPanels(const ScaledMmParams& p, int64_t panel_begin, int64_t panel_end) {
+  const scaled_mm_detail::PanelKernel kernel = ScaledMmKernel(p.scheme, p.int8_panel_sums != nullptr, p.bf16_panel_sums != nullptr);
+  // Rows in chunks whose prepared activations take about 2 MiB (at least 64 rows): the scratch
+  // stays bounded for long prefills; a panel's weights are read once per chunk (from memory
+  // the first time, the cache after). A row's bits do not depend on the chunks.
+  const int64_t k4 = kernels::round_up(p.k, 4);
+  const int64_t elem = kernel.form == scaled_mm_detail::AForm::kFloat32 ? 4
+                       : kernel.form == scaled_mm_detail::AForm::kBf16  ? 2
+                                                                          : 1;
+  const int64_t chunk = std::max<int64_t>(64, (int64_t{2} << 20) / (k4 * elem)) / 8 * 8;
+  hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;
+  const int64_t scratch_bytes = kernel.scratch_bytes != nullptr ? kernel.scratch_bytes(std::min(p.m, chunk), k4) : 0;
+  if (scratch_bytes > 0) scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(scratch_bytes));
+  auto t = hwy::AllocateAligned<float>(static_cast<size_t>(std::min(p.m, chunk) * kernels::kPanel));
+  scaled_mm_detail::Activations act;
+  for (int64_t r0 = 0; r0 < p.m; r0 += chunk) {
+    ScaledMmParams c = p;
+    c.m = std::min(chunk, p.m - r0);
+    c.a = static_cast<const uint8_t*>(p.a) + r0 * p.a_stride;
+    c.scale_a = p.scale_a + r0 * p.scale_a_stride;
+    if (p.azp != nullptr) c.azp = p.azp + r0 * p.azp_stride;
+    c.out = static_cast<uint8_t*>(p.out) + r0 * p.out_stride * kernels::element_size(p.out_dtype);
+    scaled_mm_detail::PrepareActivations(c, kernel.form, act);
+    act.x.scratch = scratch.get();
+    const PanelRows rows{.out = c.out, .out_stride = c.out_stride, .n = c.n, .m = c.m, .bias = c.bias};
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      kernel.fn(act.x, panel, t.get());
+      FinishPanel(c.out_dtype, rows, panel, t.get());
+    }
+  }
+}
+
+const char* ScaledMmIsa() { return ScaledMmKernel(LinearScheme::kW8A8Int8).isa; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace xllm_kernel::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace xllm_kernel::cpu {
 
 HWY_EXPORT(ScaledMmPanels);
@@ -341,3 +393,4 @@ Status scaled_mm_pack(const ScaledMmPackSource& s, void* weights, float* scales,
 }
 
 }  // namespace xllm_kernel::cpu
+#endif  // HWY_ONCE
