@@ -82,6 +82,7 @@
 //   xllm_kernel::cpu::quant(p, 0, tokens);
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "csrc/common/host_device.h"
@@ -152,6 +153,93 @@ struct QuantParams {
   // aligned to the SIMD width): for outputs much larger than the last-level cache.
   bool stream_out = false;
 };
+
+// ---------------------------------------------------------------- the operations
+
+// What produces the rows that are quantized: the one spelling of the CPU and CUDA kernels, the
+// bridges and the suites.
+enum class QuantProducer : int {
+  kInput = 0,            // the input rows themselves
+  kRmsNorm = 1,          // rms_norm(input, weight, eps)
+  kFusedAddRmsNorm = 2,  // residual <- round(input + residual); rms_norm(residual, weight, eps)
+  kSiluAndMul = 3,       // silu(input[..., :hidden]) * input[..., hidden:]
+};
+
+constexpr bool producer_normalizes(QuantProducer p) {
+  return p == QuantProducer::kRmsNorm || p == QuantProducer::kFusedAddRmsNorm;
+}
+
+// The family's operations: each is a producer and a scheme, in one list (an X-macro: X(name,
+// producer, scheme)) from which come the table below and the CPU and CUDA entry points by
+// operation (csrc/{cpu,cuda}/quantization/operations.h); the bridges and the suites read the table.
+#define XLLM_QUANT_OPERATIONS(X)                               \
+  X(per_token_quant, kInput, kPerToken)                        \
+  X(per_token_quant_int8_azp, kInput, kPerTokenAzp)            \
+  X(static_quant, kInput, kStatic)                             \
+  X(rms_norm_per_token_quant, kRmsNorm, kPerToken)             \
+  X(fused_add_rms_norm_per_token_quant, kFusedAddRmsNorm, kPerToken) \
+  X(rms_norm_static_quant, kRmsNorm, kStatic)                  \
+  X(fused_add_rms_norm_static_quant, kFusedAddRmsNorm, kStatic) \
+  X(silu_and_mul_per_token_quant, kSiluAndMul, kPerToken)
+
+struct QuantOperation {
+  const char* name;
+  QuantProducer producer;
+  QuantScheme scheme;
+  const char* wrong_scheme;  // the entry points' error for another scheme
+};
+inline constexpr QuantOperation kQuantOperations[] = {
+#define XLLM_QUANT_ROW(NAME, PRODUCER, SCHEME) \
+  {#NAME, QuantProducer::PRODUCER, QuantScheme::SCHEME, #NAME ": scheme must be " #SCHEME},
+    XLLM_QUANT_OPERATIONS(XLLM_QUANT_ROW)
+#undef XLLM_QUANT_ROW
+};
+
+// The table's index of an operation, by name, at compile time (-1 for a name not in it: an entry
+// point of such a name does not compile).
+constexpr int quant_operation_index(const char* name) {
+  for (int i = 0; i < static_cast<int>(sizeof(kQuantOperations) / sizeof(kQuantOperations[0])); ++i) {
+    const char *a = kQuantOperations[i].name, *b = name;
+    while (*a != '\0' && *a == *b) ++a, ++b;
+    if (*a == *b) return i;
+  }
+  return -1;
+}
+
+// The kernels' check of p for `producer` on rows [row_begin, row_end), the CPU's and CUDA's alike
+// (defence only: the bridges validate dtypes, shapes and pointers before calling): null where p is
+// valid, else the reason. Pointers are checked only where a row is to be computed.
+inline const char* invalid_quant_params(const QuantParams& p, QuantProducer producer, int64_t row_begin, int64_t row_end) {
+  if (!valid_dtype(p.dtype)) return "quantization: unknown dtype";
+  if (!valid_quant_dtype(p.qdtype)) return "quantization: unknown quantized dtype";
+  if (!valid_quant_scheme(p.scheme, p.qdtype)) return "quantization: unknown scheme, or kPerTokenAzp with float8_e4m3fn";
+  // 2 * hidden elements per input row (silu_and_mul), and the row buffer's bytes, must be addressable.
+  if (p.hidden < 1 || p.hidden > (INT64_MAX >> 3)) return "quantization: hidden must be in [1, 2^60)";
+  if (const char* why = invalid_rows(p.shape, row_begin, row_end)) return why;
+  if (producer_normalizes(producer)) {
+    if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
+      return "quantization: weight_dtype must be float32 or dtype";
+    }
+    if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return "quantization: eps must be finite and >= 0";
+  }
+  if (p.scale_ub != nullptr && !(p.scheme == QuantScheme::kPerToken && p.qdtype == QuantDType::kFloat8E4M3)) {
+    return "quantization: scale_ub is for per-token float8_e4m3fn only";
+  }
+  if (p.static_divide && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kFloat8E4M3)) {
+    return "quantization: static_divide is for static float8_e4m3fn only";
+  }
+  if (p.static_azp != nullptr && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kInt8)) {
+    return "quantization: static_azp is for static int8 only";
+  }
+  if (row_begin == row_end) return nullptr;
+  if (p.input == nullptr || p.out == nullptr) return "quantization: null input or out";
+  if (p.scheme != QuantScheme::kStatic && p.scale_out == nullptr) return "quantization: null scale_out";
+  if (p.scheme == QuantScheme::kPerTokenAzp && p.azp_out == nullptr) return "quantization: null azp_out";
+  if (p.scheme == QuantScheme::kStatic && p.static_scale == nullptr) return "quantization: null static_scale";
+  if (producer_normalizes(producer) && p.weight == nullptr) return "quantization: null weight";
+  if (producer == QuantProducer::kFusedAddRmsNorm && p.residual == nullptr) return "quantization: null residual";
+  return nullptr;
+}
 
 // ---------------------------------------------------------------- the arithmetic
 

@@ -872,76 +872,38 @@ HWY_EXPORT(SiluAndMulQuantRows);
 
 namespace {
 
-enum class Producer { kInput, kRmsNorm, kFusedAddRmsNorm, kSiluAndMul };
-
-// Defence only: the bridge validates dtypes, shapes and pointers before calling.
-Status Check(Producer producer, const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  if (!kernels::valid_dtype(p.dtype)) return Status::invalid("quantization: unknown dtype");
-  if (!kernels::valid_quant_dtype(p.qdtype)) return Status::invalid("quantization: unknown quantized dtype");
-  if (!kernels::valid_quant_scheme(p.scheme, p.qdtype)) {
-    return Status::invalid("quantization: unknown scheme, or kPerTokenAzp with float8_e4m3fn");
-  }
-  // 2 * hidden elements per input row (silu_and_mul), and the row buffer's bytes, must be addressable.
-  if (p.hidden < 1 || p.hidden > (INT64_MAX >> 3)) return Status::invalid("quantization: hidden must be in [1, 2^60)");
-  if (const char* why = kernels::invalid_rows(p.shape, row_begin, row_end)) return Status::invalid(why);
-  if (producer != Producer::kInput && producer != Producer::kSiluAndMul) {
-    if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
-      return Status::invalid("quantization: weight_dtype must be float32 or dtype");
-    }
-    if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return Status::invalid("quantization: eps must be finite and >= 0");
-  }
-  if (p.scale_ub != nullptr && !(p.scheme == QuantScheme::kPerToken && p.qdtype == QuantDType::kFloat8E4M3)) {
-    return Status::invalid("quantization: scale_ub is for per-token float8_e4m3fn only");
-  }
-  if (p.static_divide && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kFloat8E4M3)) {
-    return Status::invalid("quantization: static_divide is for static float8_e4m3fn only");
-  }
-  if (p.static_azp != nullptr && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kInt8)) {
-    return Status::invalid("quantization: static_azp is for static int8 only");
-  }
-  if (row_begin == row_end) return Status::ok();
-  if (p.input == nullptr || p.out == nullptr) return Status::invalid("quantization: null input or out");
-  if (p.scheme != QuantScheme::kStatic && p.scale_out == nullptr) return Status::invalid("quantization: null scale_out");
-  if (p.scheme == QuantScheme::kPerTokenAzp && p.azp_out == nullptr) return Status::invalid("quantization: null azp_out");
-  if (p.scheme == QuantScheme::kStatic && p.static_scale == nullptr) {
-    return Status::invalid("quantization: null static_scale");
-  }
-  if ((producer == Producer::kRmsNorm || producer == Producer::kFusedAddRmsNorm) && p.weight == nullptr) {
-    return Status::invalid("quantization: null weight");
-  }
-  if (producer == Producer::kFusedAddRmsNorm && p.residual == nullptr) return Status::invalid("quantization: null residual");
-  return Status::ok();
-}
+using kernels::QuantProducer;
 
 template <class Rows>
-Status Run(Producer producer, Rows rows, const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  const Status s = Check(producer, p, row_begin, row_end);
-  if (!s.is_ok() || row_begin == row_end) return s;
+Status Run(QuantProducer producer, Rows rows, const QuantParams& p, int64_t row_begin, int64_t row_end) {
+  // Defence only: the bridge validates dtypes, shapes and pointers before calling.
+  if (const char* why = kernels::invalid_quant_params(p, producer, row_begin, row_end)) return Status::invalid(why);
+  if (row_begin == row_end) return Status::ok();
   hwy::AlignedFreeUniquePtr<unsigned char[]> buf;
-  if (producer != Producer::kInput) {
+  if (producer != QuantProducer::kInput) {
     buf = hwy::AllocateAligned<unsigned char>(static_cast<size_t>(p.hidden) * kernels::element_size(p.dtype));
     if (!buf) return Status::invalid("quantization: cannot allocate the row buffer");
   }
   rows(p, row_begin, row_end, buf.get());
-  return s;
+  return Status::ok();
 }
 
 }  // namespace
 
 Status quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  return Run(Producer::kInput, HWY_DYNAMIC_DISPATCH(QuantRows), p, row_begin, row_end);
+  return Run(QuantProducer::kInput, HWY_DYNAMIC_DISPATCH(QuantRows), p, row_begin, row_end);
 }
 
 Status rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  return Run(Producer::kRmsNorm, HWY_DYNAMIC_DISPATCH(RmsNormQuantRows), p, row_begin, row_end);
+  return Run(QuantProducer::kRmsNorm, HWY_DYNAMIC_DISPATCH(RmsNormQuantRows), p, row_begin, row_end);
 }
 
 Status fused_add_rms_norm_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  return Run(Producer::kFusedAddRmsNorm, HWY_DYNAMIC_DISPATCH(FusedAddRmsNormQuantRows), p, row_begin, row_end);
+  return Run(QuantProducer::kFusedAddRmsNorm, HWY_DYNAMIC_DISPATCH(FusedAddRmsNormQuantRows), p, row_begin, row_end);
 }
 
 Status silu_and_mul_quant(const QuantParams& p, int64_t row_begin, int64_t row_end) {
-  return Run(Producer::kSiluAndMul, HWY_DYNAMIC_DISPATCH(SiluAndMulQuantRows), p, row_begin, row_end);
+  return Run(QuantProducer::kSiluAndMul, HWY_DYNAMIC_DISPATCH(SiluAndMulQuantRows), p, row_begin, row_end);
 }
 
 }  // namespace xllm_kernel::cpu

@@ -14,9 +14,9 @@ namespace {
 
 using kernels::QuantArgs;
 
-bool is_norm(QuantOp op) { return op == QuantOp::kRmsNorm || op == QuantOp::kFusedAddRmsNorm; }
+bool is_norm(QuantProducer op) { return ::xllm_kernel::kernels::producer_normalizes(op); }
 
-template <QuantOp kOp>
+template <QuantProducer kOp>
 Status launch(const QuantParams& p, cudaStream_t stream) {
   if (const Status s = check_quant(p, kOp); !s.is_ok()) return s;
   if (p.shape.rows == 0) return Status::ok();
@@ -55,43 +55,13 @@ bool aligned_strides(const QuantParams& p, const RowStrides& s, int64_t element_
 
 }  // namespace
 
-Status check_quant(const QuantParams& p, QuantOp op) {
-  using ::xllm_kernel::kernels::valid_dtype;
-  using ::xllm_kernel::kernels::valid_quant_dtype;
-  using ::xllm_kernel::kernels::valid_quant_scheme;
-  if (op != QuantOp::kQuant && op != QuantOp::kSiluAndMul && !is_norm(op)) {
+Status check_quant(const QuantParams& p, QuantProducer op) {
+  if (op != QuantProducer::kInput && op != QuantProducer::kSiluAndMul && !is_norm(op)) {
     return Status::invalid("quantization: unknown operation");
   }
-  if (!valid_dtype(p.dtype)) return Status::invalid("quantization: unknown dtype");
-  if (!valid_quant_dtype(p.qdtype)) return Status::invalid("quantization: unknown quantized dtype");
-  if (!valid_quant_scheme(p.scheme, p.qdtype)) {
-    return Status::invalid("quantization: unknown scheme, or kPerTokenAzp with float8_e4m3fn");
-  }
-  if (p.hidden < 1 || p.hidden > (std::numeric_limits<int64_t>::max() >> 3)) {
-    return Status::invalid("quantization: hidden must be in [1, 2^60)");
-  }
-  if (const char* why = ::xllm_kernel::kernels::invalid_rows(p.shape, 0, p.shape.rows)) return Status::invalid(why);
-  if (is_norm(op)) {
-    if (p.weight_dtype != DType::kFloat32 && p.weight_dtype != p.dtype) {
-      return Status::invalid("quantization: weight_dtype must be float32 or dtype");
-    }
-    if (!(std::isfinite(p.eps) && p.eps >= 0.0)) return Status::invalid("quantization: eps must be finite and >= 0");
-  }
-  if (p.scale_ub != nullptr && !(p.scheme == QuantScheme::kPerToken && p.qdtype == QuantDType::kFloat8E4M3)) {
-    return Status::invalid("quantization: scale_ub is for per-token float8_e4m3fn only");
-  }
-  if (p.static_azp != nullptr && !(p.scheme == QuantScheme::kStatic && p.qdtype == QuantDType::kInt8)) {
-    return Status::invalid("quantization: static_azp is for static int8 only");
-  }
+  // The CPU kernels' check (csrc/common/quantization.h), then what a launch adds.
+  if (const char* why = ::xllm_kernel::kernels::invalid_quant_params(p, op, 0, p.shape.rows)) return Status::invalid(why);
   if (p.shape.rows == 0) return Status::ok();
-  if (p.input == nullptr || p.out == nullptr) return Status::invalid("quantization: null input or out");
-  if (p.scheme != QuantScheme::kStatic && p.scale_out == nullptr) return Status::invalid("quantization: null scale_out");
-  if (p.scheme == QuantScheme::kPerTokenAzp && p.azp_out == nullptr) return Status::invalid("quantization: null azp_out");
-  if (p.scheme == QuantScheme::kStatic && p.static_scale == nullptr) {
-    return Status::invalid("quantization: null static_scale");
-  }
-  if (is_norm(op) && p.weight == nullptr) return Status::invalid("quantization: null weight");
-  if (op == QuantOp::kFusedAddRmsNorm && p.residual == nullptr) return Status::invalid("quantization: null residual");
   // Element offsets within the launch (rows * 2 * hidden) stay far inside int64.
   if (p.hidden > std::numeric_limits<int64_t>::max() / 4 / p.shape.rows) {
     return Status::invalid("quantization: rows * 2 * hidden beyond int64");
@@ -99,14 +69,14 @@ Status check_quant(const QuantParams& p, QuantOp op) {
   return Status::ok();
 }
 
-bool quant_vector_access(const QuantParams& p, QuantOp op) {
+bool quant_vector_access(const QuantParams& p, QuantProducer op) {
   if (!::xllm_kernel::kernels::valid_dtype(p.dtype) || p.hidden < 1) return false;
   const int64_t bytes = ::xllm_kernel::kernels::element_size(p.dtype);
   if (!kernels::aligned16(p.input) || !kernels::aligned16(p.out)) return false;
   if (!aligned_strides(p, p.input_strides, bytes) || !aligned_strides(p, p.out_strides, 1)) return false;
-  if (op == QuantOp::kSiluAndMul && (p.hidden * bytes) % kernels::kVectorBytes != 0) return false;  // the up half
+  if (op == QuantProducer::kSiluAndMul && (p.hidden * bytes) % kernels::kVectorBytes != 0) return false;  // the up half
   if (is_norm(op) && !kernels::aligned16(p.weight)) return false;
-  if (op == QuantOp::kFusedAddRmsNorm) {
+  if (op == QuantProducer::kFusedAddRmsNorm) {
     if (!kernels::aligned16(p.residual) || !aligned_strides(p, p.residual_strides, bytes)) return false;
   }
   return true;
@@ -116,7 +86,7 @@ bool quant_vector_access(const QuantParams& p, QuantOp op) {
 // of squares is the rms_norm kernel's, which depends on the group width); for quant and
 // silu_and_mul it is as good a row shape as any (a warp per row for short rows and many rows, else
 // a block per row sized to the row).
-QuantPlan plan_quant(const QuantParams& p, QuantOp op, int sm_count) {
+QuantPlan plan_quant(const QuantParams& p, QuantProducer op, int sm_count) {
   QuantPlan plan;
   if (!check_quant(p, op).is_ok() || p.shape.rows == 0) return plan;
   const LaunchPlan lp = plan_launch(p.shape.rows, p.hidden,
@@ -131,16 +101,16 @@ QuantPlan plan_quant(const QuantParams& p, QuantOp op, int sm_count) {
   return plan;
 }
 
-Status quant(const QuantParams& p, cudaStream_t stream) { return launch<QuantOp::kQuant>(p, stream); }
+Status quant(const QuantParams& p, cudaStream_t stream) { return launch<QuantProducer::kInput>(p, stream); }
 
-Status rms_norm_quant(const QuantParams& p, cudaStream_t stream) { return launch<QuantOp::kRmsNorm>(p, stream); }
+Status rms_norm_quant(const QuantParams& p, cudaStream_t stream) { return launch<QuantProducer::kRmsNorm>(p, stream); }
 
 Status fused_add_rms_norm_quant(const QuantParams& p, cudaStream_t stream) {
-  return launch<QuantOp::kFusedAddRmsNorm>(p, stream);
+  return launch<QuantProducer::kFusedAddRmsNorm>(p, stream);
 }
 
 Status silu_and_mul_quant(const QuantParams& p, cudaStream_t stream) {
-  return launch<QuantOp::kSiluAndMul>(p, stream);
+  return launch<QuantProducer::kSiluAndMul>(p, stream);
 }
 
 }  // namespace xllm_kernel::cuda

@@ -145,7 +145,7 @@ struct QuantRow {
   bool norm_vector = false;  // pass 1: 16-byte loads allowed
 };
 
-template <QuantOp kOp, class T, class W>
+template <QuantProducer kOp, class T, class W>
 XLLM_CUDA_HD QuantRow<T, W> make_quant_row(const QuantArgs& a, int64_t row) {
   const QuantParams& p = a.p;
   int64_t in = 0, out = 0, scale = 0, azp = 0, residual = 0;
@@ -162,11 +162,11 @@ XLLM_CUDA_HD QuantRow<T, W> make_quant_row(const QuantArgs& a, int64_t row) {
   r.out = static_cast<uint8_t*>(p.out) + out;
   if (p.scale_out != nullptr) r.scale = p.scale_out + scale;
   if (p.azp_out != nullptr) r.azp = p.azp_out + azp;
-  if constexpr (kOp == QuantOp::kSiluAndMul) r.up = r.input + p.hidden;
-  if constexpr (kOp == QuantOp::kRmsNorm || kOp == QuantOp::kFusedAddRmsNorm) {
+  if constexpr (kOp == QuantProducer::kSiluAndMul) r.up = r.input + p.hidden;
+  if constexpr (kOp == QuantProducer::kRmsNorm || kOp == QuantProducer::kFusedAddRmsNorm) {
     r.weight = static_cast<const W*>(p.weight);
   }
-  if constexpr (kOp == QuantOp::kFusedAddRmsNorm) r.residual = static_cast<T*>(p.residual) + residual;
+  if constexpr (kOp == QuantProducer::kFusedAddRmsNorm) r.residual = static_cast<T*>(p.residual) + residual;
   // 16-byte loads where the rows pass 1 reads allow them (the sums do not depend on it: see
   // for_each_piece in normalization.cuh).
   r.norm_vector = a.weights_aligned && aligned16(r.input) && aligned16(r.residual);
@@ -175,11 +175,11 @@ XLLM_CUDA_HD QuantRow<T, W> make_quant_row(const QuantArgs& a, int64_t row) {
 
 // The produced values of elements [e, e + N) as float32 (rounded to T as the producing kernel
 // rounds them). `inv`: the row's rms_inv_scale (norms only).
-template <QuantOp kOp, class T, class W, int N>
+template <QuantProducer kOp, class T, class W, int N>
 XLLM_CUDA_HD void produce(const QuantRow<T, W>& r, int64_t e, float inv, float (&v)[N]) {
-  if constexpr (kOp == QuantOp::kQuant) {
+  if constexpr (kOp == QuantProducer::kInput) {
     load<N>(r.input + e, v);
-  } else if constexpr (kOp == QuantOp::kSiluAndMul) {
+  } else if constexpr (kOp == QuantProducer::kSiluAndMul) {
     float up[N];
     load<N>(r.input + e, v);
     load<N>(r.up + e, up);
@@ -187,7 +187,7 @@ XLLM_CUDA_UNROLL
     for (int i = 0; i < N; ++i) v[i] = round_to<T>(activate_limited<Act::kSilu>(v[i]) * up[i]);
   } else {
     float w[N];
-    if constexpr (kOp == QuantOp::kRmsNorm) {
+    if constexpr (kOp == QuantProducer::kRmsNorm) {
       load<N>(r.input + e, v);
     } else {
       load<N>(r.residual + e, v);  // rounded by pass 1
@@ -200,7 +200,7 @@ XLLM_CUDA_UNROLL
 
 // Calls f(e, v) for lane `lane`'s pieces of the produced row: 16 elements at multiples of 16
 // (consecutive lanes take consecutive pieces) where `vector`, then the tail element by element.
-template <QuantOp kOp, class T, class W, class F>
+template <QuantProducer kOp, class T, class W, class F>
 XLLM_CUDA_HD void for_each_value(const QuantRow<T, W>& r, bool vector, float inv, int lane, int width, F&& f) {
   constexpr int V = kQuantPiece;
   const int64_t body = vector ? r.hidden / V * V : 0;
@@ -217,7 +217,7 @@ XLLM_CUDA_HD void for_each_value(const QuantRow<T, W>& r, bool vector, float inv
 }
 
 // Pass 3 for one lane.
-template <QuantOp kOp, class T, class W>
+template <QuantProducer kOp, class T, class W>
 XLLM_CUDA_HD void quantize_lane(const QuantRow<T, W>& r, bool vector, float inv, const RowQuant& q, int lane, int width) {
   for_each_value<kOp, T, W>(r, vector, inv, lane, width, [&](int64_t e, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
@@ -238,15 +238,15 @@ XLLM_CUDA_UNROLL
 // The row program. Team: sum(f), max(f), minmax(f) reduce f(lane) over the group (every lane gets
 // the result); each(f) runs f(lane); leader(f) runs f once (lane 0); sync() orders the group's
 // global-memory writes before its later reads.
-template <QuantOp kOp, class T, class W, class Team>
+template <QuantProducer kOp, class T, class W, class Team>
 XLLM_CUDA_HD void quant_row(const QuantArgs& a, int64_t row, Team& team) {
   const QuantParams& p = a.p;
   const QuantRow<T, W> r = make_quant_row<kOp, T, W>(a, row);
   const int width = team.width();
   const bool vector = a.plan.vector;
   float inv = 0.0f;
-  if constexpr (kOp == QuantOp::kRmsNorm || kOp == QuantOp::kFusedAddRmsNorm) {
-    constexpr Op kNorm = kOp == QuantOp::kRmsNorm ? Op::kRmsNorm : Op::kFusedAddRmsNorm;
+  if constexpr (kOp == QuantProducer::kRmsNorm || kOp == QuantProducer::kFusedAddRmsNorm) {
+    constexpr Op kNorm = kOp == QuantProducer::kRmsNorm ? Op::kRmsNorm : Op::kFusedAddRmsNorm;
     Row<T, W> nr;
     nr.input = r.input;
     nr.residual = r.residual;
@@ -254,7 +254,7 @@ XLLM_CUDA_HD void quant_row(const QuantArgs& a, int64_t row, Team& team) {
     nr.hidden = r.hidden;
     nr.vector = r.norm_vector;
     const float total = team.sum([&](int lane) { return Program<kNorm>::partial(0, nr, lane, width, nullptr); });
-    if constexpr (kOp == QuantOp::kFusedAddRmsNorm) team.sync();  // the residual, read by other lanes
+    if constexpr (kOp == QuantProducer::kFusedAddRmsNorm) team.sync();  // the residual, read by other lanes
     inv = rms_inv_scale(total, r.hidden, a.eps);
   }
 
@@ -316,7 +316,7 @@ XLLM_CUDA_UNROLL
 }
 
 // The rows of one group: first, first + step, ...
-template <QuantOp kOp, class T, class W, class Team>
+template <QuantProducer kOp, class T, class W, class Team>
 XLLM_CUDA_HD void quant_group_rows(const QuantArgs& a, int64_t first, int64_t step, Team& team) {
   for (int64_t row = first; row < a.p.shape.rows; row += step) quant_row<kOp, T, W>(a, row, team);
 }
@@ -428,7 +428,7 @@ struct QuantDeviceTeam {
 
 #ifdef __CUDACC__
 
-template <QuantOp kOp, class T, class W, bool kWarpPerRow>
+template <QuantProducer kOp, class T, class W, bool kWarpPerRow>
 __global__ void __launch_bounds__(1024) quant_rows(const __grid_constant__ QuantArgs a) {
   extern __shared__ float scratch[];
   QuantDeviceTeam<kWarpPerRow> team;
@@ -455,11 +455,11 @@ __global__ void __launch_bounds__(1024) quant_rows(const __grid_constant__ Quant
 
 // Calls f(Element<T>{}, Element<W>{}) for the element and weight types of `p` (W = float where
 // the operation has no weight) and returns its result; `otherwise` for a dtype no variant takes.
-template <QuantOp kOp, class R, class F>
+template <QuantProducer kOp, class R, class F>
 R dispatch_quant_types(const QuantParams& p, R otherwise, F&& f) {
   return dispatch_dtype(p.dtype, otherwise, [&](auto element) {
     using T = typename decltype(element)::type;
-    if constexpr (kOp == QuantOp::kRmsNorm || kOp == QuantOp::kFusedAddRmsNorm) {
+    if constexpr (kOp == QuantProducer::kRmsNorm || kOp == QuantProducer::kFusedAddRmsNorm) {
       if (p.weight_dtype == ::xllm_kernel::kernels::DType::kFloat32) return f(element, Element<float>{});
       if (p.weight_dtype == p.dtype) return f(element, Element<T>{});
       return otherwise;

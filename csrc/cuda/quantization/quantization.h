@@ -59,8 +59,9 @@ Status rms_norm_quant(const QuantParams& p, cudaStream_t stream);            // 
 Status fused_add_rms_norm_quant(const QuantParams& p, cudaStream_t stream);  // residual updated
 Status silu_and_mul_quant(const QuantParams& p, cudaStream_t stream);        // input rows of 2 * hidden
 
-// Which producer runs before the quantization.
-enum class QuantOp : int { kQuant = 0, kRmsNorm = 1, kFusedAddRmsNorm = 2, kSiluAndMul = 3 };
+// Which producer runs before the quantization (csrc/common/quantization.h: the CPU's, the bridges'
+// and the suites' enum too).
+using ::xllm_kernel::kernels::QuantProducer;
 
 // How a launch is shaped; exposed so that tests and benchmarks can see (and host-check) it.
 // A row belongs to a group of `width` threads: one warp (warp_per_row, threads / 32 rows per block)
@@ -85,14 +86,14 @@ inline constexpr int kQuantPiece = 16;
 
 // The plan a launcher uses for `p` on a GPU with `sm_count` SMs; all zero for zero rows or
 // parameters the launchers reject.
-QuantPlan plan_quant(const QuantParams& p, QuantOp op, int sm_count);
+QuantPlan plan_quant(const QuantParams& p, QuantProducer op, int sm_count);
 
 // Whether 16-element pieces are safe for every row of `p`: input (both halves for silu_and_mul),
 // out, residual (fused_add_rms_norm) and weight (norms) 16-byte aligned, and so is every stride of
 // a dimension of size > 1.
-bool quant_vector_access(const QuantParams& p, QuantOp op);
+bool quant_vector_access(const QuantParams& p, QuantProducer op);
 
 // What the launcher rejects (ok when it would launch or when there are zero rows).
-Status check_quant(const QuantParams& p, QuantOp op);
+Status check_quant(const QuantParams& p, QuantProducer op);
 
 }  // namespace xllm_kernel::cuda

@@ -61,18 +61,18 @@ Arguments check_arguments(const Call& call) {
   a.producer = call.producer;
   a.scheme = call.scheme;
   switch (call.producer) {
-    case Producer::kNone:
+    case QuantProducer::kInput:
       bridge::check_floating_tensor(op, "input", input, device);
       a.hidden = input.size(-1);
       TORCH_CHECK(a.hidden >= 1, op, ": hidden size (input's last dimension) must be >= 1, got ", a.hidden);
       break;
-    case Producer::kRmsNorm:
-    case Producer::kFusedAddRmsNorm:
+    case QuantProducer::kRmsNorm:
+    case QuantProducer::kFusedAddRmsNorm:
       normalization::check_arguments({.op = op, .input = input, .weight = *call.weight, .residual = call.residual,
                                       .eps = call.eps, .device = device});
       a.hidden = input.size(-1);
       break;
-    case Producer::kSiluAndMul:
+    case QuantProducer::kSiluAndMul:
       a.hidden = activation::check_input(op, input, device);
       break;
   }

@@ -16,17 +16,12 @@
 
 namespace xllm_kernel::quantization {
 
-// What produces the rows that are quantized.
-enum class Producer {
-  kNone,             // the input rows themselves
-  kRmsNorm,          // rms_norm(input, weight, eps)
-  kFusedAddRmsNorm,  // residual <- round(input + residual); rms_norm(residual, weight, eps)
-  kSiluAndMul,       // silu(input[..., :d]) * input[..., d:]
-};
+// What produces the rows that are quantized: the kernels' enum (csrc/common/quantization.h).
+using kernels::QuantProducer;
 
 // The checked arguments of a call. Tensors undefined where the operation has none.
 struct Arguments {
-  Producer producer = Producer::kNone;
+  QuantProducer producer = QuantProducer::kInput;
   kernels::QuantDType qdtype = kernels::QuantDType::kInt8;
   kernels::QuantScheme scheme = kernels::QuantScheme::kPerToken;
   int64_t hidden = 0;    // the out rows' width (silu_and_mul: half the input's last dimension)
@@ -39,11 +34,11 @@ struct Arguments {
 // reads. `weight` and `eps` for the rms_norm producers, `residual` for fused_add_rms_norm;
 // `scale_ub` for the per-token schemes (None allowed), `scale` and `azp` for the static one; null
 // where the operation has none.
-//   const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kStatic, .input = input,
+//   const Call call{.op = op, .producer = QuantProducer::kRmsNorm, .scheme = QuantScheme::kStatic, .input = input,
 //                   .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp, .device = kDevice};
 struct Call {
   const char* op = "";
-  Producer producer = Producer::kNone;
+  QuantProducer producer = QuantProducer::kInput;
   kernels::QuantScheme scheme = kernels::QuantScheme::kPerToken;
   const at::Tensor& input;
   const at::Tensor* residual = nullptr;

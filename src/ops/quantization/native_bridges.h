@@ -30,7 +30,7 @@ struct NativeBridges {
   static Pair per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                               const std::optional<at::Tensor>& scale_ub) {
     const char* op = per_token_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kPerToken, .input = input, .dtype = dtype,
+    const Call call{.op = op, .producer = QuantProducer::kInput, .scheme = Scheme::kPerToken, .input = input, .dtype = dtype,
                     .scale_ub = &scale_ub, .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
     Outputs o = Runner::run(Runner::per_token_quant, call, a);
@@ -39,7 +39,7 @@ struct NativeBridges {
 
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> per_token_quant_int8_azp(const at::Tensor& input) {
     const char* op = per_token_quant_int8_azp_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kPerTokenAzp, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kInput, .scheme = Scheme::kPerTokenAzp, .input = input,
                     .dtype = at::kChar, .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
     Outputs o = Runner::run(Runner::per_token_quant_int8_azp, call, a);
@@ -49,7 +49,7 @@ struct NativeBridges {
   static at::Tensor static_quant(const at::Tensor& input, const at::Tensor& scale, at::ScalarType dtype,
                                  const std::optional<at::Tensor>& azp) {
     const char* op = static_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kNone, .scheme = Scheme::kStatic, .input = input, .dtype = dtype,
+    const Call call{.op = op, .producer = QuantProducer::kInput, .scheme = Scheme::kStatic, .input = input, .dtype = dtype,
                     .scale = &scale, .azp = &azp, .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
     return Runner::run(Runner::static_quant, call, a).out;
@@ -58,7 +58,7 @@ struct NativeBridges {
   static Pair rms_norm_per_token_quant(const at::Tensor& input, const at::Tensor& weight, double eps,
                                        at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
     const char* op = rms_norm_per_token_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = Scheme::kPerToken, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kRmsNorm, .scheme = Scheme::kPerToken, .input = input,
                     .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub, .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
     Outputs o = Runner::run(Runner::rms_norm_per_token_quant, call, a);
@@ -69,7 +69,7 @@ struct NativeBridges {
                                                  const at::Tensor& weight, double eps, at::ScalarType dtype,
                                                  const std::optional<at::Tensor>& scale_ub) {
     const char* op = fused_add_rms_norm_per_token_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = Scheme::kPerToken, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kFusedAddRmsNorm, .scheme = Scheme::kPerToken, .input = input,
                     .residual = &residual, .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub,
                     .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
@@ -81,7 +81,7 @@ struct NativeBridges {
                                           const at::Tensor& scale, at::ScalarType dtype,
                                           const std::optional<at::Tensor>& azp) {
     const char* op = rms_norm_static_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kRmsNorm, .scheme = Scheme::kStatic, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kRmsNorm, .scheme = Scheme::kStatic, .input = input,
                     .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp,
                     .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
@@ -92,7 +92,7 @@ struct NativeBridges {
                                                     const at::Tensor& weight, double eps, const at::Tensor& scale,
                                                     at::ScalarType dtype, const std::optional<at::Tensor>& azp) {
     const char* op = fused_add_rms_norm_static_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = Scheme::kStatic, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kFusedAddRmsNorm, .scheme = Scheme::kStatic, .input = input,
                     .residual = &residual, .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale, .azp = &azp,
                     .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
@@ -102,7 +102,7 @@ struct NativeBridges {
   static Pair silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                                            const std::optional<at::Tensor>& scale_ub) {
     const char* op = silu_and_mul_per_token_quant_operation().name().c_str();
-    const Call call{.op = op, .producer = Producer::kSiluAndMul, .scheme = Scheme::kPerToken, .input = input,
+    const Call call{.op = op, .producer = QuantProducer::kSiluAndMul, .scheme = Scheme::kPerToken, .input = input,
                     .dtype = dtype, .scale_ub = &scale_ub, .device = Runner::kDevice};
     const Arguments a = check_arguments(call);
     Outputs o = Runner::run(Runner::silu_and_mul_per_token_quant, call, a);

@@ -37,7 +37,7 @@ struct CpuRunner {
     Outputs o = new_outputs(call.input, a);
     kernels::QuantParams p = kernel_params(call, a, o);
     p.stream_out = detail::stream_cpu_output(static_cast<int64_t>(o.out.nbytes()));
-    const int64_t row_elements = a.producer == Producer::kSiluAndMul ? 2 * a.hidden : a.hidden;
+    const int64_t row_elements = a.producer == QuantProducer::kSiluAndMul ? 2 * a.hidden : a.hidden;
     bridge::run_rows(op, p, p.shape.rows, row_elements, kernel);
     return o;
   }

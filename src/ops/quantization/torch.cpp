@@ -101,7 +101,7 @@ at::Tensor as_float(const at::Tensor& t) { return t.to(at::kFloat); }
 template <c10::DeviceType kDevice>
 Pair torch_per_token_quant(const at::Tensor& input, at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
   const char* op = per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kPerToken,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kInput, .scheme = QuantScheme::kPerToken,
                                        .input = input, .dtype = dtype, .scale_ub = &scale_ub, .device = kDevice});
   return per_token(as_float(input), a.qdtype, a.scale_ub);
 }
@@ -109,7 +109,7 @@ Pair torch_per_token_quant(const at::Tensor& input, at::ScalarType dtype, const 
 template <c10::DeviceType kDevice>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> torch_per_token_quant_int8_azp(const at::Tensor& input) {
   const char* op = per_token_quant_int8_azp_operation().name().c_str();
-  check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kPerTokenAzp, .input = input,
+  check_arguments({.op = op, .producer = QuantProducer::kInput, .scheme = QuantScheme::kPerTokenAzp, .input = input,
                    .dtype = at::kChar, .device = kDevice});
   return per_token_azp(as_float(input));
 }
@@ -118,7 +118,7 @@ template <c10::DeviceType kDevice>
 at::Tensor torch_static_quant(const at::Tensor& input, const at::Tensor& scale, at::ScalarType dtype,
                               const std::optional<at::Tensor>& azp) {
   const char* op = static_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kNone, .scheme = QuantScheme::kStatic,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kInput, .scheme = QuantScheme::kStatic,
                                        .input = input, .dtype = dtype, .scale = &scale, .azp = &azp,
                                        .device = kDevice});
   return static_scheme(as_float(input), a.qdtype, a.scale, a.azp);
@@ -145,7 +145,7 @@ template <c10::DeviceType kDevice>
 Pair torch_rms_norm_per_token_quant(const at::Tensor& input, const at::Tensor& weight, double eps,
                                     at::ScalarType dtype, const std::optional<at::Tensor>& scale_ub) {
   const char* op = rms_norm_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kPerToken,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kRmsNorm, .scheme = QuantScheme::kPerToken,
                                        .input = input, .weight = &weight, .eps = eps, .dtype = dtype,
                                        .scale_ub = &scale_ub, .device = kDevice});
   return per_token(normalized<kDevice>(input, weight, eps), a.qdtype, a.scale_ub);
@@ -156,7 +156,7 @@ Pair torch_fused_add_rms_norm_per_token_quant(const at::Tensor& input, at::Tenso
                                               double eps, at::ScalarType dtype,
                                               const std::optional<at::Tensor>& scale_ub) {
   const char* op = fused_add_rms_norm_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kFusedAddRmsNorm,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kFusedAddRmsNorm,
                                        .scheme = QuantScheme::kPerToken, .input = input, .residual = &residual,
                                        .weight = &weight, .eps = eps, .dtype = dtype, .scale_ub = &scale_ub,
                                        .device = kDevice});
@@ -168,7 +168,7 @@ at::Tensor torch_rms_norm_static_quant(const at::Tensor& input, const at::Tensor
                                        const at::Tensor& scale, at::ScalarType dtype,
                                        const std::optional<at::Tensor>& azp) {
   const char* op = rms_norm_static_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kRmsNorm, .scheme = QuantScheme::kStatic,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kRmsNorm, .scheme = QuantScheme::kStatic,
                                        .input = input, .weight = &weight, .eps = eps, .dtype = dtype, .scale = &scale,
                                        .azp = &azp, .device = kDevice});
   return static_scheme(normalized<kDevice>(input, weight, eps), a.qdtype, a.scale, a.azp);
@@ -179,7 +179,7 @@ at::Tensor torch_fused_add_rms_norm_static_quant(const at::Tensor& input, at::Te
                                                  const at::Tensor& weight, double eps, const at::Tensor& scale,
                                                  at::ScalarType dtype, const std::optional<at::Tensor>& azp) {
   const char* op = fused_add_rms_norm_static_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kFusedAddRmsNorm, .scheme = QuantScheme::kStatic,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kFusedAddRmsNorm, .scheme = QuantScheme::kStatic,
                                        .input = input, .residual = &residual, .weight = &weight, .eps = eps,
                                        .dtype = dtype, .scale = &scale, .azp = &azp, .device = kDevice});
   return static_scheme(add_normalized<kDevice>(input, residual, weight, eps), a.qdtype, a.scale, a.azp);
@@ -189,7 +189,7 @@ template <c10::DeviceType kDevice>
 Pair torch_silu_and_mul_per_token_quant(const at::Tensor& input, at::ScalarType dtype,
                                         const std::optional<at::Tensor>& scale_ub) {
   const char* op = silu_and_mul_per_token_quant_operation().name().c_str();
-  const Arguments a = check_arguments({.op = op, .producer = Producer::kSiluAndMul, .scheme = QuantScheme::kPerToken,
+  const Arguments a = check_arguments({.op = op, .producer = QuantProducer::kSiluAndMul, .scheme = QuantScheme::kPerToken,
                                        .input = input, .dtype = dtype, .scale_ub = &scale_ub, .device = kDevice});
   static const auto silu_and_mul = torch_sibling<SiluAndMulFn>(kDevice, silu_and_mul_operation().name());
   return per_token(as_float(silu_and_mul(input)), a.qdtype, a.scale_ub);

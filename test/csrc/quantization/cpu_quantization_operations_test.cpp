@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,26 @@ struct Buffers {
     return p;
   }
 };
+
+// The operation table the CPU and CUDA entry points, the bridges and the suites follow
+// (csrc/common/quantization.h) says what the list above says, operation by operation.
+TEST(QuantOperations, TheSharedTableIsTheFamilysOperations) {
+  using kernels::QuantProducer;
+  ASSERT_EQ(std::size(kernels::kQuantOperations), std::size(kOperations));
+  for (const ByOperation& op : kOperations) {
+    const int i = kernels::quant_operation_index(op.name);
+    ASSERT_GE(i, 0) << op.name;
+    const kernels::QuantOperation& t = kernels::kQuantOperations[i];
+    EXPECT_EQ(t.scheme, op.scheme) << op.name;
+    const QuantProducer want = op.gated      ? QuantProducer::kSiluAndMul
+                               : op.residual ? QuantProducer::kFusedAddRmsNorm
+                               : op.norm     ? QuantProducer::kRmsNorm
+                                             : QuantProducer::kInput;
+    EXPECT_EQ(t.producer, want) << op.name;
+    EXPECT_EQ(std::string(t.wrong_scheme).rfind(op.name, 0), 0u) << t.wrong_scheme;
+  }
+  EXPECT_EQ(kernels::quant_operation_index("no_such_quant"), -1);
+}
 
 TEST(QuantOperations, EachRunsItsProducersBodyWithItsScheme) {
   for (const ByOperation& op : kOperations) {

@@ -86,7 +86,7 @@ struct HostTeam {
   void sync() {}
 };
 
-template <QuantOp kOp>
+template <QuantProducer kOp>
 void run_quant_typed(const QuantArgs& a) {
   const QuantPlan& plan = a.plan;
   const bool ran = kernels::dispatch_quant_types<kOp>(a.p, false, [&](auto element, auto weight) {
@@ -110,7 +110,7 @@ void run_quant_typed(const QuantArgs& a) {
 }
 
 // Runs every block of plan_quant(p, op, sm_count) on the host, as the launcher would launch it.
-QuantPlan run_quant_host(QuantOp op, const QuantParams& p, int sm_count) {
+QuantPlan run_quant_host(QuantProducer op, const QuantParams& p, int sm_count) {
   QuantArgs a;
   a.p = p;
   a.plan = plan_quant(p, op, sm_count);
@@ -120,10 +120,10 @@ QuantPlan run_quant_host(QuantOp op, const QuantParams& p, int sm_count) {
   EXPECT_EQ(a.plan.threads % 32, 0);
   EXPECT_EQ(a.plan.width, a.plan.warp_per_row ? 32 : a.plan.threads);
   switch (op) {
-    case QuantOp::kQuant: run_quant_typed<QuantOp::kQuant>(a); break;
-    case QuantOp::kRmsNorm: run_quant_typed<QuantOp::kRmsNorm>(a); break;
-    case QuantOp::kFusedAddRmsNorm: run_quant_typed<QuantOp::kFusedAddRmsNorm>(a); break;
-    case QuantOp::kSiluAndMul: run_quant_typed<QuantOp::kSiluAndMul>(a); break;
+    case QuantProducer::kInput: run_quant_typed<QuantProducer::kInput>(a); break;
+    case QuantProducer::kRmsNorm: run_quant_typed<QuantProducer::kRmsNorm>(a); break;
+    case QuantProducer::kFusedAddRmsNorm: run_quant_typed<QuantProducer::kFusedAddRmsNorm>(a); break;
+    case QuantProducer::kSiluAndMul: run_quant_typed<QuantProducer::kSiluAndMul>(a); break;
   }
   return a.plan;
 }
@@ -283,12 +283,12 @@ const char* name_of(Layout l) {
   }
   return "?";
 }
-const char* name_of(QuantOp op) {
+const char* name_of(QuantProducer op) {
   switch (op) {
-    case QuantOp::kQuant: return "quant";
-    case QuantOp::kRmsNorm: return "rms_norm_quant";
-    case QuantOp::kFusedAddRmsNorm: return "fused_add_rms_norm_quant";
-    case QuantOp::kSiluAndMul: return "silu_and_mul_quant";
+    case QuantProducer::kInput: return "quant";
+    case QuantProducer::kRmsNorm: return "rms_norm_quant";
+    case QuantProducer::kFusedAddRmsNorm: return "fused_add_rms_norm_quant";
+    case QuantProducer::kSiluAndMul: return "silu_and_mul_quant";
   }
   return "?";
 }
@@ -384,7 +384,7 @@ void fill_row(const Tensor& t, int64_t start, int64_t n, int64_t row, std::mt199
 // ---- the cases ----------------------------------------------------------------------------------
 
 struct Case {
-  QuantOp op;
+  QuantProducer op;
   DType dtype;
   DType weight_dtype;
   int64_t tokens, hidden;
@@ -415,7 +415,7 @@ std::unique_ptr<Problem> make_problem(const Case& c, const Method& m, uint32_t s
   std::mt19937 rng(seed);
   P.s = make_shape(c.layout, c.tokens);
   const int64_t esize = hk::element_size(c.dtype);
-  const int64_t in_width = c.op == QuantOp::kSiluAndMul ? 2 * c.hidden : c.hidden;
+  const int64_t in_width = c.op == QuantProducer::kSiluAndMul ? 2 * c.hidden : c.hidden;
   P.input = make_tensor(P.s, c.layout, c.dtype, esize, in_width, true, 0);
   P.out = make_tensor(P.s, c.layout == Layout::kMisaligned ? Layout::kContiguous : c.layout, c.dtype, 1, c.hidden, false,
                       kSentinel);
@@ -462,12 +462,12 @@ std::unique_ptr<Problem> make_problem(const Case& c, const Method& m, uint32_t s
   P.static_azp = m.azp;
   if (m.scheme == QuantScheme::kStatic) p.static_scale = &P.static_scale;
   if (m.has_azp) p.static_azp = &P.static_azp;
-  if (c.op == QuantOp::kRmsNorm || c.op == QuantOp::kFusedAddRmsNorm) {
+  if (c.op == QuantProducer::kRmsNorm || c.op == QuantProducer::kFusedAddRmsNorm) {
     p.weight = P.weight.get();
     p.weight_dtype = c.weight_dtype;
     p.eps = 1e-5;
   }
-  if (c.op == QuantOp::kFusedAddRmsNorm) {
+  if (c.op == QuantProducer::kFusedAddRmsNorm) {
     p.residual = P.residual.base();
     p.residual_strides = P.residual.strides;
   }
@@ -496,8 +496,8 @@ Composition compose(const Case& c, Problem& P) {
       stride *= sh.sizes[d];
     }
   }
-  if (c.op == QuantOp::kQuant) return comp;
-  if (c.op == QuantOp::kSiluAndMul) {
+  if (c.op == QuantProducer::kInput) return comp;
+  if (c.op == QuantProducer::kSiluAndMul) {
     comp.intermediate = AlignedBytes(static_cast<size_t>(sh.rows * c.hidden * esize));
     ActivationParams a;
     a.dtype = c.dtype;
@@ -526,7 +526,7 @@ Composition compose(const Case& c, Problem& P) {
   }
   n.weight = P.p.weight;
   n.eps = P.p.eps;
-  if (c.op == QuantOp::kRmsNorm) {
+  if (c.op == QuantProducer::kRmsNorm) {
     comp.intermediate = AlignedBytes(static_cast<size_t>(sh.rows * c.hidden * esize));
     n.input = P.p.input;
     n.out = comp.intermediate.get();
@@ -597,11 +597,11 @@ void run_case(const Case& c, const Method& m, uint32_t seed) {
   // The fused kernel.
   std::unique_ptr<Problem> fused = make_problem(c, m, seed);
   const QuantPlan plan = run_quant_host(c.op, fused->p, c.sm_count);
-  if (c.op != QuantOp::kQuant) {
+  if (c.op != QuantProducer::kInput) {
     // The composition, from the same inputs: producer kernel, then quant on its tensor.
     std::unique_ptr<Problem> comp_problem = make_problem(c, m, seed);
     Composition comp = compose(c, *comp_problem);
-    run_quant_host(QuantOp::kQuant, comp.q, c.sm_count);
+    run_quant_host(QuantProducer::kInput, comp.q, c.sm_count);
     EXPECT_TRUE(same_bytes(fused->out.bytes, comp_problem->out.bytes)) << "out differs from the composition";
     if (m.scheme != QuantScheme::kStatic) {
       EXPECT_TRUE(same_bytes(fused->scale.bytes, comp_problem->scale.bytes)) << "scale differs from the composition";
@@ -609,7 +609,7 @@ void run_case(const Case& c, const Method& m, uint32_t seed) {
     if (m.scheme == QuantScheme::kPerTokenAzp) {
       EXPECT_TRUE(same_bytes(fused->azp.bytes, comp_problem->azp.bytes)) << "azp differs from the composition";
     }
-    if (c.op == QuantOp::kFusedAddRmsNorm) {
+    if (c.op == QuantProducer::kFusedAddRmsNorm) {
       EXPECT_TRUE(same_bytes(fused->residual.bytes, comp_problem->residual.bytes))
           << "residual differs from fused_add_rms_norm's";
     }
@@ -628,8 +628,8 @@ std::vector<DType> dtypes() { return {DType::kFloat32, DType::kBFloat16, DType::
 
 // Every method, dtype and layout for one operation over shapes: tails (hidden not a multiple of
 // 16), a single element, rows beyond one group, and SM counts giving warp-per-row and block plans.
-void run_operation(QuantOp op) {
-  const bool norm = op == QuantOp::kRmsNorm || op == QuantOp::kFusedAddRmsNorm;
+void run_operation(QuantProducer op) {
+  const bool norm = op == QuantProducer::kRmsNorm || op == QuantProducer::kFusedAddRmsNorm;
   struct Size {
     int64_t tokens, hidden;
     int sm_count;
@@ -657,18 +657,18 @@ void run_operation(QuantOp op) {
   }
 }
 
-TEST(CudaQuantizationHost, QuantEqualsReference) { run_operation(QuantOp::kQuant); }
-TEST(CudaQuantizationHost, RmsNormQuantEqualsCompositionAndReference) { run_operation(QuantOp::kRmsNorm); }
+TEST(CudaQuantizationHost, QuantEqualsReference) { run_operation(QuantProducer::kInput); }
+TEST(CudaQuantizationHost, RmsNormQuantEqualsCompositionAndReference) { run_operation(QuantProducer::kRmsNorm); }
 TEST(CudaQuantizationHost, FusedAddRmsNormQuantEqualsCompositionAndReference) {
-  run_operation(QuantOp::kFusedAddRmsNorm);
+  run_operation(QuantProducer::kFusedAddRmsNorm);
 }
-TEST(CudaQuantizationHost, SiluAndMulQuantEqualsCompositionAndReference) { run_operation(QuantOp::kSiluAndMul); }
+TEST(CudaQuantizationHost, SiluAndMulQuantEqualsCompositionAndReference) { run_operation(QuantProducer::kSiluAndMul); }
 
 // The bits do not depend on the layout: the same values in every 2-D layout give the same codes,
 // scales and zero points (the sums of squares take the same elements in the same order whether or
 // not a row allows 16-byte access).
 TEST(CudaQuantizationHost, ResultsDoNotDependOnTheLayout) {
-  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+  for (QuantProducer op : {QuantProducer::kInput, QuantProducer::kRmsNorm, QuantProducer::kFusedAddRmsNorm, QuantProducer::kSiluAndMul}) {
     for (DType dtype : dtypes()) {
       for (int64_t hidden : {int64_t{133}, int64_t{1029}, int64_t{256}}) {
         for (int mi : {0, 4}) {
@@ -702,7 +702,7 @@ TEST(CudaQuantizationHost, ResultsDoNotDependOnTheLayout) {
 
 // Many rows over a small grid (blocks loop over rows; warps of a block take distinct rows).
 TEST(CudaQuantizationHost, GridLoopsOverRows) {
-  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+  for (QuantProducer op : {QuantProducer::kInput, QuantProducer::kRmsNorm, QuantProducer::kFusedAddRmsNorm, QuantProducer::kSiluAndMul}) {
     for (const Case& c : {Case{op, DType::kBFloat16, DType::kFloat32, 1500, 24, Layout::kContiguous, 1},
                           Case{op, DType::kFloat16, DType::kFloat16, 400, 3000, Layout::kAlignedPadding, 1}}) {
       const QuantPlan plan = plan_quant(make_problem(c, methods()[0], 1)->p, op, c.sm_count);
@@ -793,14 +793,14 @@ TEST(CudaQuantizationHost, RowOffsetsBeyond2To31AndEightDimensions) {
       for (int d = 0; d < 8; ++d) off += (row >> (7 - d) & 1) * s.s[d];
       return off;
     };
-    const auto r = kernels::make_quant_row<QuantOp::kFusedAddRmsNorm, __half, float>(a, row);
+    const auto r = kernels::make_quant_row<QuantProducer::kFusedAddRmsNorm, __half, float>(a, row);
     const auto* in = reinterpret_cast<const __half*>(base);
     EXPECT_EQ(r.input - in, want(p.input_strides)) << "row " << row;
     EXPECT_EQ(r.residual - in, want(p.residual_strides)) << "row " << row;
     EXPECT_EQ(r.out - reinterpret_cast<uint8_t*>(base), want(p.out_strides)) << "row " << row;
     EXPECT_EQ(r.scale - p.scale_out, want(p.scale_strides)) << "row " << row;
     EXPECT_EQ(r.azp - p.azp_out, want(p.azp_strides)) << "row " << row;
-    const auto s = kernels::make_quant_row<QuantOp::kSiluAndMul, float, float>(a, row);
+    const auto s = kernels::make_quant_row<QuantProducer::kSiluAndMul, float, float>(a, row);
     EXPECT_EQ(s.up - s.input, 16);
   }
 }
@@ -809,7 +809,7 @@ TEST(CudaQuantizationHost, RowOffsetsBeyond2To31AndEightDimensions) {
 
 TEST(CudaQuantizationHost, PlanVectorOrElementPath) {
   const Method& m = methods()[0];
-  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+  for (QuantProducer op : {QuantProducer::kInput, QuantProducer::kRmsNorm, QuantProducer::kFusedAddRmsNorm, QuantProducer::kSiluAndMul}) {
     for (DType dtype : dtypes()) {
       SCOPED_TRACE(std::string(name_of(op)) + " " + name_of(dtype));
       auto plan_of = [&](Layout l, int64_t hidden) {
@@ -818,7 +818,7 @@ TEST(CudaQuantizationHost, PlanVectorOrElementPath) {
       };
       EXPECT_TRUE(plan_of(Layout::kContiguous, 64).vector);
       EXPECT_TRUE(plan_of(Layout::kAlignedPadding, 64).vector);
-      EXPECT_TRUE(plan_of(Layout::kAlignedPadding, 100).vector == (op != QuantOp::kSiluAndMul || (100 * hk::element_size(dtype)) % 16 == 0));
+      EXPECT_TRUE(plan_of(Layout::kAlignedPadding, 100).vector == (op != QuantProducer::kSiluAndMul || (100 * hk::element_size(dtype)) % 16 == 0));
       EXPECT_FALSE(plan_of(Layout::kOddPadding, 64).vector);
       EXPECT_FALSE(plan_of(Layout::kMisaligned, 64).vector);
       EXPECT_FALSE(plan_of(Layout::kContiguous, 40).vector);  // out rows of 40 bytes
@@ -826,17 +826,17 @@ TEST(CudaQuantizationHost, PlanVectorOrElementPath) {
     }
   }
   // A misaligned weight (norms) or residual (fused_add) forbids it too.
-  const Case c{QuantOp::kFusedAddRmsNorm, DType::kBFloat16, DType::kBFloat16, 4, 64, Layout::kContiguous, 132};
+  const Case c{QuantProducer::kFusedAddRmsNorm, DType::kBFloat16, DType::kBFloat16, 4, 64, Layout::kContiguous, 132};
   std::unique_ptr<Problem> P = make_problem(c, m, 1);
   QuantParams p = P->p;
-  EXPECT_TRUE(quant_vector_access(p, QuantOp::kFusedAddRmsNorm));
+  EXPECT_TRUE(quant_vector_access(p, QuantProducer::kFusedAddRmsNorm));
   p.weight = static_cast<const unsigned char*>(p.weight) + 2;
-  EXPECT_FALSE(quant_vector_access(p, QuantOp::kFusedAddRmsNorm));
-  EXPECT_TRUE(quant_vector_access(p, QuantOp::kQuant));  // quant reads no weight
+  EXPECT_FALSE(quant_vector_access(p, QuantProducer::kFusedAddRmsNorm));
+  EXPECT_TRUE(quant_vector_access(p, QuantProducer::kInput));  // quant reads no weight
   p = P->p;
   p.residual = static_cast<unsigned char*>(p.residual) + 2;
-  EXPECT_FALSE(quant_vector_access(p, QuantOp::kFusedAddRmsNorm));
-  EXPECT_TRUE(quant_vector_access(p, QuantOp::kRmsNorm));
+  EXPECT_FALSE(quant_vector_access(p, QuantProducer::kFusedAddRmsNorm));
+  EXPECT_TRUE(quant_vector_access(p, QuantProducer::kRmsNorm));
 }
 
 // The vector path stores 16 bytes at a time (and only at aligned addresses: the host store16
@@ -846,9 +846,9 @@ TEST(CudaQuantizationHost, VectorPathStoresSixteenBytes) {
   kernels::host_store_observer = [](const void*, size_t bytes) { (bytes == 16 ? wide : narrow) += 1; };
   for (Layout l : {Layout::kAlignedPadding, Layout::kOddPadding}) {
     wide = narrow = 0;
-    const Case c{QuantOp::kQuant, DType::kBFloat16, DType::kFloat32, 4, 64 + 3, l, 132};
+    const Case c{QuantProducer::kInput, DType::kBFloat16, DType::kFloat32, 4, 64 + 3, l, 132};
     std::unique_ptr<Problem> P = make_problem(c, methods()[3], 1);
-    const QuantPlan plan = run_quant_host(QuantOp::kQuant, P->p, 132);
+    const QuantPlan plan = run_quant_host(QuantProducer::kInput, P->p, 132);
     if (plan.vector) {
       EXPECT_EQ(wide, 4 * 4);    // 4 pieces of 16 per row
       EXPECT_EQ(narrow, 4 * 3);  // the tail
@@ -862,7 +862,7 @@ TEST(CudaQuantizationHost, VectorPathStoresSixteenBytes) {
 }
 
 TEST(CudaQuantizationHost, PlanIsTheNormalizationLaunchShape) {
-  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+  for (QuantProducer op : {QuantProducer::kInput, QuantProducer::kRmsNorm, QuantProducer::kFusedAddRmsNorm, QuantProducer::kSiluAndMul}) {
     for (int64_t tokens : {1, 7, 5000}) {
       for (int64_t hidden : {1, 128, 4096, 16384}) {
         for (int sms : {1, 132}) {
@@ -895,33 +895,33 @@ TEST(CudaQuantizationHost, PlanIsTheNormalizationLaunchShape) {
   p.input = dummy;
   p.out = dummy;
   p.scale_out = scale;
-  EXPECT_TRUE(plan_quant(p, QuantOp::kQuant, 132).warp_per_row);
+  EXPECT_TRUE(plan_quant(p, QuantProducer::kInput, 132).warp_per_row);
   p.hidden = 8192;
-  EXPECT_FALSE(plan_quant(p, QuantOp::kQuant, 132).warp_per_row);
+  EXPECT_FALSE(plan_quant(p, QuantProducer::kInput, 132).warp_per_row);
   // Zero rows: no plan.
   p.shape.rows = p.shape.sizes[0] = 0;
-  EXPECT_EQ(plan_quant(p, QuantOp::kQuant, 132).blocks, 0);
-  EXPECT_EQ(plan_quant(p, QuantOp::kQuant, 132).threads, 0);
+  EXPECT_EQ(plan_quant(p, QuantProducer::kInput, 132).blocks, 0);
+  EXPECT_EQ(plan_quant(p, QuantProducer::kInput, 132).threads, 0);
 }
 
 // ---- the launchers' checks ----------------------------------------------------------------------
 
-Status launch(QuantOp op, const QuantParams& p) {
+Status launch(QuantProducer op, const QuantParams& p) {
   switch (op) {
-    case QuantOp::kQuant: return quant(p, nullptr);
-    case QuantOp::kRmsNorm: return rms_norm_quant(p, nullptr);
-    case QuantOp::kFusedAddRmsNorm: return fused_add_rms_norm_quant(p, nullptr);
-    case QuantOp::kSiluAndMul: return silu_and_mul_quant(p, nullptr);
+    case QuantProducer::kInput: return quant(p, nullptr);
+    case QuantProducer::kRmsNorm: return rms_norm_quant(p, nullptr);
+    case QuantProducer::kFusedAddRmsNorm: return fused_add_rms_norm_quant(p, nullptr);
+    case QuantProducer::kSiluAndMul: return silu_and_mul_quant(p, nullptr);
   }
   return Status::ok();
 }
 
 TEST(CudaQuantizationHost, LaunchersRejectWithReasons) {
-  const Case c{QuantOp::kFusedAddRmsNorm, DType::kBFloat16, DType::kFloat32, 4, 64, Layout::kContiguous, 132};
+  const Case c{QuantProducer::kFusedAddRmsNorm, DType::kBFloat16, DType::kFloat32, 4, 64, Layout::kContiguous, 132};
   std::unique_ptr<Problem> P = make_problem(c, methods()[0], 1);
-  for (QuantOp op : {QuantOp::kQuant, QuantOp::kRmsNorm, QuantOp::kFusedAddRmsNorm, QuantOp::kSiluAndMul}) {
+  for (QuantProducer op : {QuantProducer::kInput, QuantProducer::kRmsNorm, QuantProducer::kFusedAddRmsNorm, QuantProducer::kSiluAndMul}) {
     SCOPED_TRACE(name_of(op));
-    const bool norm = op == QuantOp::kRmsNorm || op == QuantOp::kFusedAddRmsNorm;
+    const bool norm = op == QuantProducer::kRmsNorm || op == QuantProducer::kFusedAddRmsNorm;
     auto bad = [&](auto mutate, const char* why) {
       QuantParams p = P->p;
       mutate(p);
@@ -945,6 +945,9 @@ TEST(CudaQuantizationHost, LaunchersRejectWithReasons) {
       static const float ub = 1.0f;
       p.scale_ub = &ub;
     }, "scale_ub is for per-token float8_e4m3fn only");
+    // The CPU kernels' check, now the launchers' too (csrc/common/quantization.h): the CUDA check
+    // had no static_divide rule.
+    bad([](QuantParams& p) { p.static_divide = true; }, "static_divide is for static float8_e4m3fn only");
     bad([](QuantParams& p) {
       p.scheme = QuantScheme::kPerTokenAzp;
       p.qdtype = QuantDType::kInt8;
@@ -971,7 +974,7 @@ TEST(CudaQuantizationHost, LaunchersRejectWithReasons) {
       bad([](QuantParams& p) { p.eps = -1.0; }, "eps must be finite and >= 0");
       bad([](QuantParams& p) { p.eps = std::numeric_limits<double>::infinity(); }, "eps must be finite and >= 0");
     }
-    if (op == QuantOp::kFusedAddRmsNorm) bad([](QuantParams& p) { p.residual = nullptr; }, "null residual");
+    if (op == QuantProducer::kFusedAddRmsNorm) bad([](QuantParams& p) { p.residual = nullptr; }, "null residual");
     // Zero rows: ok, nothing launched (null pointers allowed); valid parameters without a device:
     // the SM-count query fails.
     QuantParams empty = P->p;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "csrc/common/quantization.h"
 #include "src/numerics/options.h"
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
@@ -54,14 +55,14 @@ using quantization::SchemeArgs;
 
 constexpr double kEps = 1e-6;
 
-enum class Producer { kNone, kRmsNorm, kFusedAddRmsNorm, kSiluAndMul };
+using kernels::QuantProducer;
 
 struct Spec {
   const OpContract* contract;
-  Producer producer;
+  QuantProducer producer;
   Scheme scheme;
-  bool fused() const { return producer != Producer::kNone; }
-  bool norm() const { return producer == Producer::kRmsNorm || producer == Producer::kFusedAddRmsNorm; }
+  bool fused() const { return producer != QuantProducer::kInput; }
+  bool norm() const { return producer == QuantProducer::kRmsNorm || producer == QuantProducer::kFusedAddRmsNorm; }
   const std::string& name() const { return contract->operation; }
 };
 
@@ -346,7 +347,7 @@ at::Tensor make_values(const Spec& s, const json& p, int64_t tokens, int64_t wid
 // Where the producer's float32 evaluation may differ from float64's (reference.h).
 double producer_delta(const Spec& s, int64_t hidden, at::ScalarType dtype) {
   if (s.norm()) return quantization::rms_norm_delta(hidden);
-  if (s.producer == Producer::kSiluAndMul) return quantization::silu_and_mul_delta(dtype);
+  if (s.producer == QuantProducer::kSiluAndMul) return quantization::silu_and_mul_delta(dtype);
   return 0;
 }
 
@@ -372,10 +373,10 @@ KernelFunction<Sig> sibling_function(const PreparedKernel& kernel, const std::st
 std::vector<std::string> composition_of(const Spec& s) {
   const std::string quant = s.scheme == Scheme::kStatic ? static_quant_contract().operation : per_token_quant_contract().operation;
   switch (s.producer) {
-    case Producer::kRmsNorm: return {rms_norm_contract().operation, quant};
-    case Producer::kFusedAddRmsNorm: return {fused_add_rms_norm_contract().operation, quant};
-    case Producer::kSiluAndMul: return {silu_and_mul_contract().operation, quant};
-    case Producer::kNone: break;
+    case QuantProducer::kRmsNorm: return {rms_norm_contract().operation, quant};
+    case QuantProducer::kFusedAddRmsNorm: return {fused_add_rms_norm_contract().operation, quant};
+    case QuantProducer::kSiluAndMul: return {silu_and_mul_contract().operation, quant};
+    case QuantProducer::kInput: break;
   }
   return {};
 }
@@ -390,10 +391,10 @@ std::function<std::vector<at::Tensor>(const PreparedKernel&, std::vector<at::Ten
       const auto ops = composition_of(s);
       at::Tensor produced;
       size_t next = 1;  // the first argument after the producer's
-      if (s.producer == Producer::kRmsNorm) {
+      if (s.producer == QuantProducer::kRmsNorm) {
         produced = sibling_function<RmsNormFn>(k, ops[0])(t[0], t[1], kEps);
         next = 2;
-      } else if (s.producer == Producer::kFusedAddRmsNorm) {
+      } else if (s.producer == QuantProducer::kFusedAddRmsNorm) {
         sibling_function<FusedAddRmsNormFn>(k, ops[0])(t[0], t[1], t[2], kEps);  // input <- normalized
         produced = t[0];
         next = 3;
@@ -465,7 +466,7 @@ Point point_of(const Spec& s, const json& p) {
   pt.bound = p.at("bound");
   pt.layout = p.at("layout");
   pt.unfused = s.fused() && p.at("composition") == "unfused";
-  pt.width = s.producer == Producer::kSiluAndMul ? 2 * pt.hidden : pt.hidden;
+  pt.width = s.producer == QuantProducer::kSiluAndMul ? 2 * pt.hidden : pt.hidden;
   return pt;
 }
 
@@ -482,7 +483,7 @@ Inputs make_inputs(const Spec& s, const Point& pt, const json& p, at::Generator&
   double tie_scale = 0;
   const at::Tensor values = make_values(s, p, pt.tokens, pt.width, g, tie_scale);
   in.input = laid_out(values, pt.layout, pt.dtype);
-  if (s.producer == Producer::kFusedAddRmsNorm) {
+  if (s.producer == QuantProducer::kFusedAddRmsNorm) {
     in.residual = laid_out(at::randn({pt.tokens, pt.width}, g, at::kDouble), pt.layout, pt.dtype);
   }
   if (s.norm()) {
@@ -507,16 +508,16 @@ Inputs make_inputs(const Spec& s, const Point& pt, const json& p, at::Generator&
 // The arguments in schema order: the producer's, then the scheme's.
 void set_arguments(const Spec& s, const Inputs& in, Example& ex) {
   switch (s.producer) {
-    case Producer::kNone:
-    case Producer::kSiluAndMul:
+    case QuantProducer::kInput:
+    case QuantProducer::kSiluAndMul:
       ex.names = {"input"};
       ex.tensors = {in.input};
       break;
-    case Producer::kRmsNorm:
+    case QuantProducer::kRmsNorm:
       ex.names = {"input", "weight"};
       ex.tensors = {in.input, in.weight};
       break;
-    case Producer::kFusedAddRmsNorm:
+    case QuantProducer::kFusedAddRmsNorm:
       ex.names = {"input", "residual", "weight"};
       ex.tensors = {in.input, in.residual, in.weight};
       break;
@@ -537,7 +538,7 @@ SchemeArgs scheme_args(const Spec& s, const Point& pt, const Inputs& in) {
   if (in.scale_ub.defined()) args.scale_ub = in.scale_ub.item<float>();
   if (in.scale.defined()) args.scale = in.scale.item<float>();
   if (in.azp.defined()) args.azp = in.azp.item<int32_t>();
-  args.zero_sign_free = s.producer == Producer::kSiluAndMul;
+  args.zero_sign_free = s.producer == QuantProducer::kSiluAndMul;
   return args;
 }
 
@@ -612,15 +613,15 @@ std::function<Expected(const std::vector<at::Tensor>&)> make_reference(const Spe
   return [s, args, delta, dtype, qdtype, hidden, unfused](const std::vector<at::Tensor>& t) {
     Expected e;
     at::Tensor rows;
-    if (s.producer == Producer::kFusedAddRmsNorm) {
+    if (s.producer == QuantProducer::kFusedAddRmsNorm) {
       // One float32 addition rounded to the dtype (exact for two values of the dtype).
       const at::Tensor sum = (t[0].to(at::kCPU).to(at::kFloat) + t[1].to(at::kCPU).to(at::kFloat)).to(dtype);
       e.mutated["residual"] = sum.to(at::kDouble);
       rows = quantization::reference_rms_norm(quantization::rows_f64(sum), t[2], kEps);
       if (unfused) e.mutated["input"] = rows.reshape(sum.sizes());
-    } else if (s.producer == Producer::kRmsNorm) {
+    } else if (s.producer == QuantProducer::kRmsNorm) {
       rows = quantization::reference_rms_norm(quantization::rows_f64(t[0]), t[1], kEps);
-    } else if (s.producer == Producer::kSiluAndMul) {
+    } else if (s.producer == QuantProducer::kSiluAndMul) {
       rows = quantization::reference_silu_and_mul(quantization::rows_f64(t[0]));
     } else {
       rows = quantization::rows_f64(t[0]);
@@ -658,11 +659,11 @@ Example build(const Spec& s, const json& p, at::Generator& g) {
   Example ex;
   set_arguments(s, in, ex);
   ex.mutates = s.contract->mutates;
-  if (pt.unfused && s.producer == Producer::kFusedAddRmsNorm) ex.mutates = {"input", "residual"};
+  if (pt.unfused && s.producer == QuantProducer::kFusedAddRmsNorm) ex.mutates = {"input", "residual"};
   ex.call = make_call(s, pt.qdtype, pt.unfused);
   ex.reference = make_reference(s, pt, scheme_args(s, pt, in));
   ex.tolerance = Tolerance{0, 0};  // the residual: one correctly rounded addition
-  if (pt.unfused && s.producer == Producer::kFusedAddRmsNorm) {
+  if (pt.unfused && s.producer == QuantProducer::kFusedAddRmsNorm) {
     ex.tolerance_overrides["input"] = accumulate_tolerance(pt.dtype, pt.hidden);  // rms_norm's, in place
   }
   ex.metadata = case_metadata(s, pt, in);
@@ -698,11 +699,11 @@ class QuantCase final : public KernelCase {
 // The bad inputs the contracts accept.
 std::vector<AcceptedBadInput> accepted(const Spec& s) {
   std::vector<AcceptedBadInput> out;
-  if (s.producer != Producer::kFusedAddRmsNorm) {
+  if (s.producer != QuantProducer::kFusedAddRmsNorm) {
     out.push_back({"input", "dim 0 + 1", AcceptedAs::kValidPrefix, "one more row; rows are independent"});
     out.push_back({"input", "empty", AcceptedAs::kEmptyResults, "zero rows allowed"});
   }
-  if (s.producer == Producer::kNone) {
+  if (s.producer == QuantProducer::kInput) {
     out.push_back({"input", "dim 1 + 1", AcceptedAs::kValidPrefix,
                    "one more column (a copy of the first): any hidden size, and the row's amax, min and max are the same"});
   }
@@ -734,27 +735,33 @@ OperationSuite make_suite(const Spec& s, const std::string& description) {
       .accepted_bad_inputs = accepted(s)};
 }
 
+// The reference's scheme of the kernels' (the suites below come from the family's operation table,
+// csrc/common/quantization.h: each operation's producer and scheme).
+Scheme reference_scheme(kernels::QuantScheme s) {
+  return s == kernels::QuantScheme::kPerToken ? Scheme::kPerToken
+         : s == kernels::QuantScheme::kPerTokenAzp ? Scheme::kPerTokenAzp
+                                                   : Scheme::kStatic;
+}
+
 }  // namespace
 
-#define XLLM_QUANT_SUITE(NAME, PRODUCER, SCHEME, DESCRIPTION)                               \
-  const OperationSuite& NAME##_suite() {                                                    \
-    static const OperationSuite suite = make_suite({&NAME##_contract(), PRODUCER, SCHEME}, DESCRIPTION); \
-    return suite;                                                                           \
-  }                                                                                         \
+#define XLLM_QUANT_SUITE(NAME, DESCRIPTION)                                                             \
+  const OperationSuite& NAME##_suite() {                                                                \
+    static constexpr kernels::QuantOperation kOp = kernels::kQuantOperations[kernels::quant_operation_index(#NAME)]; \
+    static const OperationSuite suite =                                                                 \
+        make_suite({&NAME##_contract(), kOp.producer, reference_scheme(kOp.scheme)}, DESCRIPTION);       \
+    return suite;                                                                                       \
+  }                                                                                                     \
   XLLM_REGISTER_SUITE(NAME##_suite)
 
-XLLM_QUANT_SUITE(per_token_quant, Producer::kNone, Scheme::kPerToken, "Per-token int8 / fp8 quantization");
-XLLM_QUANT_SUITE(per_token_quant_int8_azp, Producer::kNone, Scheme::kPerTokenAzp,
-                 "Per-token asymmetric int8 quantization (scale and zero point)");
-XLLM_QUANT_SUITE(static_quant, Producer::kNone, Scheme::kStatic, "Static-scale int8 / fp8 quantization");
-XLLM_QUANT_SUITE(rms_norm_per_token_quant, Producer::kRmsNorm, Scheme::kPerToken, "RMSNorm fused with per-token quantization");
-XLLM_QUANT_SUITE(fused_add_rms_norm_per_token_quant, Producer::kFusedAddRmsNorm, Scheme::kPerToken,
-                 "Residual add and RMSNorm fused with per-token quantization");
-XLLM_QUANT_SUITE(rms_norm_static_quant, Producer::kRmsNorm, Scheme::kStatic, "RMSNorm fused with static quantization");
-XLLM_QUANT_SUITE(fused_add_rms_norm_static_quant, Producer::kFusedAddRmsNorm, Scheme::kStatic,
-                 "Residual add and RMSNorm fused with static quantization");
-XLLM_QUANT_SUITE(silu_and_mul_per_token_quant, Producer::kSiluAndMul, Scheme::kPerToken,
-                 "SiLU-and-mul fused with per-token quantization");
+XLLM_QUANT_SUITE(per_token_quant, "Per-token int8 / fp8 quantization");
+XLLM_QUANT_SUITE(per_token_quant_int8_azp, "Per-token asymmetric int8 quantization (scale and zero point)");
+XLLM_QUANT_SUITE(static_quant, "Static-scale int8 / fp8 quantization");
+XLLM_QUANT_SUITE(rms_norm_per_token_quant, "RMSNorm fused with per-token quantization");
+XLLM_QUANT_SUITE(fused_add_rms_norm_per_token_quant, "Residual add and RMSNorm fused with per-token quantization");
+XLLM_QUANT_SUITE(rms_norm_static_quant, "RMSNorm fused with static quantization");
+XLLM_QUANT_SUITE(fused_add_rms_norm_static_quant, "Residual add and RMSNorm fused with static quantization");
+XLLM_QUANT_SUITE(silu_and_mul_per_token_quant, "SiLU-and-mul fused with per-token quantization");
 #undef XLLM_QUANT_SUITE
 
 }  // namespace xllm_kernel::numerics
