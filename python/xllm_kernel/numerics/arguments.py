@@ -31,7 +31,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 TOOL_FLAGS = frozenset({
     "--help", "--list", "--operation", "--device", "--mode", "--implementation", "--revision", "--output",
     "--markdown", "--seed", "--distributed", "--distributed-timeout", "--explain", "--iterations", "--warmup",
-    "--graph-calls", "--threads", "--cold-cache", "--copy-bytes", "--batch-invariant",
+    "--graph-calls", "--threads", "--cold-cache", "--copy-bytes", "--batch-invariant", "--grid", "--budget",
 })
 
 
