@@ -1,10 +1,10 @@
 // Suite of paged_attention_quant, attention over the quantized paged KV cache.
 //
-// Options: those of paged_attention's suite (--batch, --seqs, --context, --heads, --head-size,
-// --block-size, --soft-cap, --window, --dtype for the query, --layout, --lengths, --chunk, --preset)
-// and --cache-dtype (int8, float8_e4m3fn). A case is built as paged_attention's (the same batches,
-// shuffled block tables with a spare column, float32 caches of randn in every row a sequence owns
-// and NaN everywhere else), then its caches are quantized as reshape_and_cache_quant writes them
+// Options: those of paged_attention's suite (grid.h: --batch, --seqs, --context, --heads,
+// --head-size, --block-size, --soft-cap, --window, --dtype for the query, --layout, --lengths,
+// --chunk, --preset) and --cache-dtype (int8, float8_e4m3fn). A case is built as paged_attention's
+// (grid.h's float_pages: the same batches, shuffled block tables with a spare column, float32 caches
+// of randn in every row a sequence owns and NaN everywhere else), then its caches are quantized as reshape_and_cache_quant writes them
 // (src/ops/kv_cache/suites/quant_reference.h, the host functions of csrc/common/quantization.h):
 // float8_e4m3fn with one per-tensor scale each, amax / 448 over the finite owned values; int8 per
 // (slot, KV head) row. The NaN rows become what a quantized cache holds where nothing was
@@ -22,8 +22,8 @@
 // no SIMD width divides), a long decode batch, "nonfinite" plants (a NaN query element; a NaN key
 // element, read as fp8 0x7F or as its int8 row's NaN scale; +inf and NaN in values, which fp8
 // saturates to +-448 and int8 turns into a row of scale inf or NaN) and an empty batch. A point
-// whose reference would cost more than kBudget multiply-adds falls back to one sequence, then to
-// a shorter context.
+// whose reference would cost more than the budget (defaults()) in multiply-adds falls back to one
+// sequence, then to a shorter context.
 //
 // Reference and tolerance: reference_paged_attention (reference.h) in float64 over the dequantized
 // caches, float(q) * scale in float32 as the contract dequantizes, so quantization itself costs no
@@ -37,8 +37,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-#include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +44,7 @@
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/ops/attention/suites/batches.h"
+#include "src/ops/attention/suites/grid.h"
 #include "src/ops/attention/suites/reference.h"
 #include "src/ops/kv_cache/suites/quant_reference.h"
 #include "xllm_kernel/ops/attention.h"
@@ -55,41 +54,27 @@ namespace {
 
 using namespace paged_batches;  // NOLINT: the attention suites' batches (paged_attention's)
 
-// The most multiply-adds a validation case's reference may cost (an eighth of paged_attention's).
-constexpr double kBudget = double{1} * (1 << 24);
 // The benchmark keeps its caches under this many bytes.
 constexpr int64_t kMaxCacheBytes = int64_t{2} << 30;
 
-void add_arguments(CLI::App& app, SuiteOptions& o) {
-  app.add_option("--batch", o["batch"], "Batch kinds: decode,prefill,chunked,mixed [default: all]")->delimiter(',');
-  app.add_option("--seqs", o["seqs"], "Sequences a batch (comma list, >= 1) [default: 1,7,33]")->delimiter(',');
-  app.add_option("--context", o["context"], "Context lengths (comma list, >= 1) [default: 1,15,16,17,97,512]")
-      ->delimiter(',');
-  app.add_option("--heads", o["heads"], "Query and KV heads, QxKV (comma list) [default: 32x8,8x8,16x1,9x3]")
-      ->delimiter(',');
-  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, 1..512) [default: 64,128, and 67, 33]")
-      ->delimiter(',');
-  app.add_option("--block-size", o["block_size"], "Rows a cache block (comma list, >= 1) [default: 16,32]")
-      ->delimiter(',');
-  app.add_option("--soft-cap", o["soft_cap"], "Soft caps (comma list, >= 0; 0: off) [default: 0,30]")->delimiter(',');
-  app.add_option("--window", o["window"], "Sliding windows (comma list, >= 0; 0: off) [default: 0,32]")
-      ->delimiter(',');
-  app.add_option("--dtype", o["dtype"], "Query dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
-  app.add_option("--cache-dtype", o["cache_dtype"], "Cache dtypes: int8,float8_e4m3fn [default: both]")->delimiter(',');
-  app.add_option("--layout", o["layout"], "Layouts: contiguous,strided [default: both]")->delimiter(',');
-  app.add_option("--lengths", o["lengths"], "Sequence lengths: equal,varied [default: both]")->delimiter(',');
-  app.add_option("--chunk", o["chunk"], "Query rows of a chunk (chunked, mixed) [default: half the context]")
-      ->delimiter(',');
-  app.add_option("--preset", o["preset"],
-                 "benchmark: the timing cases (decode 16 seqs x context 4096, 32x8 heads, head 128, bfloat16 "
-                 "query or --dtype's, each cache dtype or --cache-dtype's); ignored when a shape option is given "
-                 "[default: none; the benchmark's default]")
-      ->check(CLI::IsMember({"benchmark"}));
+// paged_attention's axes with smaller defaults (the reference runs on two CI cores), the cache dtype
+// first and heads and head size drawn per point; a reference budget an eighth of paged_attention's.
+const Defaults& defaults() {
+  static const Defaults d{
+      .heads = {"32x8", "8x8", "16x1", "9x3"},
+      .head_sizes = {64, 128},
+      .contexts = {1, 15, 16, 17, 97, 512},
+      .windows = {0, 32},
+      .seed = 20261203,
+      .budget = double{1} * (1 << 24),
+      .preset = "benchmark: the timing cases (decode 16 seqs x context 4096, 32x8 heads, head 128, bfloat16 "
+                "query or --dtype's, each cache dtype or --cache-dtype's); ignored when a shape option is given "
+                "[default: none; the benchmark's default]",
+      .quantized = true};
+  return d;
 }
 
-std::vector<json> heads_values(const SuiteOptions& o) {
-  return paged_batches::heads_values(o, {"32x8", "8x8", "16x1", "9x3"});
-}
+void add_arguments(CLI::App& app, SuiteOptions& o) { add_grid_arguments(app, o, defaults()); }
 
 at::ScalarType cache_dtype_of(const json& p) {
   return p.at("cache_dtype").get<std::string>() == "int8" ? at::kChar : at::kFloat8_e4m3fn;
@@ -102,33 +87,6 @@ int64_t cache_bytes(const json& p) {
   return 2 * cache_blocks(batch_of(p), block) * block * h.kv * (p.at("head_size").get<int64_t>() + 4);
 }
 
-// The "nonfinite" plants, in the float32 query and caches before they are quantized (decode
-// batches of >= 6 sequences of >= 2 positions, >= 2 KV heads; the reference, over what the
-// quantization makes of them, says what each row must be):
-//   sequence 0: a NaN in query head 0 -> that head's row NaN;
-//   sequence 1: +inf in a value (position 0, KV head 0, channel 3) -> fp8 +448 * scale (finite),
-//               int8 a row of scale inf whose q are 0: NaN when dequantized, that group's rows NaN;
-//   sequence 2: a NaN in a key (position 1, the last KV head) -> fp8 0x7F, int8 that row's scale NaN:
-//               that group's rows NaN;
-//   sequence 5: a NaN in a value (position 0, the last KV head, channel 0) -> fp8 channel 0 NaN in
-//               that group, int8 the whole value row NaN.
-void plant_nonfinite(const Batch& batch, const std::vector<int32_t>& table, int64_t width,
-                     const std::vector<int32_t>& qsl, int64_t block, const Heads& h, const at::Tensor& q,
-                     const at::Tensor& k, const at::Tensor& v) {
-  bool fits = static_cast<int64_t>(batch.seqs.size()) >= 6 && h.kv >= 2;
-  for (const Sequence& sq : batch.seqs) fits = fits && sq.q_len == 1 && sq.len >= 2;
-  TORCH_CHECK(fits, "paged_attention_quant suite: a nonfinite case needs a decode batch of >= 6 sequences of >= 2 "
-              "positions and >= 2 KV heads");
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  auto row = [&](const at::Tensor& cache, int64_t s, int64_t pos, int64_t kv) {
-    return cache[table[s * width + pos / block]][pos % block][kv];
-  };
-  q[qsl[0]][0][0] = nan;
-  row(v, 1, 0, 0)[3] = inf;
-  row(k, 2, 1, h.kv - 1)[0] = nan;
-  row(v, 5, 0, h.kv - 1)[0] = nan;
-}
-
 Example build(const json& p, at::Generator& g) {
   const Heads h = parse_heads(p.at("heads"));
   const int64_t head_size = p.at("head_size"), block = p.at("block_size"), window = p.at("window");
@@ -137,36 +95,19 @@ Example build(const json& p, at::Generator& g) {
   const at::ScalarType cache_dtype = cache_dtype_of(p);
   const bool int8 = cache_dtype == at::kChar;
   const bool strided = p.at("layout").get<std::string>() == "strided";
-  const Batch batch = batch_of(p);
-  // Blocks: each sequence's from a shuffled list; three spares (never read) for the extra column.
-  const Pages pg = lay_out(batch, block, g);
-  const int64_t num_blocks = pg.num_blocks, tokens = pg.tokens;
-
-  // Float caches: randn in every row a sequence owns, NaN elsewhere (quantized below into fp8 0x7F
+  // paged_attention's float pages (NaN in the rows no sequence owns: quantized below into fp8 0x7F
   // and int8 rows of NaN scale).
-  const at::Tensor& unowned = pg.unowned;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const at::Tensor k32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
-  const at::Tensor v32 = at::randn({num_blocks, block, h.kv, head_size}, g, at::kFloat).masked_fill_(unowned, nan);
-  at::Tensor q32 = at::randn({tokens, h.q, head_size}, g, at::kFloat);
-  if (soft_cap > 0) q32.mul_(8);
-  if (p.value("values", "finite") == "nonfinite") {
-    plant_nonfinite(batch, pg.table, pg.width, pg.qsl, block, h, q32, k32, v32);
-  }
-
-  at::Tensor query, key_cache, value_cache, key_scale, value_scale;
-  if (strided) {
-    const at::Tensor qkv = at::zeros({tokens, h.q + 2 * h.kv, head_size}, dtype);
-    query = qkv.narrow(1, 0, h.q);
-    query.copy_(q32);
-    const at::Tensor kv = at::empty({num_blocks, 2, block, h.kv, head_size}, cache_dtype);
-    key_cache = kv.select(1, 0);
-    value_cache = kv.select(1, 1);
-  } else {
-    query = q32.to(dtype);
-    key_cache = at::empty({num_blocks, block, h.kv, head_size}, cache_dtype);
-    value_cache = at::empty({num_blocks, block, h.kv, head_size}, cache_dtype);
-  }
+  FloatPages f = float_pages(p, g);
+  // The plants whose quantized form the file comment gives (fp8 saturates an infinite key or a
+  // value pair of +-inf to finite values: paged_attention's kinds 3, 4 and 6 would check nothing).
+  if (p.value("values", "finite") == "nonfinite") plant_nonfinite(f, h, {0, 1, 2, 5}, "paged_attention_quant");
+  const Batch& batch = f.batch;
+  const Pages& pg = f.pg;
+  const int64_t num_blocks = pg.num_blocks, tokens = pg.tokens;
+  const at::Tensor &k32 = f.k32, &v32 = f.v32;
+  const at::Tensor query = query_of(f, h, dtype, strided);
+  auto [key_cache, value_cache] = empty_caches(f, cache_dtype, strided);
+  at::Tensor key_scale, value_scale;
   if (int8) {
     if (strided) {
       key_scale = at::empty({num_blocks, 2, block, h.kv}, at::kFloat).select(1, 0);
@@ -212,38 +153,6 @@ Example build(const json& p, at::Generator& g) {
   return ex;
 }
 
-// A case's values on the suite's axes: the keys of its json point.
-struct Axes {
-  std::string cache_dtype;  // int8 or float8_e4m3fn
-  std::string batch;        // decode, prefill, chunked or mixed
-  int64_t seqs = 0;
-  int64_t context = 0;
-  std::string heads;  // QxKV
-  int64_t head_size = 0;
-  int64_t block_size = 16;
-  int64_t soft_cap = 0;  // 0: off
-  int64_t window = 0;    // 0: off
-  std::string dtype;
-  std::string layout = "contiguous";  // or strided
-  std::string lengths = "equal";      // or varied
-  int64_t chunk = 0;                  // 0: half the context
-};
-
-json point(const Axes& a) {
-  return {{"cache_dtype", a.cache_dtype}, {"batch", a.batch},         {"seqs", a.seqs},
-          {"context", a.context},         {"heads", a.heads},         {"head_size", a.head_size},
-          {"block_size", a.block_size},   {"soft_cap", a.soft_cap},   {"window", a.window},
-          {"dtype", a.dtype},             {"layout", a.layout},       {"lengths", a.lengths},
-          {"chunk", a.chunk}};
-}
-
-// A validation point within the budget: one sequence, then shorter contexts.
-void fit(json& p) {
-  if (work_of(p) <= kBudget) return;
-  p["seqs"] = 1;
-  while (work_of(p) > kBudget && p.at("context").get<int64_t>() > 1) p["context"] = p.at("context").get<int64_t>() / 2;
-}
-
 // The targeted points of one cache dtype (the file comment), for the query dtypes in turn.
 std::vector<json> targeted_points(const json& cache_dtype, const std::vector<json>& dtypes, bool nonfinite) {
   std::vector<json> out;
@@ -283,21 +192,15 @@ std::vector<json> targeted_points(const json& cache_dtype, const std::vector<jso
                       .dtype = dtype()});
   empty["empty"] = true;
   out.push_back(empty);
-  for (json& p : out) fit(p);
+  for (json& p : out) fit(p, defaults().budget);
   return out;
 }
 
 std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   std::vector<json> points;
-  const auto cache_dtypes = options::choices(o, "cache_dtype", {"int8", "float8_e4m3fn"}, {"int8", "float8_e4m3fn"});
-  bool axis_given = false;
-  for (const char* axis : {"batch", "seqs", "context", "heads", "head_size", "block_size", "soft_cap", "window",
-                           "layout", "lengths", "chunk"}) {
-    axis_given |= options::given(o, axis);
-  }
-  if (options::given(o, "preset") && !axis_given) {
+  if (options::given(o, "preset") && !shape_given(o)) {
     // The timing cases: decode of 16 sequences at context 4096, 32x8 heads of 128.
-    for (const json& cache_dtype : cache_dtypes) {
+    for (const json& cache_dtype : cache_dtypes(o)) {
       for (const json& dtype : options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"bfloat16"})) {
         json p = point({.cache_dtype = cache_dtype, .batch = "decode", .seqs = 16, .context = 4096, .heads = "32x8",
                         .head_size = 128, .dtype = dtype});
@@ -305,62 +208,18 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
       }
     }
   } else {
-    const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"});
-    const std::vector<Dimension> dims = {
-        {"cache_dtype", cache_dtypes},
-        {"batch", options::choices(o, "batch", {"decode", "prefill", "chunked", "mixed"},
-                                  {"decode", "prefill", "chunked", "mixed"})},
-        {"dtype", dtypes},
-    };
-    const auto heads = heads_values(o);
-    const auto head_sizes = options::integers(o, "head_size", {64, 128}, 1);
-    const auto seqs = options::integers(o, "seqs", {1, 7, 33}, 1);
-    const auto contexts = options::integers(o, "context", {1, 15, 16, 17, 97, 512}, 1);
-    const auto blocks = options::integers(o, "block_size", {16, 32}, 1);
-    const auto caps = options::integers(o, "soft_cap", {0, 30}, 0);
-    const auto windows = options::integers(o, "window", {0, 32}, 0);
-    const auto layouts = options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"});
-    const auto lengths = options::choices(o, "lengths", {"equal", "varied"}, {"equal", "varied"});
-    const auto chunks = options::integers(o, "chunk", {0}, 0);
-    if (axis_given) {
-      // The full cartesian product of the axes (the given ones and the defaults).
-      std::vector<Dimension> all = dims;
-      all.push_back({"heads", heads});
-      all.push_back({"head_size", head_sizes});
-      all.push_back({"seqs", seqs});
-      all.push_back({"context", contexts});
-      all.push_back({"block_size", blocks});
-      all.push_back({"soft_cap", caps});
-      all.push_back({"window", windows});
-      all.push_back({"layout", layouts});
-      all.push_back({"lengths", lengths});
-      all.push_back({"chunk", chunks});
-      points = cartesian(all);
-    } else {
-      // The first case is small and general (the bad-input test starts from it): a mixed batch of
-      // three sequences over int8 caches, whose scales have a shape to get wrong.
-      if (!options::given(o, "dtype") && !options::given(o, "cache_dtype")) {
-        points.push_back(point({.cache_dtype = "int8", .batch = "mixed", .seqs = 3, .context = 17, .heads = "9x3",
-                                .head_size = 64, .dtype = "float32", .lengths = "varied"}));
-      }
-      std::mt19937 rng(20261203);
-      auto pick = [&](const std::vector<json>& values) { return values[rng() % values.size()]; };
-      for (json p : cartesian(dims)) {
-        p["heads"] = pick(heads);
-        p["head_size"] = pick(head_sizes);
-        p["seqs"] = pick(seqs);
-        p["context"] = pick(contexts);
-        p["block_size"] = pick(blocks);
-        p["soft_cap"] = pick(caps);
-        p["window"] = pick(windows);
-        p["layout"] = pick(layouts);
-        p["lengths"] = pick(lengths);
-        p["chunk"] = chunks.front();
-        fit(p);
-        points.push_back(p);
-      }
-      for (const json& cache_dtype : cache_dtypes) {
-        for (json& p : targeted_points(cache_dtype, dtypes, true)) points.push_back(std::move(p));
+    const bool explicit_grid = drawn_given(o, defaults());
+    // The first case is small and general (the bad-input test starts from it): a mixed batch of
+    // three sequences over int8 caches, whose scales have a shape to get wrong.
+    if (!explicit_grid && !options::given(o, "batch") && !options::given(o, "dtype") &&
+        !options::given(o, "cache_dtype")) {
+      points.push_back(point({.cache_dtype = "int8", .batch = "mixed", .seqs = 3, .context = 17, .heads = "9x3",
+                              .head_size = 64, .dtype = "float32", .lengths = "varied"}));
+    }
+    for (json& p : grid_points(o, defaults())) points.push_back(std::move(p));
+    if (!explicit_grid && !options::given(o, "batch")) {
+      for (const json& cache_dtype : cache_dtypes(o)) {
+        for (json& p : targeted_points(cache_dtype, dtypes(o), true)) points.push_back(std::move(p));
       }
     }
   }

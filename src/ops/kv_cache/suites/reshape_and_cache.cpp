@@ -29,28 +29,14 @@
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/ops/kv_cache/suites/reference.h"
-#include "src/ops/kv_cache/suites/slots.h"
+#include "src/ops/kv_cache/suites/grid.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
 namespace xllm_kernel::numerics {
 namespace {
 
-void add_arguments(CLI::App& app, SuiteOptions& o) {
-  app.add_option("--tokens", o["tokens"], "Tokens (comma list; 0 allowed) [default: 1,37,160 and 0]")->delimiter(',');
-  app.add_option("--head-size", o["head_size"], "Head sizes (comma list, >= 1) [default: 64,80,96,128,256, and 67 for tails]")
-      ->delimiter(',');
-  app.add_option("--kv-heads", o["kv_heads"], "KV heads (comma list, >= 1) [default: 8,1]")->delimiter(',');
-  app.add_option("--block-size", o["block_size"], "Slots per cache block (comma list, >= 1) [default: 16,32]")
-      ->delimiter(',');
-  app.add_option("--num-blocks", o["num_blocks"],
-                 "Cache blocks (comma list, >= 1) [default: enough for the tokens and a few more]")
-      ->delimiter(',');
-  app.add_option("--dtype", o["dtype"], "Dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
-  app.add_option("--layout", o["layout"], "Layouts: contiguous,fused [default: both]")->delimiter(',');
-  app.add_option("--slots", o["slots"], "Slot patterns: random,prefill [default: both]")->delimiter(',');
-}
+void add_arguments(CLI::App& app, SuiteOptions& o) { kv_cache::add_arguments(app, o, /*quantized=*/false); }
 
-// Old cache contents: randn + 4 (finite, never 0 after rounding; distinct from the inputs').
 at::Tensor cache_values(at::IntArrayRef shape, at::ScalarType dtype, at::Generator& g) {
   return (at::randn(shape, g, at::kDouble) + 4).to(dtype);
 }
@@ -64,23 +50,9 @@ at::Tensor expected_cache(const at::Tensor& cache, const at::Tensor& rows, const
 
 Example build(const json& p, at::Generator& g) {
   const int64_t tokens = p.at("tokens"), head_size = p.at("head_size"), kv_heads = p.at("kv_heads");
-  const int64_t block_size = p.at("block_size"), num_blocks = p.at("num_blocks");
   const at::ScalarType dtype = options::parse_dtype(p.at("dtype"));
-  const bool fused = p.at("layout").get<std::string>() == "fused";
-  at::Tensor key, value, key_cache, value_cache;
-  if (fused) {
-    const at::Tensor qkv = at::randn({tokens, 3, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    key = qkv.select(1, 1);
-    value = qkv.select(1, 2);
-    const at::Tensor kv = cache_values({num_blocks, 2, block_size, kv_heads, head_size}, dtype, g);
-    key_cache = kv.select(1, 0);
-    value_cache = kv.select(1, 1);
-  } else {
-    key = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    value = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    key_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
-    value_cache = cache_values({num_blocks, block_size, kv_heads, head_size}, dtype, g);
-  }
+  auto [key, value, key_cache, value_cache] =
+      kv_cache::tensors_of(p, dtype, g, [&](at::IntArrayRef shape) { return cache_values(shape, dtype, g); });
   if (p.value("values", "finite") == "nonfinite" && tokens > 2) {
     // NaN and +-inf are copied like any value (compared as NaN and the same infinity).
     key[0][0][0].fill_(std::nan(""));
@@ -88,9 +60,7 @@ Example build(const json& p, at::Generator& g) {
     value[2][0][1].fill_(-INFINITY);
     value[0][kv_heads - 1][head_size / 2].fill_(std::nan(""));
   }
-  const at::Tensor slots = p.at("slots").get<std::string>() == "prefill"
-                               ? kv_cache::prefill_slots(tokens, num_blocks, block_size, g)
-                               : kv_cache::random_slots(tokens, num_blocks * block_size, g);
+  const at::Tensor slots = kv_cache::slots_of(p, g);
 
   Example ex;
   ex.names = {"key", "value", "key_cache", "value_cache", "slot_mapping"};
@@ -113,51 +83,27 @@ Example build(const json& p, at::Generator& g) {
 }
 
 // Enough blocks for the tokens, and a few more so that the untouched slots are checked too.
-int64_t default_blocks(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size + 3; }
-
 std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
-  const std::vector<Dimension> dims = {
-      {"tokens", options::integers(o, "tokens", {1, 37, 160}, 0)},
-      {"head_size", options::integers(o, "head_size", {64, 80, 96, 128, 256}, 1)},
-      {"kv_heads", options::integers(o, "kv_heads", {8, 1}, 1)},
-      {"block_size", options::integers(o, "block_size", {16, 32}, 1)},
-      {"dtype", options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"})},
-      {"layout", options::choices(o, "layout", {"contiguous", "fused"}, {"contiguous", "fused"})},
-      {"slots", options::choices(o, "slots", {"random", "prefill"}, {"random", "prefill"})},
-  };
-  const bool blocks_given = options::given(o, "num_blocks");
-  const std::vector<json> blocks = options::integers(o, "num_blocks", {1}, 1);
-  std::vector<json> points;
-  for (json point : cartesian(dims)) {
-    if (!blocks_given) {
-      point["num_blocks"] = default_blocks(point.at("tokens").get<int64_t>(), point.at("block_size").get<int64_t>());
-      points.push_back(point);
-      continue;
-    }
-    for (const json& n : blocks) {
-      point["num_blocks"] = n;
-      points.push_back(point);
-    }
-  }
+  std::vector<json> points = kv_cache::grid_points(o, /*quantized=*/false);
+  const std::vector<json> layouts = kv_cache::layouts(o), slots = kv_cache::slot_kinds(o);
   // Zero tokens, and rows no SIMD width divides (head_size 67: the copies' tails), unless the
   // user chose the tokens or head sizes.
-  for (const auto& dtype : dims[4].values) {
+  for (const auto& dtype : kv_cache::dtypes(o)) {
     if (!options::given(o, "tokens")) {
-      points.push_back({{"tokens", 0}, {"head_size", 128}, {"kv_heads", 8}, {"block_size", 16}, {"dtype", dtype},
-                        {"layout", "contiguous"}, {"num_blocks", 2}, {"slots", dims[6].values.front()}});
+      points.push_back(kv_cache::targeted({.dtype = dtype, .tokens = 0, .head_size = 128, .kv_heads = 8,
+                                           .num_blocks = 2, .layout = "contiguous", .slots = slots.front()}));
     }
     if (!options::given(o, "tokens") && !options::given(o, "head_size")) {  // non-finite key and value values
-      for (const auto& layout : dims[5].values) {
-        points.push_back({{"tokens", 37}, {"head_size", 128}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
-                          {"layout", layout}, {"num_blocks", default_blocks(37, 16)}, {"slots", dims[6].values.front()},
-                          {"values", "nonfinite"}});
+      for (const auto& layout : layouts) {
+        points.push_back(kv_cache::targeted({.dtype = dtype, .tokens = 37, .head_size = 128, .kv_heads = 2,
+                                             .layout = layout, .slots = slots.front(), .values = "nonfinite"}));
       }
     }
     if (!options::given(o, "head_size")) {
-      for (const auto& layout : dims[5].values) {
-        for (const auto& slots : dims[6].values) {
-          points.push_back({{"tokens", 37}, {"head_size", 67}, {"kv_heads", 2}, {"block_size", 16}, {"dtype", dtype},
-                            {"layout", layout}, {"num_blocks", default_blocks(37, 16)}, {"slots", slots}});
+      for (const auto& layout : layouts) {
+        for (const auto& slot : slots) {
+          points.push_back(kv_cache::targeted(
+              {.dtype = dtype, .tokens = 37, .head_size = 67, .kv_heads = 2, .layout = layout, .slots = slot}));
         }
       }
     }
@@ -169,8 +115,6 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
-// The headline cases: a decode batch of 16 and a 512-token prefill chunk of 8 KV heads of 128 into
-// random slots of a 256-block cache (every block is validated: a cache of 4096 takes seconds), bfloat16.
 SuiteOptions headline() {
   return {{"tokens", {"16", "512"}}, {"head_size", {"128"}}, {"kv_heads", {"8"}}, {"block_size", {"16"}},
           {"num_blocks", {"256"}},     {"dtype", {"bfloat16"}},  {"layout", {"contiguous"}}, {"slots", {"random"}}};
@@ -183,10 +127,6 @@ SuiteOptions benchmark_defaults() {
 }
 
 // The rows the kernels copy (each head of each token) and their width (head_size).
-RowShape row_shape(const json& p) {
-  return {p.at("tokens").get<int64_t>() * p.at("kv_heads").get<int64_t>(), p.at("head_size").get<int64_t>()};
-}
-
 }  // namespace
 
 const OperationSuite& reshape_and_cache_suite() {
@@ -198,7 +138,7 @@ const OperationSuite& reshape_and_cache_suite() {
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
       .headline = headline(),
-      .row_shape = row_shape,
+      .row_shape = kv_cache::row_shape,
       // slot_mapping is read through its stride. (A cache one block larger is rejected: value_cache
       // must have key_cache's shape.)
       .accepted_bad_inputs = {{"slot_mapping", "non-contiguous last dimension", AcceptedAs::kSameResults,

@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -46,7 +45,7 @@
 #include "src/numerics/tensor_case.h"
 #include "src/numerics/verify.h"
 #include "src/ops/kv_cache/suites/quant_reference.h"
-#include "src/ops/kv_cache/suites/slots.h"
+#include "src/ops/kv_cache/suites/grid.h"
 #include "xllm_kernel/ops/kv_cache.h"
 
 namespace xllm_kernel::numerics {
@@ -55,22 +54,7 @@ namespace {
 // The fixed fp8 value scale (see the file comment).
 constexpr float kValueScale = 0.0137f;
 
-void add_arguments(CLI::App& app, SuiteOptions& o) {
-  app.add_option("--tokens", o["tokens"], "Tokens (comma list; 0 allowed) [default: 1,37,160 and 0]")->delimiter(',');
-  app.add_option("--head-size", o["head_size"],
-                 "Head sizes (comma list, >= 1) [default: drawn from 64,80,96,128,256, and 67 for tails]")
-      ->delimiter(',');
-  app.add_option("--kv-heads", o["kv_heads"], "KV heads (comma list, >= 1) [default: drawn from 8,1]")->delimiter(',');
-  app.add_option("--block-size", o["block_size"], "Slots per cache block (comma list, >= 1) [default: drawn from 16,32]")
-      ->delimiter(',');
-  app.add_option("--num-blocks", o["num_blocks"],
-                 "Cache blocks (comma list, >= 1) [default: enough for the tokens and a few more]")
-      ->delimiter(',');
-  app.add_option("--dtype", o["dtype"], "Key and value dtypes: float32,bfloat16,float16 [default: all]")->delimiter(',');
-  app.add_option("--cache-dtype", o["cache_dtype"], "Cache dtypes: int8,float8_e4m3fn [default: both]")->delimiter(',');
-  app.add_option("--layout", o["layout"], "Layouts: contiguous,fused [default: both]")->delimiter(',');
-  app.add_option("--slots", o["slots"], "Slot patterns: random,prefill [default: both]")->delimiter(',');
-}
+void add_arguments(CLI::App& app, SuiteOptions& o) { kv_cache::add_arguments(app, o, /*quantized=*/true); }
 
 at::ScalarType cache_dtype_of(const json& p) {
   return p.at("cache_dtype").get<std::string>() == "int8" ? at::kChar : at::kFloat8_e4m3fn;
@@ -123,20 +107,9 @@ Example build(const json& p, at::Generator& g) {
   const bool int8 = cache_dtype == at::kChar;
   const bool fused = p.at("layout").get<std::string>() == "fused";
   const std::string values = p.value("values", "finite");
-  at::Tensor key, value, key_cache, value_cache, key_scale, value_scale;
-  if (fused) {
-    const at::Tensor qkv = at::randn({tokens, 3, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    key = qkv.select(1, 1);
-    value = qkv.select(1, 2);
-    const at::Tensor kv = old_cache({num_blocks, 2, block_size, kv_heads, head_size}, cache_dtype, g);
-    key_cache = kv.select(1, 0);
-    value_cache = kv.select(1, 1);
-  } else {
-    key = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    value = at::randn({tokens, kv_heads, head_size}, g, at::kDouble).to(dtype);
-    key_cache = old_cache({num_blocks, block_size, kv_heads, head_size}, cache_dtype, g);
-    value_cache = old_cache({num_blocks, block_size, kv_heads, head_size}, cache_dtype, g);
-  }
+  auto [key, value, key_cache, value_cache] =
+      kv_cache::tensors_of(p, dtype, g, [&](at::IntArrayRef shape) { return old_cache(shape, cache_dtype, g); });
+  at::Tensor key_scale, value_scale;
   float fp8_key_scale = calibrated_scale(key);  // before the plants: "extreme" saturates
   if (values == "nonfinite" && tokens > 2) plant_nonfinite(key, value);
   if (values == "extreme" && tokens > 2) plant_extreme(key, value, fp8_key_scale, dtype);
@@ -154,9 +127,7 @@ Example build(const json& p, at::Generator& g) {
     key_scale = fused ? at::scalar_tensor(fp8_key_scale, at::kFloat) : at::full({1}, fp8_key_scale, at::kFloat);
     value_scale = fused ? at::scalar_tensor(kValueScale, at::kFloat) : at::full({1}, kValueScale, at::kFloat);
   }
-  const at::Tensor slots = p.at("slots").get<std::string>() == "prefill"
-                               ? kv_cache::prefill_slots(tokens, num_blocks, block_size, g)
-                               : kv_cache::random_slots(tokens, num_blocks * block_size, g);
+  const at::Tensor slots = kv_cache::slots_of(p, g);
 
   Example ex;
   ex.names = {"key", "value", "key_cache", "value_cache", "slot_mapping", "key_scale", "value_scale"};
@@ -186,32 +157,7 @@ Example build(const json& p, at::Generator& g) {
 }
 
 // Enough blocks for the tokens, and a few more so that the untouched slots are checked too.
-int64_t default_blocks(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size + 3; }
-
 std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
-    const auto cache_dtypes = options::choices(o, "cache_dtype", {"int8", "float8_e4m3fn"}, {"int8", "float8_e4m3fn"});
-  const auto dtypes = options::choices(o, "dtype", {"float32", "bfloat16", "float16"}, {"float32", "bfloat16", "float16"});
-  const auto layouts = options::choices(o, "layout", {"contiguous", "fused"}, {"contiguous", "fused"});
-  const auto slot_kinds = options::choices(o, "slots", {"random", "prefill"}, {"random", "prefill"});
-  const auto head_sizes = options::integers(o, "head_size", {64, 80, 96, 128, 256}, 1);
-  const auto kv_heads = options::integers(o, "kv_heads", {8, 1}, 1);
-  const auto block_sizes = options::integers(o, "block_size", {16, 32}, 1);
-  std::vector<Dimension> dims = {
-      {"cache_dtype", cache_dtypes}, {"dtype", dtypes},         {"tokens", options::integers(o, "tokens", {1, 37, 160}, 0)},
-      {"layout", layouts},           {"slots", slot_kinds},
-  };
-  // The shape axes: drawn per point (one of each, from a fixed seed), or every given value.
-  const bool shapes_given =
-      options::given(o, "head_size") || options::given(o, "kv_heads") || options::given(o, "block_size");
-  if (shapes_given) {
-    dims.push_back({"head_size", head_sizes});
-    dims.push_back({"kv_heads", kv_heads});
-    dims.push_back({"block_size", block_sizes});
-  }
-  std::mt19937 rng(20261202);
-  auto pick = [&](const std::vector<json>& v) { return v[rng() % v.size()]; };
-  const bool blocks_given = options::given(o, "num_blocks");
-  const std::vector<json> blocks = options::integers(o, "num_blocks", {1}, 1);
   std::vector<json> points;
   // The first case is small and general (the bad-input test starts from it): int8 caches, whose
   // scales have a shape and a layout to get wrong (two KV heads: a scale's head stride matters).
@@ -221,42 +167,36 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
     any_given |= options::given(o, axis);
   }
   if (!any_given) {
-    points.push_back({{"cache_dtype", "int8"}, {"dtype", "float32"}, {"tokens", 37}, {"head_size", 64}, {"kv_heads", 2},
-                      {"block_size", 16}, {"num_blocks", default_blocks(37, 16)}, {"layout", "contiguous"},
-                      {"slots", "random"}});
+    points.push_back(kv_cache::targeted({.cache_dtype = "int8", .dtype = "float32", .tokens = 37, .head_size = 64,
+                                         .kv_heads = 2, .layout = "contiguous", .slots = "random"}));
   }
-  for (json point : cartesian(dims)) {
-    if (!shapes_given) {
-      point["head_size"] = pick(head_sizes);
-      point["kv_heads"] = pick(kv_heads);
-      point["block_size"] = pick(block_sizes);
-    }
-    if (!blocks_given) {
-      point["num_blocks"] = default_blocks(point.at("tokens").get<int64_t>(), point.at("block_size").get<int64_t>());
-      points.push_back(point);
-      continue;
-    }
-    for (const json& n : blocks) {
-      point["num_blocks"] = n;
-      points.push_back(point);
-    }
-  }
+  for (json& p : kv_cache::grid_points(o, /*quantized=*/true, /*seed=*/20261202)) points.push_back(std::move(p));
   // Zero tokens, rows no SIMD width divides (head_size 67), and the value cases, unless the user
   // chose the tokens or head sizes.
-  for (const auto& cache_dtype : cache_dtypes) {
-    for (const auto& dtype : dtypes) {
-      auto extra = [&](int64_t tokens, int64_t head_size, const json& layout, const json& slots, const char* values) {
-        json q = {{"cache_dtype", cache_dtype}, {"dtype", dtype},         {"tokens", tokens},
-                  {"head_size", head_size},     {"kv_heads", 2},          {"block_size", 16},
-                  {"num_blocks", default_blocks(tokens, 16)}, {"layout", layout}, {"slots", slots}};
-        if (values != nullptr) q["values"] = values;
-        points.push_back(q);
-      };
-      if (!options::given(o, "tokens")) extra(0, 128, layouts.front(), slot_kinds.front(), nullptr);
-      if (!options::given(o, "head_size")) extra(37, 67, layouts.back(), slot_kinds.back(), nullptr);
+  const std::vector<json> layouts = kv_cache::layouts(o), slots = kv_cache::slot_kinds(o);
+  for (const auto& cache_dtype : kv_cache::cache_dtypes(o)) {
+    for (const auto& dtype : kv_cache::dtypes(o)) {
+      const kv_cache::Targeted t{.cache_dtype = cache_dtype, .dtype = dtype, .tokens = 37, .head_size = 128,
+                                 .kv_heads = 2, .layout = layouts.front(), .slots = slots.front()};
+      if (!options::given(o, "tokens")) {
+        kv_cache::Targeted zero = t;
+        zero.tokens = 0;
+        points.push_back(kv_cache::targeted(zero));
+      }
+      if (!options::given(o, "head_size")) {
+        kv_cache::Targeted tails = t;
+        tails.head_size = 67;
+        tails.layout = layouts.back();
+        tails.slots = slots.back();
+        points.push_back(kv_cache::targeted(tails));
+      }
       if (!options::given(o, "tokens") && !options::given(o, "head_size")) {
-        extra(37, 128, layouts.front(), slot_kinds.front(), "nonfinite");
-        extra(37, 128, layouts.back(), slot_kinds.front(), "extreme");
+        kv_cache::Targeted nonfinite = t, extreme = t;
+        nonfinite.values = "nonfinite";
+        extreme.layout = layouts.back();
+        extreme.values = "extreme";
+        points.push_back(kv_cache::targeted(nonfinite));
+        points.push_back(kv_cache::targeted(extreme));
       }
     }
   }
@@ -267,7 +207,6 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
   return out;
 }
 
-// The headline cases: reshape_and_cache's (16 and 512 tokens) into fp8 and int8 caches.
 SuiteOptions headline() {
   return {{"tokens", {"16", "512"}}, {"head_size", {"128"}},   {"kv_heads", {"8"}},
           {"block_size", {"16"}},       {"num_blocks", {"256"}}, {"dtype", {"bfloat16"}},
@@ -281,10 +220,6 @@ SuiteOptions benchmark_defaults() {
 }
 
 // The rows the kernels quantize (each head of each token) and their width (head_size).
-RowShape row_shape(const json& p) {
-  return {p.at("tokens").get<int64_t>() * p.at("kv_heads").get<int64_t>(), p.at("head_size").get<int64_t>()};
-}
-
 }  // namespace
 
 const OperationSuite& reshape_and_cache_quant_suite() {
@@ -296,7 +231,7 @@ const OperationSuite& reshape_and_cache_quant_suite() {
       .has_reference = true,
       .benchmark_defaults = benchmark_defaults(),
       .headline = headline(),
-      .row_shape = row_shape,
+      .row_shape = kv_cache::row_shape,
       // slot_mapping is read through its stride. (The first case's caches are int8: a scale of
       // another shape or layout is an error.)
       .accepted_bad_inputs = {{"slot_mapping", "non-contiguous last dimension", AcceptedAs::kSameResults,
