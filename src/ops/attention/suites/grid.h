@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "src/numerics/options.h"
+#include "src/numerics/suite.h"
 #include "src/numerics/tensor_case.h"
 #include "src/ops/attention/suites/batches.h"
 
@@ -326,6 +327,38 @@ inline void plant_nonfinite(const FloatPages& f, const Heads& h, const std::vect
       default: TORCH_CHECK(false, suite, " suite: no nonfinite plant of kind ", kind);
     }
   }
+}
+
+// The bad-input variants both suites' contracts accept (AcceptedBadInput), `own` (a suite's
+// further ones) before the last: padding query rows, block table columns never read, a window
+// turned off, and on CUDA query_start_loc's values unchecked.
+inline std::vector<AcceptedBadInput> accepted_bad_inputs(std::vector<AcceptedBadInput> own) {
+  std::vector<AcceptedBadInput> out = {
+      {.argument = "query",
+       .variant = "dim 0 + 1",
+       .as = AcceptedAs::kValidPrefix,
+       .why = "query rows from query_start_loc[seqs] on are padding: their output rows are zero"},
+      {.argument = "block_tables",
+       .variant = "dim 1 + 1",
+       .as = AcceptedAs::kSameResults,
+       .why = "block table columns past a sequence's blocks are never read"},
+      {.argument = "sliding_window",
+       .variant = "negative",
+       .as = AcceptedAs::kSameResults,
+       .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+      {.argument = "sliding_window",
+       .variant = "0",
+       .as = AcceptedAs::kSameResults,
+       .why = "sliding_window <= 0 turns the window off (the valid call has none)"},
+  };
+  for (AcceptedBadInput& a : own) out.push_back(std::move(a));
+  out.push_back({.argument = "query",
+                 .variant = "empty",
+                 .as = AcceptedAs::kEmptyResults,
+                 .why = "on CUDA the values of query_start_loc are not checked (a synchronization): its rows past "
+                        "query's are never written",
+                 .devices = {Device::kCuda}});
+  return out;
 }
 
 }  // namespace xllm_kernel::numerics::paged_batches
