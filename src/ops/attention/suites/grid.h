@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "src/core/strings.h"
 #include "src/numerics/options.h"
 #include "src/numerics/suite.h"
 #include "src/numerics/tensor_case.h"
@@ -45,16 +47,11 @@ inline const std::vector<const char*>& shape_axes() {
   return axes;
 }
 
+// A comma list of `values`, for --help.
 inline std::string joined(const std::vector<int64_t>& values) {
-  std::string out;
-  for (const int64_t v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
-  return out;
-}
-
-inline std::string joined(const std::vector<std::string>& values) {
-  std::string out;
-  for (const std::string& v : values) out += (out.empty() ? "" : ",") + v;
-  return out;
+  std::vector<std::string> texts;
+  for (const int64_t v : values) texts.push_back(std::to_string(v));
+  return detail::join(texts, ",");
 }
 
 inline void add_grid_arguments(CLI::App& app, SuiteOptions& o, const Defaults& d) {
@@ -66,7 +63,7 @@ inline void add_grid_arguments(CLI::App& app, SuiteOptions& o, const Defaults& d
                  "Context lengths (comma list, >= 1) [default: drawn from " + joined(d.contexts) + "]")
       ->delimiter(',');
   app.add_option("--heads", o["heads"],
-                 "Query and KV heads, QxKV (comma list) [default: " + drawn + joined(d.heads) + "]")
+                 "Query and KV heads, QxKV (comma list) [default: " + drawn + detail::join(d.heads, ",") + "]")
       ->delimiter(',');
   app.add_option("--head-size", o["head_size"],
                  "Head sizes (comma list, 1..512) [default: " + drawn + joined(d.head_sizes) + ", and 67, 33]")
@@ -145,34 +142,20 @@ inline std::vector<json> batch_kinds(const SuiteOptions& o) {
                           {"decode", "prefill", "chunked", "mixed"});
 }
 
-// Every axis's values: the given ones, else the suite's defaults.
-struct Values {
-  std::vector<json> heads, head_sizes, seqs, contexts, blocks, caps, windows, layouts, lengths, chunks;
-  const std::vector<json>& of(const std::string& axis) const {
-    if (axis == "heads") return heads;
-    if (axis == "head_size") return head_sizes;
-    if (axis == "seqs") return seqs;
-    if (axis == "context") return contexts;
-    if (axis == "block_size") return blocks;
-    if (axis == "soft_cap") return caps;
-    if (axis == "window") return windows;
-    if (axis == "layout") return layouts;
-    if (axis == "lengths") return lengths;
-    return chunks;
-  }
-};
+// Every axis of shape_axes() and its values: the given ones, else the suite's defaults.
+using Values = std::map<std::string, std::vector<json>>;
 
 inline Values values(const SuiteOptions& o, const Defaults& d) {
-  return {.heads = heads_values(o, d.heads),
-          .head_sizes = options::integers(o, "head_size", d.head_sizes, 1),
-          .seqs = options::integers(o, "seqs", {1, 7, 33}, 1),
-          .contexts = options::integers(o, "context", d.contexts, 1),
-          .blocks = options::integers(o, "block_size", {16, 32}, 1),
-          .caps = options::integers(o, "soft_cap", {0, 30}, 0),
-          .windows = options::integers(o, "window", d.windows, 0),
-          .layouts = options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"}),
-          .lengths = options::choices(o, "lengths", {"equal", "varied"}, {"equal", "varied"}),
-          .chunks = options::integers(o, "chunk", {0}, 0)};
+  return {{"heads", heads_values(o, d.heads)},
+          {"head_size", options::integers(o, "head_size", d.head_sizes, 1)},
+          {"seqs", options::integers(o, "seqs", {1, 7, 33}, 1)},
+          {"context", options::integers(o, "context", d.contexts, 1)},
+          {"block_size", options::integers(o, "block_size", {16, 32}, 1)},
+          {"soft_cap", options::integers(o, "soft_cap", {0, 30}, 0)},
+          {"window", options::integers(o, "window", d.windows, 0)},
+          {"layout", options::choices(o, "layout", {"contiguous", "strided"}, {"contiguous", "strided"})},
+          {"lengths", options::choices(o, "lengths", {"equal", "varied"}, {"equal", "varied"})},
+          {"chunk", options::integers(o, "chunk", {0}, 0)}};
 }
 
 // The axes a grid draws per point (shape_axes() but, in paged_attention's, heads and head size,
@@ -206,18 +189,19 @@ inline std::vector<json> grid_points(const SuiteOptions& o, const Defaults& d) {
   dims.push_back({"batch", batch_kinds(o)});
   dims.push_back({"dtype", dtypes(o)});
   if (!d.quantized) {
-    dims.push_back({"heads", v.heads});
-    dims.push_back({"head_size", v.head_sizes});
+    dims.push_back({"heads", v.at("heads")});
+    dims.push_back({"head_size", v.at("head_size")});
   }
   if (drawn_given(o, d)) {
-    for (const std::string& axis : drawn) dims.push_back({axis, v.of(axis)});
+    for (const std::string& axis : drawn) dims.push_back({axis, v.at(axis)});
     return cartesian(dims);
   }
   std::mt19937 rng(d.seed);
   std::vector<json> out;
   for (json p : cartesian(dims)) {
     for (const std::string& axis : drawn) {
-      p[axis] = axis == "chunk" ? v.chunks.front() : v.of(axis)[rng() % v.of(axis).size()];
+      const std::vector<json>& choices = v.at(axis);
+      p[axis] = axis == "chunk" ? choices.front() : choices[rng() % choices.size()];
     }
     fit(p, d.budget);
     out.push_back(std::move(p));

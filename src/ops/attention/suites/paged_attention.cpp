@@ -179,15 +179,16 @@ std::vector<std::shared_ptr<const KernelCase>> cases(const SuiteOptions& o) {
     for (json& p : grid_points(o, d)) points.push_back(std::move(p));
     if (!explicit_grid) {
       const std::vector<json> kinds = batch_kinds(o), types = dtypes(o);
+      const std::vector<json> &blocks = v.at("block_size"), &caps = v.at("soft_cap"), &layouts = v.at("layout");
       // Every mode x context x window on a small head configuration, the dtypes in turn.
       size_t i = 0;
       for (const auto& mode : kinds) {
-        for (const auto& context : v.contexts) {
-          for (const auto& window : v.windows) {
+        for (const auto& context : v.at("context")) {
+          for (const auto& window : v.at("window")) {
             json p = point({.batch = mode, .seqs = 7, .context = context, .heads = "8x8", .head_size = 64,
-                            .block_size = v.blocks[i % v.blocks.size()].get<int64_t>(),
-                            .soft_cap = v.caps[i % v.caps.size()].get<int64_t>(), .window = window,
-                            .dtype = types[i % types.size()], .layout = v.layouts[i % v.layouts.size()],
+                            .block_size = blocks[i % blocks.size()].get<int64_t>(),
+                            .soft_cap = caps[i % caps.size()].get<int64_t>(), .window = window,
+                            .dtype = types[i % types.size()], .layout = layouts[i % layouts.size()],
                             .lengths = "varied"});
             ++i;
             fit(p, d.budget);
